@@ -1,0 +1,643 @@
+//! The Ibis instance: one member of a pool, its transports, its ports, and the router
+//! that turns transport events into port events.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
+use std::time::Duration;
+
+use ipl_registry::{EmbeddedRegistry, IbisIdentifier, JoinRequest, PoolConfig, Registry};
+use ipl_transport_abi::{
+    ChannelClosed, Plugin, ReceivedBuffer, TransportError, TransportEvents, TransportInstance,
+};
+
+use crate::capabilities::{IbisCapabilities, PortCapabilities};
+use crate::error::{IplError, Result};
+use crate::identifiers::{ReceivePortIdentifier, SendPortIdentifier};
+use crate::negotiate;
+use crate::port_type::PortType;
+use crate::protocol::{self, Control, Frame, RejectReason};
+use crate::receive_port::{
+    Disconnect, MessageUpcall, PortShared, ReceivePort, ReceivePortConnectUpcall,
+};
+use crate::send_port::{OutLink, SendPort, SendPortDisconnectUpcall};
+
+/// A channel of one of the instance's transports: (transport slot, channel id).
+pub(crate) type ChannelKey = (usize, u64);
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+enum Role {
+    /// A channel a peer opened to us; bound to a receive port once connected.
+    Incoming(Option<Arc<PortShared>>),
+    /// A channel a send port of ours opened.
+    Outgoing(Arc<OutLink>),
+}
+
+struct Slot {
+    name: &'static str,
+    instance: Mutex<Option<Arc<TransportInstance>>>,
+}
+
+pub(crate) struct IbisShared {
+    ident: IbisIdentifier,
+    slots: Vec<Slot>,
+    port_slots: Vec<(PortType, usize)>,
+    routes: Mutex<HashMap<ChannelKey, Role>>,
+    receive_ports: Mutex<HashMap<String, Arc<PortShared>>>,
+    send_ports: Mutex<HashSet<String>>,
+    ended: AtomicBool,
+}
+
+impl IbisShared {
+    pub(crate) fn transport_name(&self, slot: usize) -> &'static str {
+        self.slots.get(slot).map(|s| s.name).unwrap_or("?")
+    }
+
+    fn instance(&self, slot: usize) -> std::result::Result<Arc<TransportInstance>, TransportError> {
+        self.slots
+            .get(slot)
+            .and_then(|s| lock(&s.instance).clone())
+            .ok_or_else(|| TransportError::Closed("the Ibis instance has ended".into()))
+    }
+
+    /// Sends one message on a channel.
+    pub(crate) fn send_on(
+        &self,
+        key: ChannelKey,
+        slices: &[&[u8]],
+    ) -> std::result::Result<(), TransportError> {
+        self.instance(key.0)?.send(key.1, slices)
+    }
+
+    /// Sends and logs a failure (for control replies).
+    pub(crate) fn send_raw(&self, key: ChannelKey, slices: &[&[u8]]) {
+        if let Err(e) = self.send_on(key, slices) {
+            tracing::debug!(error = %e, "control message not sent");
+        }
+    }
+
+    pub(crate) fn open_channel(
+        &self,
+        slot: usize,
+        address: &[u8],
+        timeout: Duration,
+        link: Arc<OutLink>,
+    ) -> Result<ChannelKey> {
+        let inst = self.instance(slot)?;
+        let ch = inst.connect(address, timeout)?;
+        let key = (slot, ch);
+        lock(&self.routes).insert(key, Role::Outgoing(link));
+        Ok(key)
+    }
+
+    pub(crate) fn close_channel(&self, key: ChannelKey) {
+        lock(&self.routes).remove(&key);
+        if let Ok(inst) = self.instance(key.0) {
+            inst.close_channel(key.1);
+        }
+    }
+
+    pub(crate) fn remove_receive_port(&self, name: &str) {
+        lock(&self.receive_ports).remove(name);
+    }
+
+    pub(crate) fn remove_send_port(&self, name: &str) {
+        lock(&self.send_ports).remove(name);
+    }
+
+    fn slot_for(&self, t: &PortType) -> Result<usize> {
+        self.port_slots
+            .iter()
+            .find(|(pt, _)| pt == t)
+            .map(|(_, s)| *s)
+            .ok_or_else(|| IplError::UndeclaredPortType(t.to_string()))
+    }
+
+    // ---- transport events -------------------------------------------------------
+
+    fn on_opened(&self, key: ChannelKey) {
+        lock(&self.routes).insert(key, Role::Incoming(None));
+    }
+
+    fn on_message(&self, key: ChannelKey, buf: ReceivedBuffer) {
+        let frame = match protocol::decode(&buf) {
+            Ok(f) => f,
+            Err(e) => {
+                tracing::warn!(error = %e, "malformed frame; closing channel");
+                self.close_channel(key);
+                return;
+            }
+        };
+        match frame {
+            Frame::Data { seq } => {
+                let port = match lock(&self.routes).get(&key) {
+                    Some(Role::Incoming(Some(p))) => Some(Arc::clone(p)),
+                    _ => None,
+                };
+                match port {
+                    Some(p) => p.deliver(key, seq, buf),
+                    None => tracing::warn!("data on an unconnected channel dropped"),
+                }
+            }
+            Frame::Control(Control::Connect {
+                sender,
+                receiver,
+                port_type,
+            }) => {
+                let port = lock(&self.receive_ports).get(&receiver).cloned();
+                let answer = match port {
+                    None => Some(Control::Reject(RejectReason::NoSuchPort)),
+                    Some(p) => {
+                        let answer = p.connect_request(key, &sender, &port_type);
+                        if !matches!(answer, Some(Control::Reject(_))) {
+                            if let Some(Role::Incoming(slot)) = lock(&self.routes).get_mut(&key) {
+                                *slot = Some(p);
+                            }
+                        }
+                        answer
+                    }
+                };
+                if let Some(a) = answer {
+                    self.send_raw(key, &[&protocol::encode_control(&a)]);
+                }
+            }
+            Frame::Control(c @ (Control::Accept { .. } | Control::Reject(_))) => {
+                let link = match lock(&self.routes).get(&key) {
+                    Some(Role::Outgoing(l)) => Some(Arc::clone(l)),
+                    _ => None,
+                };
+                if let Some(l) = link {
+                    l.reply(c);
+                }
+            }
+            Frame::Control(Control::Disconnect) => {
+                let port = match lock(&self.routes).get_mut(&key) {
+                    Some(Role::Incoming(p)) => p.take(),
+                    _ => None,
+                };
+                if let Some(p) = port {
+                    p.connection_ended(key, Disconnect::Closed);
+                }
+            }
+        }
+    }
+
+    fn on_closed(&self, key: ChannelKey, why: ChannelClosed) {
+        let why = match why {
+            ChannelClosed::ByPeer => Disconnect::Closed,
+            ChannelClosed::Lost(s) => Disconnect::Lost(s),
+            ChannelClosed::Locally => Disconnect::Local,
+        };
+        let role = lock(&self.routes).remove(&key);
+        match role {
+            Some(Role::Incoming(Some(p))) => p.connection_ended(key, why),
+            Some(Role::Outgoing(l)) => l.lost(key, why),
+            _ => {}
+        }
+    }
+
+    /// Ends the instance: closes every channel (orderly if `graceful`) and destroys the
+    /// transport endpoints.
+    fn shutdown(&self, graceful: bool) {
+        if self.ended.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        if graceful {
+            let keys: Vec<ChannelKey> = lock(&self.routes).keys().copied().collect();
+            for k in keys {
+                if let Ok(inst) = self.instance(k.0) {
+                    inst.close_channel(k.1);
+                }
+            }
+        }
+        for s in &self.slots {
+            let inst = lock(&s.instance).take();
+            drop(inst);
+        }
+    }
+}
+
+/// The router a transport instance reports to. It knows the Ibis instance only weakly,
+/// and only once the instance is built.
+struct Router {
+    slot: usize,
+    ibis: OnceLock<Weak<IbisShared>>,
+}
+
+impl Router {
+    fn ibis(&self) -> Option<Arc<IbisShared>> {
+        self.ibis.get().and_then(Weak::upgrade)
+    }
+}
+
+impl TransportEvents for Router {
+    fn channel_opened(&self, channel: u64) {
+        if let Some(i) = self.ibis() {
+            i.on_opened((self.slot, channel));
+        }
+    }
+
+    fn message(&self, channel: u64, buf: ReceivedBuffer) {
+        if let Some(i) = self.ibis() {
+            i.on_message((self.slot, channel), buf);
+        }
+    }
+
+    fn channel_closed(&self, channel: u64, why: ChannelClosed) {
+        if let Some(i) = self.ibis() {
+            i.on_closed((self.slot, channel), why);
+        }
+    }
+}
+
+/// Builds an [`Ibis`] instance: the pool to join, the capabilities it needs, the port
+/// types it will use (each negotiated to a transport), and the transports to choose from.
+#[must_use]
+pub struct IbisBuilder {
+    pool: String,
+    cluster: String,
+    name: Option<String>,
+    capabilities: IbisCapabilities,
+    port_types: Vec<PortType>,
+    plugins: Vec<Plugin>,
+    prefer: Option<String>,
+    registry: Option<EmbeddedRegistry>,
+    pool_size: Option<usize>,
+    transport_config: String,
+}
+
+impl Default for IbisBuilder {
+    fn default() -> Self {
+        IbisBuilder {
+            pool: "default".into(),
+            cluster: "cluster-0".into(),
+            name: None,
+            capabilities: IbisCapabilities::MEMBERSHIP,
+            port_types: Vec::new(),
+            plugins: Vec::new(),
+            prefer: None,
+            registry: None,
+            pool_size: None,
+            transport_config: String::new(),
+        }
+    }
+}
+
+/// The process-wide embedded registry used when the builder is given none.
+pub fn default_registry() -> EmbeddedRegistry {
+    static REG: OnceLock<EmbeddedRegistry> = OnceLock::new();
+    REG.get_or_init(EmbeddedRegistry::new).clone()
+}
+
+/// The transports linked into this build (today: the in-process transport).
+pub fn static_plugins() -> Vec<Plugin> {
+    match Plugin::from_static(&ipl_transport_inproc::PLUGIN) {
+        Ok(p) => vec![p],
+        Err(e) => {
+            tracing::error!(error = %e, "static inproc plugin refused");
+            Vec::new()
+        }
+    }
+}
+
+impl IbisBuilder {
+    /// The pool (run) to join.
+    pub fn pool(mut self, pool: impl Into<String>) -> Self {
+        self.pool = pool.into();
+        self
+    }
+
+    /// This member's cluster (location) name.
+    pub fn cluster(mut self, cluster: impl Into<String>) -> Self {
+        self.cluster = cluster.into();
+        self
+    }
+
+    /// A human-readable name for this member.
+    pub fn name(mut self, name: impl Into<String>) -> Self {
+        self.name = Some(name.into());
+        self
+    }
+
+    /// The Ibis capabilities needed (registry features).
+    pub fn capabilities(mut self, c: IbisCapabilities) -> Self {
+        self.capabilities = c;
+        self
+    }
+
+    /// Declares a port type this instance will create ports of. Its transport is
+    /// negotiated when the instance is built.
+    pub fn port_type(mut self, t: PortType) -> Self {
+        if !self.port_types.contains(&t) {
+            self.port_types.push(t);
+        }
+        self
+    }
+
+    /// Adds a transport plugin to choose from (default: the statically linked ones).
+    pub fn plugin(mut self, p: Plugin) -> Self {
+        self.plugins.push(p);
+        self
+    }
+
+    /// Prefers the transport with this name (also settable with `IPL_TRANSPORT`); it is
+    /// an error if it lacks a requested capability.
+    pub fn prefer_transport(mut self, name: impl Into<String>) -> Self {
+        self.prefer = Some(name.into());
+        self
+    }
+
+    /// The embedded registry to join (default: one per process).
+    pub fn registry(mut self, r: &EmbeddedRegistry) -> Self {
+        self.registry = Some(r.clone());
+        self
+    }
+
+    /// The pool's size, for `closedworld`.
+    pub fn pool_size(mut self, n: usize) -> Self {
+        self.pool_size = Some(n);
+        self
+    }
+
+    /// `key=value` lines passed to every transport's `create`.
+    pub fn transport_config(mut self, cfg: impl Into<String>) -> Self {
+        self.transport_config = cfg.into();
+        self
+    }
+
+    /// Negotiates transports, creates their endpoints and joins the pool.
+    pub fn build(self) -> Result<Ibis> {
+        let caps = self.capabilities;
+        if caps.contains(IbisCapabilities::CLOSED_WORLD) && self.pool_size.is_none() {
+            return Err(IplError::InvalidPortType(
+                "closedworld needs a pool size (IbisBuilder::pool_size)".into(),
+            ));
+        }
+        if caps.contains(IbisCapabilities::CLOSED_WORLD | IbisCapabilities::MALLEABLE) {
+            return Err(IplError::InvalidPortType(
+                "closedworld and malleable exclude each other".into(),
+            ));
+        }
+        let plugins = if self.plugins.is_empty() {
+            static_plugins()
+        } else {
+            self.plugins
+        };
+        let prefer = self.prefer.or_else(|| std::env::var("IPL_TRANSPORT").ok());
+        let chosen = negotiate::choose_all(&plugins, &self.port_types, prefer.as_deref())?;
+        let mut used: Vec<usize> = chosen.iter().map(|(_, i)| *i).collect();
+        used.sort_unstable();
+        used.dedup();
+        if used.is_empty() {
+            used.push(negotiate::best_available(&plugins)?);
+        }
+        // Create one endpoint per transport used.
+        let mut routers = Vec::new();
+        let mut slots = Vec::new();
+        let mut request = JoinRequest::new(self.cluster.clone());
+        if let Some(n) = &self.name {
+            request = request.with_name(n.clone());
+        }
+        for (slot, &pi) in used.iter().enumerate() {
+            let p = &plugins[pi];
+            let router = Arc::new(Router {
+                slot,
+                ibis: OnceLock::new(),
+            });
+            let inst = p.create(&self.transport_config, router.clone())?;
+            request = request.with_address(p.name(), inst.local_address()?);
+            routers.push(router);
+            slots.push(Slot {
+                name: p.name(),
+                instance: Mutex::new(Some(Arc::new(inst))),
+            });
+        }
+        let port_slots = chosen
+            .iter()
+            .map(|(t, pi)| (*t, used.iter().position(|u| u == pi).unwrap_or(0)))
+            .collect();
+        let config = match (
+            caps.contains(IbisCapabilities::CLOSED_WORLD),
+            self.pool_size,
+        ) {
+            (true, Some(n)) => PoolConfig::closed_world(n),
+            _ => PoolConfig::open_world(),
+        };
+        let registry = self.registry.unwrap_or_else(default_registry);
+        let registry = registry.join(&self.pool, config, request)?;
+        let shared = Arc::new(IbisShared {
+            ident: registry.identifier().clone(),
+            slots,
+            port_slots,
+            routes: Mutex::new(HashMap::new()),
+            receive_ports: Mutex::new(HashMap::new()),
+            send_ports: Mutex::new(HashSet::new()),
+            ended: AtomicBool::new(false),
+        });
+        for r in routers {
+            let _ = r.ibis.set(Arc::downgrade(&shared));
+        }
+        tracing::debug!(member = %shared.ident, "ibis instance started");
+        Ok(Ibis {
+            shared,
+            registry: Some(registry),
+            capabilities: caps,
+        })
+    }
+}
+
+/// One member of a pool: creates ports, owns the transport endpoints, and holds the
+/// member's registry handle. Dropping it (or [`end`](Self::end)) leaves the pool in an
+/// orderly way; [`abort`](Self::abort) models a crash.
+pub struct Ibis {
+    shared: Arc<IbisShared>,
+    registry: Option<Registry>,
+    capabilities: IbisCapabilities,
+}
+
+impl std::fmt::Debug for Ibis {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Ibis")
+            .field("id", &self.shared.ident)
+            .finish()
+    }
+}
+
+/// Options for a new receive port: upcalls for messages and connections.
+#[must_use]
+pub struct ReceivePortBuilder<'i> {
+    ibis: &'i Ibis,
+    port_type: PortType,
+    name: String,
+    upcall: Option<Box<dyn MessageUpcall>>,
+    connect_upcall: Option<Box<dyn ReceivePortConnectUpcall>>,
+}
+
+impl ReceivePortBuilder<'_> {
+    /// Delivers messages to `u` (needs `receive.autoupcalls`); start with
+    /// [`ReceivePort::enable_message_upcalls`].
+    pub fn message_upcall(mut self, u: impl MessageUpcall) -> Self {
+        self.upcall = Some(Box::new(u));
+        self
+    }
+
+    /// Reports new and lost connections to `u` (needs `connection.upcalls`).
+    pub fn connection_upcall(mut self, u: impl ReceivePortConnectUpcall) -> Self {
+        self.connect_upcall = Some(Box::new(u));
+        self
+    }
+
+    /// Creates the port.
+    pub fn create(self) -> Result<ReceivePort> {
+        let t = self.port_type;
+        if self.upcall.is_some() && !t.has(PortCapabilities::RECEIVE_AUTO_UPCALLS) {
+            return Err(IplError::CapabilityNotRequested("receive.autoupcalls"));
+        }
+        if self.connect_upcall.is_some() && !t.has(PortCapabilities::CONNECTION_UPCALLS) {
+            return Err(IplError::CapabilityNotRequested("connection.upcalls"));
+        }
+        let sh = &self.ibis.shared;
+        if sh.ended.load(Ordering::SeqCst) {
+            return Err(IplError::Ended);
+        }
+        sh.slot_for(&t)?;
+        let ident = ReceivePortIdentifier {
+            ibis: sh.ident.clone(),
+            name: self.name.clone(),
+        };
+        let shared = Arc::new(PortShared::new(
+            ident,
+            t,
+            Arc::downgrade(sh),
+            self.connect_upcall,
+        ));
+        {
+            let mut ports = lock(&sh.receive_ports);
+            if ports.contains_key(&self.name) {
+                return Err(IplError::DuplicatePortName(self.name));
+            }
+            ports.insert(self.name.clone(), Arc::clone(&shared));
+        }
+        Ok(ReceivePort::new(shared, self.upcall))
+    }
+}
+
+impl Ibis {
+    /// Starts building an instance.
+    pub fn builder() -> IbisBuilder {
+        IbisBuilder::default()
+    }
+
+    /// This member's identifier.
+    pub fn identifier(&self) -> &IbisIdentifier {
+        &self.shared.ident
+    }
+
+    /// The capabilities this instance was built with.
+    pub fn capabilities(&self) -> IbisCapabilities {
+        self.capabilities
+    }
+
+    /// The member's registry handle: membership, elections, signals, termination.
+    pub fn registry(&self) -> &Registry {
+        // The registry is only taken out by `end`/`abort`, which consume self.
+        self.registry
+            .as_ref()
+            .expect("registry is present until the instance ends")
+    }
+
+    /// The transport negotiated for a declared port type.
+    pub fn transport_for(&self, t: &PortType) -> Result<&'static str> {
+        Ok(self.shared.transport_name(self.shared.slot_for(t)?))
+    }
+
+    /// Creates a send port of a declared type; `name` must be unique in this instance.
+    pub fn create_send_port(&self, t: &PortType, name: &str) -> Result<SendPort> {
+        self.make_send_port(t, name, None)
+    }
+
+    /// Creates a send port whose lost connections are reported to `upcall` (needs
+    /// `connection.upcalls`).
+    pub fn create_send_port_with_upcall(
+        &self,
+        t: &PortType,
+        name: &str,
+        upcall: impl SendPortDisconnectUpcall,
+    ) -> Result<SendPort> {
+        if !t.has(PortCapabilities::CONNECTION_UPCALLS) {
+            return Err(IplError::CapabilityNotRequested("connection.upcalls"));
+        }
+        self.make_send_port(t, name, Some(Box::new(upcall)))
+    }
+
+    fn make_send_port(
+        &self,
+        t: &PortType,
+        name: &str,
+        upcall: Option<Box<dyn SendPortDisconnectUpcall>>,
+    ) -> Result<SendPort> {
+        let sh = &self.shared;
+        if sh.ended.load(Ordering::SeqCst) {
+            return Err(IplError::Ended);
+        }
+        let slot = sh.slot_for(t)?;
+        if !lock(&sh.send_ports).insert(name.to_string()) {
+            return Err(IplError::DuplicatePortName(name.to_string()));
+        }
+        let ident = SendPortIdentifier {
+            ibis: sh.ident.clone(),
+            name: name.to_string(),
+        };
+        Ok(SendPort::new(ident, *t, slot, Arc::clone(sh), upcall))
+    }
+
+    /// Creates a receive port of a declared type, for explicit receipt.
+    pub fn create_receive_port(&self, t: &PortType, name: &str) -> Result<ReceivePort> {
+        self.receive_port(t, name).create()
+    }
+
+    /// Starts building a receive port with upcalls.
+    pub fn receive_port(&self, t: &PortType, name: &str) -> ReceivePortBuilder<'_> {
+        ReceivePortBuilder {
+            ibis: self,
+            port_type: *t,
+            name: name.to_string(),
+            upcall: None,
+            connect_upcall: None,
+        }
+    }
+
+    /// Leaves the pool in an orderly way: open connections are closed (peers see them
+    /// closed, not lost), the endpoints are destroyed, and the registry says `Left`.
+    pub fn end(mut self) -> Result<()> {
+        self.shared.shutdown(true);
+        match self.registry.take() {
+            Some(r) => Ok(r.leave()?),
+            None => Ok(()),
+        }
+    }
+
+    /// Ends abruptly, as if the process had been killed: the endpoints vanish (peers see
+    /// their connections lost) and the registry is not told (others learn it through
+    /// `maybe_dead`). For fault-tolerance tests.
+    pub fn abort(mut self) {
+        self.shared.shutdown(false);
+        if let Some(r) = self.registry.take() {
+            r.crash();
+        }
+    }
+}
+
+impl Drop for Ibis {
+    fn drop(&mut self) {
+        if let Some(r) = self.registry.take() {
+            self.shared.shutdown(true);
+            if let Err(e) = r.leave() {
+                tracing::debug!(error = %e, "leaving the pool on drop failed");
+            }
+        }
+    }
+}

@@ -1,0 +1,114 @@
+//! Negotiation: which transport serves a port type.
+//!
+//! Each port type asks for transport properties (reliable, FIFO, unreliable, encrypted).
+//! Among the available plugins that provide all of them, the one with the highest
+//! priority wins; a preferred plugin (builder or `IPL_TRANSPORT`) wins if it provides
+//! them and is an error naming the missing capability if it does not.
+
+use ipl_transport_abi::Plugin;
+
+use crate::error::{IplError, Result};
+use crate::port_type::PortType;
+
+/// Picks a plugin (index into `plugins`) for every port type.
+pub fn choose_all(
+    plugins: &[Plugin],
+    types: &[PortType],
+    prefer: Option<&str>,
+) -> Result<Vec<(PortType, usize)>> {
+    let available: Vec<(usize, &Plugin)> = plugins
+        .iter()
+        .enumerate()
+        .filter(|(_, p)| match p.availability() {
+            Ok(()) => true,
+            Err(reason) => {
+                tracing::info!(transport = p.name(), %reason, "transport unavailable");
+                false
+            }
+        })
+        .collect();
+    types
+        .iter()
+        .map(|t| choose(&available, plugins, t, prefer).map(|i| (*t, i)))
+        .collect()
+}
+
+fn choose(
+    available: &[(usize, &Plugin)],
+    all: &[Plugin],
+    t: &PortType,
+    prefer: Option<&str>,
+) -> Result<usize> {
+    let reqs = t.transport_requirements();
+    if let Some(name) = prefer {
+        let Some((i, p)) = available.iter().find(|(_, p)| p.name() == name) else {
+            let reason = match all.iter().find(|p| p.name() == name) {
+                Some(p) => p
+                    .availability()
+                    .err()
+                    .unwrap_or_else(|| "unavailable".into()),
+                None => "no such transport plugin".to_string(),
+            };
+            return Err(IplError::TransportUnavailable {
+                name: name.to_string(),
+                reason,
+            });
+        };
+        for (pc, tc) in &reqs {
+            if !p.capabilities().contains(*tc) {
+                return Err(IplError::CapabilityUnavailable {
+                    capability: pc.names().first().copied().unwrap_or("?"),
+                    needed: tc.to_string(),
+                    detail: format!("preferred transport {name} provides {}", p.capabilities()),
+                });
+            }
+        }
+        return Ok(*i);
+    }
+    let best = available
+        .iter()
+        .filter(|(_, p)| reqs.iter().all(|(_, tc)| p.capabilities().contains(*tc)))
+        .max_by_key(|(_, p)| p.priority());
+    if let Some((i, _)) = best {
+        return Ok(*i);
+    }
+    // Name the first capability that no available transport provides.
+    for (pc, tc) in &reqs {
+        if !available
+            .iter()
+            .any(|(_, p)| p.capabilities().contains(*tc))
+        {
+            return Err(IplError::CapabilityUnavailable {
+                capability: pc.names().first().copied().unwrap_or("?"),
+                needed: tc.to_string(),
+                detail: format!(
+                    "available transports: {}",
+                    available
+                        .iter()
+                        .map(|(_, p)| format!("{} ({})", p.name(), p.capabilities()))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            });
+        }
+    }
+    Err(IplError::CapabilityUnavailable {
+        capability: "(combination)",
+        needed: t.to_string(),
+        detail: "no single available transport provides all of them".into(),
+    })
+}
+
+/// The available plugin with the highest priority.
+pub fn best_available(plugins: &[Plugin]) -> Result<usize> {
+    plugins
+        .iter()
+        .enumerate()
+        .filter(|(_, p)| p.availability().is_ok())
+        .max_by_key(|(_, p)| p.priority())
+        .map(|(i, _)| i)
+        .ok_or_else(|| IplError::TransportUnavailable {
+            name: "(any)".into(),
+            reason: "no transport plugin is available".into(),
+        })
+}

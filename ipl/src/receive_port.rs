@@ -1,0 +1,459 @@
+//! Receive ports: explicit receive, poll, receive with timeout, async receive, and
+//! message upcalls (at most one running per port), plus connection upcalls.
+
+use std::collections::{HashMap, VecDeque};
+use std::future::poll_fn;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
+use std::task::{Poll, Waker};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use ipl_serialization::MessageReader;
+use ipl_transport_abi::ReceivedBuffer;
+
+use crate::capabilities::PortCapabilities;
+use crate::error::{IplError, Result};
+use crate::ibis::{ChannelKey, IbisShared};
+use crate::identifiers::{ReceivePortIdentifier, SendPortIdentifier};
+use crate::message::ReadMessage;
+use crate::port_type::PortType;
+use crate::protocol::{self, Control, RejectReason};
+
+/// Why a connection ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Disconnect {
+    /// The other side closed it in an orderly way (all its messages were delivered).
+    Closed,
+    /// It was lost: the peer vanished or the network failed.
+    Lost(String),
+    /// This side closed it (e.g. a forced close of the receive port).
+    Local,
+}
+
+/// Connection upcalls of a receive port (needs `connection.upcalls`). Called from the
+/// transport's threads; keep them short.
+pub trait ReceivePortConnectUpcall: Send + Sync + 'static {
+    /// A send port wants to connect; return false to refuse.
+    fn got_connection(&self, port: &ReceivePortIdentifier, origin: &SendPortIdentifier) -> bool {
+        let _ = (port, origin);
+        true
+    }
+    /// A connection ended.
+    fn lost_connection(
+        &self,
+        port: &ReceivePortIdentifier,
+        origin: &SendPortIdentifier,
+        why: &Disconnect,
+    );
+}
+
+/// A message upcall: called with each message, one at a time per port, in a thread of
+/// the port. The next message is delivered only after this one is finished (explicitly
+/// or when the upcall returns).
+pub trait MessageUpcall: Send + 'static {
+    /// Handles one message.
+    fn upcall(&mut self, msg: ReadMessage);
+}
+
+impl<F: FnMut(ReadMessage) + Send + 'static> MessageUpcall for F {
+    fn upcall(&mut self, msg: ReadMessage) {
+        self(msg)
+    }
+}
+
+pub(crate) struct Incoming {
+    origin: SendPortIdentifier,
+    seq: u64,
+    buf: ReceivedBuffer,
+}
+
+#[derive(Default)]
+struct PortState {
+    enabled: bool,
+    closed: bool,
+    outstanding: bool,
+    queue: VecDeque<Incoming>,
+    connections: HashMap<ChannelKey, SendPortIdentifier>,
+    /// Connects that arrived while a message was outstanding: accepted at its finish.
+    pending: Vec<(ChannelKey, SendPortIdentifier)>,
+    lost: Vec<(SendPortIdentifier, Disconnect)>,
+    wakers: Vec<Waker>,
+}
+
+pub(crate) struct PortShared {
+    pub(crate) ident: ReceivePortIdentifier,
+    pub(crate) port_type: PortType,
+    ibis: Weak<IbisShared>,
+    state: Mutex<PortState>,
+    cond: Condvar,
+    connect_upcall: Option<Box<dyn ReceivePortConnectUpcall>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl PortShared {
+    pub(crate) fn new(
+        ident: ReceivePortIdentifier,
+        port_type: PortType,
+        ibis: Weak<IbisShared>,
+        connect_upcall: Option<Box<dyn ReceivePortConnectUpcall>>,
+    ) -> Self {
+        PortShared {
+            ident,
+            port_type,
+            ibis,
+            state: Mutex::new(PortState::default()),
+            cond: Condvar::new(),
+            connect_upcall,
+        }
+    }
+
+    fn notify(&self, st: &mut PortState) {
+        self.cond.notify_all();
+        for w in st.wakers.drain(..) {
+            w.wake();
+        }
+    }
+
+    /// A Connect arrived on `key` (called by the router). Returns the answer to send now,
+    /// or None if the connect waits for the outstanding message to finish.
+    pub(crate) fn connect_request(
+        &self,
+        key: ChannelKey,
+        origin: &SendPortIdentifier,
+        their_type: &PortType,
+    ) -> Option<Control> {
+        if *their_type != self.port_type {
+            return Some(Control::Reject(RejectReason::TypeMismatch {
+                receiver: self.port_type,
+            }));
+        }
+        {
+            let st = lock(&self.state);
+            if st.closed {
+                return Some(Control::Reject(RejectReason::Closed));
+            }
+            if !st.enabled {
+                return Some(Control::Reject(RejectReason::NotEnabled));
+            }
+            let senders = st.connections.len() + st.pending.len();
+            if senders > 0 && !self.port_type.capabilities().allows_many_senders() {
+                return Some(Control::Reject(RejectReason::OnlyOneSender));
+            }
+        }
+        if let Some(up) = &self.connect_upcall {
+            if !up.got_connection(&self.ident, origin) {
+                return Some(Control::Reject(RejectReason::Refused));
+            }
+        }
+        let mut st = lock(&self.state);
+        if st.closed {
+            return Some(Control::Reject(RejectReason::Closed));
+        }
+        if st.outstanding {
+            st.pending.push((key, origin.clone()));
+            None
+        } else {
+            st.connections.insert(key, origin.clone());
+            Some(Control::Accept {
+                receiver: self.ident.clone(),
+            })
+        }
+    }
+
+    /// A data message arrived on a connection of this port.
+    pub(crate) fn deliver(&self, key: ChannelKey, seq: u64, buf: ReceivedBuffer) {
+        let mut st = lock(&self.state);
+        let Some(origin) = st.connections.get(&key).cloned() else {
+            tracing::warn!(port = %self.ident, "data on an unknown connection dropped");
+            return;
+        };
+        if st.closed {
+            return;
+        }
+        st.queue.push_back(Incoming { origin, seq, buf });
+        self.notify(&mut st);
+    }
+
+    /// A connection ended (Disconnect, or the channel closed or was lost).
+    pub(crate) fn connection_ended(&self, key: ChannelKey, why: Disconnect) {
+        let origin = {
+            let mut st = lock(&self.state);
+            let origin = st.connections.remove(&key).or_else(|| {
+                let i = st.pending.iter().position(|(k, _)| *k == key)?;
+                Some(st.pending.remove(i).1)
+            });
+            if let Some(o) = &origin {
+                if matches!(why, Disconnect::Lost(_)) {
+                    st.lost.push((o.clone(), why.clone()));
+                }
+            }
+            self.notify(&mut st);
+            origin
+        };
+        if let (Some(origin), Some(up)) = (origin, &self.connect_upcall) {
+            up.lost_connection(&self.ident, &origin, &why);
+        }
+    }
+
+    /// The outstanding message was finished: deliver the next, accept waiting connects.
+    pub(crate) fn message_finished(&self) {
+        let pending = {
+            let mut st = lock(&self.state);
+            st.outstanding = false;
+            let pending = std::mem::take(&mut st.pending);
+            for (k, o) in &pending {
+                st.connections.insert(*k, o.clone());
+            }
+            self.notify(&mut st);
+            pending
+        };
+        if !pending.is_empty() {
+            if let Some(ibis) = self.ibis.upgrade() {
+                let accept = protocol::encode_control(&Control::Accept {
+                    receiver: self.ident.clone(),
+                });
+                for (key, _) in pending {
+                    ibis.send_raw(key, &[&accept]);
+                }
+            }
+        }
+    }
+
+    fn take_locked(self: &Arc<Self>, st: &mut PortState) -> Option<Result<ReadMessage>> {
+        if st.closed {
+            return Some(Err(IplError::PortClosed));
+        }
+        if st.outstanding {
+            return None;
+        }
+        let inc = st.queue.pop_front()?;
+        st.outstanding = true;
+        Some(Ok(ReadMessage {
+            port: Arc::clone(self),
+            reader: MessageReader::with_offset(inc.buf, protocol::HEADER_LEN),
+            origin: inc.origin,
+            seq: inc.seq,
+            level: self.port_type.serialization(),
+            finished: false,
+        }))
+    }
+
+    /// Waits for the next message up to `deadline` (None: forever).
+    fn next(self: &Arc<Self>, deadline: Option<Instant>) -> Result<Option<ReadMessage>> {
+        let mut st = lock(&self.state);
+        loop {
+            if let Some(r) = self.take_locked(&mut st) {
+                return r.map(Some);
+            }
+            match deadline {
+                None => st = self.cond.wait(st).unwrap_or_else(|p| p.into_inner()),
+                Some(d) => {
+                    let now = Instant::now();
+                    if now >= d {
+                        return Ok(None);
+                    }
+                    st = self
+                        .cond
+                        .wait_timeout(st, d - now)
+                        .map(|(g, _)| g)
+                        .unwrap_or_else(|p| p.into_inner().0);
+                }
+            }
+        }
+    }
+}
+
+/// A receive port. Create it with [`Ibis::create_receive_port`](crate::Ibis::create_receive_port),
+/// then [`enable_connections`](Self::enable_connections).
+pub struct ReceivePort {
+    pub(crate) shared: Arc<PortShared>,
+    upcall: Mutex<Option<Box<dyn MessageUpcall>>>,
+    upcall_thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl std::fmt::Debug for ReceivePort {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ReceivePort")
+            .field("id", &self.shared.ident)
+            .finish()
+    }
+}
+
+impl ReceivePort {
+    pub(crate) fn new(shared: Arc<PortShared>, upcall: Option<Box<dyn MessageUpcall>>) -> Self {
+        ReceivePort {
+            shared,
+            upcall: Mutex::new(upcall),
+            upcall_thread: Mutex::new(None),
+        }
+    }
+
+    /// This port's identifier, to hand to senders.
+    pub fn identifier(&self) -> &ReceivePortIdentifier {
+        &self.shared.ident
+    }
+
+    /// The port's type.
+    pub fn port_type(&self) -> &PortType {
+        &self.shared.port_type
+    }
+
+    /// Starts accepting connections.
+    pub fn enable_connections(&self) {
+        let mut st = lock(&self.shared.state);
+        st.enabled = true;
+    }
+
+    /// Stops accepting new connections (existing ones stay).
+    pub fn disable_connections(&self) {
+        lock(&self.shared.state).enabled = false;
+    }
+
+    /// The send ports connected now.
+    pub fn connected_to(&self) -> Vec<SendPortIdentifier> {
+        lock(&self.shared.state)
+            .connections
+            .values()
+            .cloned()
+            .collect()
+    }
+
+    /// Connections lost (not closed in an orderly way) since the last call.
+    pub fn lost_connections(&self) -> Vec<(SendPortIdentifier, Disconnect)> {
+        std::mem::take(&mut lock(&self.shared.state).lost)
+    }
+
+    fn need(&self, c: PortCapabilities, name: &'static str) -> Result<()> {
+        if self.shared.port_type.has(c) {
+            Ok(())
+        } else {
+            Err(IplError::CapabilityNotRequested(name))
+        }
+    }
+
+    /// Blocks until a message arrives (needs `receive.explicit`).
+    pub fn receive(&self) -> Result<ReadMessage> {
+        self.need(PortCapabilities::RECEIVE_EXPLICIT, "receive.explicit")?;
+        self.shared.next(None)?.ok_or(IplError::PortClosed)
+    }
+
+    /// Waits at most `timeout` for a message (needs `receive.timeout`).
+    pub fn receive_timeout(&self, timeout: Duration) -> Result<ReadMessage> {
+        self.need(PortCapabilities::RECEIVE_TIMEOUT, "receive.timeout")?;
+        self.shared
+            .next(Some(Instant::now() + timeout))?
+            .ok_or(IplError::Timeout(timeout))
+    }
+
+    /// Returns a message if one is ready, without waiting (needs `receive.poll`).
+    pub fn poll(&self) -> Result<Option<ReadMessage>> {
+        self.need(PortCapabilities::RECEIVE_POLL, "receive.poll")?;
+        let mut st = lock(&self.shared.state);
+        self.shared.take_locked(&mut st).transpose()
+    }
+
+    /// Waits for a message from async code (needs `receive.explicit`). Cancel-safe: a
+    /// dropped future takes no message.
+    pub async fn receive_async(&self) -> Result<ReadMessage> {
+        self.need(PortCapabilities::RECEIVE_EXPLICIT, "receive.explicit")?;
+        poll_fn(|cx| {
+            let mut st = lock(&self.shared.state);
+            match self.shared.take_locked(&mut st) {
+                Some(r) => Poll::Ready(r),
+                None => {
+                    if !st.wakers.iter().any(|w| w.will_wake(cx.waker())) {
+                        st.wakers.push(cx.waker().clone());
+                    }
+                    Poll::Pending
+                }
+            }
+        })
+        .await
+    }
+
+    /// Starts message upcalls (needs `receive.autoupcalls` and a port created with an
+    /// upcall). Messages are handed to the upcall one at a time in a thread of the port.
+    pub fn enable_message_upcalls(&self) -> Result<()> {
+        self.need(
+            PortCapabilities::RECEIVE_AUTO_UPCALLS,
+            "receive.autoupcalls",
+        )?;
+        let mut th = lock(&self.upcall_thread);
+        if th.is_some() {
+            return Ok(());
+        }
+        let Some(mut handler) = lock(&self.upcall).take() else {
+            return Err(IplError::InvalidPortType(
+                "receive port was created without a message upcall".into(),
+            ));
+        };
+        let shared = Arc::clone(&self.shared);
+        let name = format!("ipl-upcall-{}", shared.ident.name);
+        let handle = std::thread::Builder::new()
+            .name(name)
+            .spawn(move || {
+                while let Ok(Some(m)) = shared.next(None) {
+                    handler.upcall(m);
+                }
+            })
+            .map_err(|e| IplError::Protocol(format!("cannot start upcall thread: {e}")))?;
+        *th = Some(handle);
+        Ok(())
+    }
+
+    /// Closes the port. New connections are refused at once; then it waits up to
+    /// `timeout` (None: without bound) for the connected senders to disconnect, and
+    /// closes the remaining connections itself (those senders see them lost). Messages
+    /// not yet received are discarded; their number is returned. Waiting receivers get
+    /// [`IplError::PortClosed`].
+    pub fn close(&self, timeout: Option<Duration>) -> usize {
+        let deadline = timeout.map(|t| Instant::now() + t);
+        let mut st = lock(&self.shared.state);
+        st.enabled = false;
+        while !st.connections.is_empty() {
+            let now = Instant::now();
+            match deadline {
+                Some(d) if now >= d => break,
+                Some(d) => {
+                    st = self
+                        .shared
+                        .cond
+                        .wait_timeout(st, d - now)
+                        .map(|(g, _)| g)
+                        .unwrap_or_else(|p| p.into_inner().0)
+                }
+                None => st = self.shared.cond.wait(st).unwrap_or_else(|p| p.into_inner()),
+            }
+        }
+        st.closed = true;
+        let mut forced: Vec<ChannelKey> = st.connections.drain().map(|(k, _)| k).collect();
+        forced.extend(st.pending.drain(..).map(|(k, _)| k));
+        let discarded = st.queue.len();
+        st.queue.clear();
+        self.shared.notify(&mut st);
+        drop(st);
+        if let Some(ibis) = self.shared.ibis.upgrade() {
+            for key in forced {
+                ibis.close_channel(key);
+            }
+            ibis.remove_receive_port(&self.shared.ident.name);
+        }
+        if let Some(h) = lock(&self.upcall_thread).take() {
+            if h.thread().id() != std::thread::current().id() {
+                let _ = h.join();
+            }
+        }
+        discarded
+    }
+}
+
+impl Drop for ReceivePort {
+    fn drop(&mut self) {
+        if !lock(&self.shared.state).closed {
+            self.close(Some(Duration::ZERO));
+        }
+    }
+}

@@ -1,0 +1,398 @@
+//! Send ports: connect to one or many receive ports, write messages, multicast.
+
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use ipl_registry::IbisIdentifier;
+use ipl_serialization::MessageWriter;
+
+use crate::capabilities::PortCapabilities;
+use crate::error::{IplError, Result};
+use crate::ibis::{ChannelKey, IbisShared};
+use crate::identifiers::{ReceivePortIdentifier, SendPortIdentifier};
+use crate::message::WriteMessage;
+use crate::port_type::PortType;
+use crate::protocol::{self, Control};
+use crate::receive_port::Disconnect;
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Disconnect upcall of a send port (needs `connection.upcalls`): a connection to a
+/// receive port was lost. Called from the transport's threads.
+pub trait SendPortDisconnectUpcall: Send + Sync + 'static {
+    /// The connection to `receiver` ended.
+    fn lost_connection(
+        &self,
+        port: &SendPortIdentifier,
+        receiver: &ReceivePortIdentifier,
+        why: &Disconnect,
+    );
+}
+
+/// The sender's view of one outgoing channel: the handshake reply and whether the
+/// channel was lost. Shared with the router, which fills it in from transport events.
+pub(crate) struct OutLink {
+    state: Mutex<LinkState>,
+    cond: Condvar,
+    port: Mutex<Option<std::sync::Weak<SendShared>>>,
+}
+
+#[derive(Default)]
+struct LinkState {
+    reply: Option<Control>,
+    lost: Option<String>,
+}
+
+impl OutLink {
+    pub(crate) fn new() -> Arc<Self> {
+        Arc::new(OutLink {
+            state: Mutex::new(LinkState::default()),
+            cond: Condvar::new(),
+            port: Mutex::new(None),
+        })
+    }
+
+    /// The receiver answered the handshake.
+    pub(crate) fn reply(&self, c: Control) {
+        lock(&self.state).reply = Some(c);
+        self.cond.notify_all();
+    }
+
+    /// The channel closed or was lost.
+    pub(crate) fn lost(&self, key: ChannelKey, why: Disconnect) {
+        {
+            let mut st = lock(&self.state);
+            st.lost = Some(match &why {
+                Disconnect::Lost(s) => s.clone(),
+                Disconnect::Closed => "closed by the receiver".into(),
+                Disconnect::Local => "closed locally".into(),
+            });
+        }
+        self.cond.notify_all();
+        let port = lock(&self.port).as_ref().and_then(|w| w.upgrade());
+        if let Some(port) = port {
+            port.connection_lost(key, why);
+        }
+    }
+
+    fn wait_reply(&self, deadline: Instant) -> std::result::Result<Control, Option<String>> {
+        let mut st = lock(&self.state);
+        loop {
+            if let Some(r) = st.reply.take() {
+                return Ok(r);
+            }
+            if let Some(l) = &st.lost {
+                return Err(Some(l.clone()));
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(None);
+            }
+            st = self
+                .cond
+                .wait_timeout(st, deadline - now)
+                .map(|(g, _)| g)
+                .unwrap_or_else(|p| p.into_inner().0);
+        }
+    }
+}
+
+struct Connection {
+    key: ChannelKey,
+    receiver: ReceivePortIdentifier,
+}
+
+pub(crate) struct SendShared {
+    ident: SendPortIdentifier,
+    connections: Mutex<Vec<Connection>>,
+    lost: Mutex<Vec<(ReceivePortIdentifier, Disconnect)>>,
+    upcall: Option<Box<dyn SendPortDisconnectUpcall>>,
+}
+
+impl SendShared {
+    fn connection_lost(&self, key: ChannelKey, why: Disconnect) {
+        let receiver = {
+            let mut c = lock(&self.connections);
+            let i = c.iter().position(|c| c.key == key);
+            i.map(|i| c.remove(i).receiver)
+        };
+        if let Some(r) = receiver {
+            lock(&self.lost).push((r.clone(), why.clone()));
+            if let Some(up) = &self.upcall {
+                up.lost_connection(&self.ident, &r, &why);
+            }
+        }
+    }
+}
+
+/// A send port. Create it with [`Ibis::create_send_port`](crate::Ibis::create_send_port),
+/// connect it, then write messages with [`new_message`](Self::new_message).
+pub struct SendPort {
+    shared: Arc<SendShared>,
+    ibis: Arc<IbisShared>,
+    port_type: PortType,
+    slot: usize,
+    seq: u64,
+    spare: Vec<u8>,
+    closed: bool,
+}
+
+impl std::fmt::Debug for SendPort {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SendPort")
+            .field("id", &self.shared.ident)
+            .finish()
+    }
+}
+
+impl SendPort {
+    pub(crate) fn new(
+        ident: SendPortIdentifier,
+        port_type: PortType,
+        slot: usize,
+        ibis: Arc<IbisShared>,
+        upcall: Option<Box<dyn SendPortDisconnectUpcall>>,
+    ) -> Self {
+        SendPort {
+            shared: Arc::new(SendShared {
+                ident,
+                connections: Mutex::new(Vec::new()),
+                lost: Mutex::new(Vec::new()),
+                upcall,
+            }),
+            ibis,
+            port_type,
+            slot,
+            seq: 0,
+            spare: Vec::new(),
+            closed: false,
+        }
+    }
+
+    /// This port's identifier.
+    pub fn identifier(&self) -> &SendPortIdentifier {
+        &self.shared.ident
+    }
+
+    /// The port's type.
+    pub fn port_type(&self) -> &PortType {
+        &self.port_type
+    }
+
+    /// The receive ports this port is connected to.
+    pub fn connected_to(&self) -> Vec<ReceivePortIdentifier> {
+        lock(&self.shared.connections)
+            .iter()
+            .map(|c| c.receiver.clone())
+            .collect()
+    }
+
+    /// Connections lost since the last call.
+    pub fn lost_connections(&self) -> Vec<(ReceivePortIdentifier, Disconnect)> {
+        std::mem::take(&mut lock(&self.shared.lost))
+    }
+
+    /// Connects to the receive port named `name` on member `ibis`, waiting up to
+    /// `timeout` for it to exist and accept.
+    pub fn connect_to(
+        &mut self,
+        ibis: &IbisIdentifier,
+        name: &str,
+        timeout: Duration,
+    ) -> Result<ReceivePortIdentifier> {
+        let target = ReceivePortIdentifier {
+            ibis: ibis.clone(),
+            name: name.to_string(),
+        };
+        self.connect(&target, timeout)?;
+        Ok(target)
+    }
+
+    /// Connects to a receive port, waiting up to `timeout` for it to exist and accept.
+    /// Only messages sent after this returns reach the new receiver.
+    pub fn connect(&mut self, target: &ReceivePortIdentifier, timeout: Duration) -> Result<()> {
+        if self.closed {
+            return Err(IplError::PortClosed);
+        }
+        let n = lock(&self.shared.connections).len();
+        if n > 0 && !self.port_type.capabilities().allows_many_receivers() {
+            return Err(IplError::AlreadyConnected);
+        }
+        let deadline = Instant::now() + timeout;
+        let tname = self.ibis.transport_name(self.slot);
+        let address = target
+            .ibis
+            .addresses()
+            .iter()
+            .find(|a| a.transport == tname)
+            .map(|a| a.address.clone())
+            .ok_or_else(|| IplError::ConnectFailed {
+                target: target.to_string(),
+                reason: format!("member has no address for transport {tname}"),
+            })?;
+        let link = OutLink::new();
+        *lock(&link.port) = Some(Arc::downgrade(&self.shared));
+        let key = self
+            .ibis
+            .open_channel(self.slot, &address, timeout, Arc::clone(&link))?;
+        let hello = protocol::encode_control(&Control::Connect {
+            sender: self.shared.ident.clone(),
+            receiver: target.name.clone(),
+            port_type: self.port_type,
+        });
+        let mut backoff = Duration::from_millis(1);
+        let mut last = String::from("no answer");
+        loop {
+            if let Err(e) = self.ibis.send_on(key, &[&hello]) {
+                self.ibis.close_channel(key);
+                return Err(IplError::ConnectFailed {
+                    target: target.to_string(),
+                    reason: e.to_string(),
+                });
+            }
+            match link.wait_reply(deadline) {
+                Ok(Control::Accept { .. }) => {
+                    lock(&self.shared.connections).push(Connection {
+                        key,
+                        receiver: target.clone(),
+                    });
+                    tracing::debug!(port = %self.shared.ident, to = %target, "connected");
+                    return Ok(());
+                }
+                Ok(Control::Reject(r)) if r.is_retryable() => {
+                    last = r.to_string();
+                    let now = Instant::now();
+                    if now + backoff >= deadline {
+                        break;
+                    }
+                    std::thread::sleep(backoff);
+                    backoff = (backoff * 2).min(Duration::from_millis(50));
+                }
+                Ok(Control::Reject(r)) => {
+                    self.ibis.close_channel(key);
+                    return Err(IplError::ConnectFailed {
+                        target: target.to_string(),
+                        reason: r.to_string(),
+                    });
+                }
+                Ok(other) => {
+                    self.ibis.close_channel(key);
+                    return Err(IplError::Protocol(format!("unexpected reply {other:?}")));
+                }
+                Err(Some(lost)) => {
+                    self.ibis.close_channel(key);
+                    return Err(IplError::ConnectFailed {
+                        target: target.to_string(),
+                        reason: lost,
+                    });
+                }
+                Err(None) => break,
+            }
+        }
+        self.ibis.close_channel(key);
+        Err(IplError::ConnectTimeout {
+            target: target.to_string(),
+            timeout,
+            last,
+        })
+    }
+
+    /// Disconnects from one receive port; messages already sent are still delivered.
+    pub fn disconnect(&mut self, target: &ReceivePortIdentifier) -> Result<()> {
+        let conn = {
+            let mut c = lock(&self.shared.connections);
+            let i = c
+                .iter()
+                .position(|c| &c.receiver == target)
+                .ok_or(IplError::NotConnected)?;
+            c.remove(i)
+        };
+        self.goodbye(conn.key);
+        Ok(())
+    }
+
+    fn goodbye(&self, key: ChannelKey) {
+        let bye = protocol::encode_control(&Control::Disconnect);
+        let _ = self.ibis.send_on(key, &[&bye]);
+        self.ibis.close_channel(key);
+    }
+
+    /// Starts a new message. The port stays borrowed until the message is finished, so
+    /// connections cannot change while a message is built.
+    pub fn new_message<'a>(&mut self) -> Result<WriteMessage<'_, 'a>> {
+        if self.closed {
+            return Err(IplError::PortClosed);
+        }
+        let level = self.port_type.serialization();
+        let writer = MessageWriter::with_buffer(std::mem::take(&mut self.spare));
+        Ok(WriteMessage {
+            port: self,
+            writer,
+            level,
+            done: false,
+        })
+    }
+
+    pub(crate) fn send_message(&mut self, writer: MessageWriter<'_>) -> Result<usize> {
+        let len = writer.len();
+        let header = protocol::data_header(self.seq);
+        self.seq = self.seq.wrapping_add(1);
+        let mut slices: Vec<&[u8]> = Vec::with_capacity(4);
+        slices.push(&header);
+        writer.segments_into(&mut slices);
+        let mut lost = Vec::new();
+        let mut any = false;
+        {
+            let conns = lock(&self.shared.connections);
+            for c in conns.iter() {
+                any = true;
+                if let Err(e) = self.ibis.send_on(c.key, &slices) {
+                    tracing::debug!(to = %c.receiver, error = %e, "send failed");
+                    lost.push((c.key, c.receiver.clone(), e.to_string()));
+                }
+            }
+        }
+        drop(slices);
+        self.spare = writer.into_buffer();
+        if !any {
+            return Err(IplError::NotConnected);
+        }
+        if lost.is_empty() {
+            Ok(len)
+        } else {
+            let names = lost.iter().map(|(_, r, _)| r.clone()).collect();
+            for (key, _, why) in lost {
+                self.shared.connection_lost(key, Disconnect::Lost(why));
+                self.ibis.close_channel(key);
+            }
+            Err(IplError::ConnectionsLost { lost: names })
+        }
+    }
+
+    /// Closes the port: every receiver gets all messages sent before, then the
+    /// connection ends in an orderly way.
+    pub fn close(&mut self) {
+        if self.closed {
+            return;
+        }
+        self.closed = true;
+        let conns: Vec<Connection> = std::mem::take(&mut *lock(&self.shared.connections));
+        for c in conns {
+            self.goodbye(c.key);
+        }
+        self.ibis.remove_send_port(&self.shared.ident.name);
+    }
+
+    /// Whether the port type has `c`.
+    pub fn has(&self, c: PortCapabilities) -> bool {
+        self.port_type.has(c)
+    }
+}
+
+impl Drop for SendPort {
+    fn drop(&mut self) {
+        self.close();
+    }
+}

@@ -1,0 +1,217 @@
+//! An in-process endpoint and the process-wide directory that finds endpoints by address.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
+use std::time::Duration;
+
+use ipl_transport_abi::ffi::CloseCode;
+use ipl_transport_abi::{HostSink, TransportCapabilities, TransportError, TransportPlugin};
+
+/// Endpoint ids are unique for the life of the process, so a stale address never reaches
+/// a newer endpoint.
+static NEXT_ENDPOINT: AtomicU64 = AtomicU64::new(1);
+
+fn directory() -> &'static Mutex<HashMap<u64, Weak<Shared>>> {
+    static DIR: OnceLock<Mutex<HashMap<u64, Weak<Shared>>>> = OnceLock::new();
+    DIR.get_or_init(|| Mutex::new(HashMap::new()))
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The far end of a channel.
+#[derive(Clone)]
+struct Peer {
+    endpoint: Weak<Shared>,
+    channel: u64,
+}
+
+struct Shared {
+    id: u64,
+    host: HostSink,
+    channels: Mutex<HashMap<u64, Peer>>,
+    next_channel: AtomicU64,
+    alive: std::sync::atomic::AtomicBool,
+    /// Host callbacks currently running on this endpoint; `shutdown` waits for zero so
+    /// that no callback runs after `destroy` returns (ABI contract).
+    in_flight: AtomicU64,
+    drained: (Mutex<()>, std::sync::Condvar),
+}
+
+/// Proof that a host callback may run on an endpoint: it was alive when we entered, and
+/// `shutdown` waits for us to leave.
+struct Entered<'a>(&'a Shared);
+
+impl Drop for Entered<'_> {
+    fn drop(&mut self) {
+        if self.0.in_flight.fetch_sub(1, Ordering::SeqCst) == 1 {
+            let _g = lock(&self.0.drained.0);
+            self.0.drained.1.notify_all();
+        }
+    }
+}
+
+impl Shared {
+    /// Enters the endpoint for a host callback, unless it is shutting down.
+    fn enter(&self) -> Option<Entered<'_>> {
+        self.in_flight.fetch_add(1, Ordering::SeqCst);
+        let e = Entered(self);
+        self.alive.load(Ordering::SeqCst).then_some(e)
+    }
+
+    /// Marks the endpoint dead and waits until no host callback runs on it.
+    fn close_gate(&self) {
+        self.alive.store(false, Ordering::SeqCst);
+        let mut g = lock(&self.drained.0);
+        while self.in_flight.load(Ordering::SeqCst) != 0 {
+            g = self
+                .drained
+                .1
+                .wait_timeout(g, Duration::from_millis(10))
+                .map(|(g, _)| g)
+                .unwrap_or_else(|p| p.into_inner().0);
+        }
+    }
+
+    fn add_channel(&self, peer: Peer) -> u64 {
+        let ch = self.next_channel.fetch_add(1, Ordering::Relaxed);
+        lock(&self.channels).insert(ch, peer);
+        ch
+    }
+
+    fn peer(&self, ch: u64) -> Option<Peer> {
+        lock(&self.channels).get(&ch).cloned()
+    }
+
+    /// The peer side closed or lost `ch`: forget it and tell our host.
+    fn remote_closed(&self, ch: u64, code: CloseCode, detail: &str) {
+        let known = lock(&self.channels).remove(&ch).is_some();
+        if known {
+            if let Some(_e) = self.enter() {
+                self.host.channel_closed(ch, code, detail);
+            }
+        }
+    }
+}
+
+/// An in-process endpoint (the plugin's instance type).
+pub struct InProcTransport {
+    shared: Arc<Shared>,
+}
+
+impl TransportPlugin for InProcTransport {
+    const NAME: &'static str = "inproc";
+    const VERSION: &'static str = env!("CARGO_PKG_VERSION");
+    const CAPABILITIES: TransportCapabilities = TransportCapabilities::RELIABLE
+        .union(TransportCapabilities::FIFO)
+        .union(TransportCapabilities::ZERO_COPY)
+        .union(TransportCapabilities::IN_PROCESS);
+    const PRIORITY: i32 = 100;
+
+    fn create(_config: &str, host: HostSink) -> Result<Self, TransportError> {
+        let id = NEXT_ENDPOINT.fetch_add(1, Ordering::Relaxed);
+        let shared = Arc::new(Shared {
+            id,
+            host,
+            channels: Mutex::new(HashMap::new()),
+            next_channel: AtomicU64::new(1),
+            alive: std::sync::atomic::AtomicBool::new(true),
+            in_flight: AtomicU64::new(0),
+            drained: (Mutex::new(()), std::sync::Condvar::new()),
+        });
+        lock(directory()).insert(id, Arc::downgrade(&shared));
+        tracing::debug!(endpoint = id, "inproc endpoint created");
+        Ok(InProcTransport { shared })
+    }
+
+    fn local_address(&self) -> Vec<u8> {
+        self.shared.id.to_le_bytes().to_vec()
+    }
+
+    fn connect(&self, address: &[u8], _timeout: Duration) -> Result<u64, TransportError> {
+        let id = <[u8; 8]>::try_from(address)
+            .map(u64::from_le_bytes)
+            .map_err(|_| {
+                TransportError::InvalidArgument(format!(
+                    "inproc address must be 8 bytes, got {}",
+                    address.len()
+                ))
+            })?;
+        let target = lock(directory())
+            .get(&id)
+            .and_then(Weak::upgrade)
+            .filter(|t| t.alive.load(Ordering::Acquire))
+            .ok_or_else(|| TransportError::Refused(format!("no inproc endpoint {id}")))?;
+        // Reserve our side first so the peer can answer as soon as it hears of the channel.
+        let ours = self.shared.next_channel.fetch_add(1, Ordering::Relaxed);
+        let theirs = target.add_channel(Peer {
+            endpoint: Arc::downgrade(&self.shared),
+            channel: ours,
+        });
+        lock(&self.shared.channels).insert(
+            ours,
+            Peer {
+                endpoint: Arc::downgrade(&target),
+                channel: theirs,
+            },
+        );
+        match target.enter() {
+            Some(_e) => target.host.channel_opened(theirs),
+            None => {
+                lock(&self.shared.channels).remove(&ours);
+                return Err(TransportError::Refused(format!(
+                    "inproc endpoint {id} is closing"
+                )));
+            }
+        }
+        Ok(ours)
+    }
+
+    fn send(&self, channel: u64, slices: &[&[u8]]) -> Result<(), TransportError> {
+        let peer = self
+            .shared
+            .peer(channel)
+            .ok_or_else(|| TransportError::Closed(format!("no channel {channel}")))?;
+        let target = peer
+            .endpoint
+            .upgrade()
+            .ok_or_else(|| TransportError::Closed("peer endpoint is gone".into()))?;
+        let total = slices.iter().map(|s| s.len()).sum();
+        let mut data = Vec::with_capacity(total);
+        for s in slices {
+            data.extend_from_slice(s);
+        }
+        let _e = target
+            .enter()
+            .ok_or_else(|| TransportError::Closed("peer endpoint is gone".into()))?;
+        // No lock is held here: the receiving host may send from inside the callback.
+        target.host.message_owned(peer.channel, data);
+        Ok(())
+    }
+
+    fn close_channel(&self, channel: u64) {
+        let peer = lock(&self.shared.channels).remove(&channel);
+        if let Some(peer) = peer {
+            if let Some(t) = peer.endpoint.upgrade() {
+                t.remote_closed(peer.channel, CloseCode::CLOSED_BY_PEER, "closed by peer");
+            }
+        }
+    }
+
+    fn shutdown(&self) {
+        self.shared.close_gate();
+        lock(directory()).remove(&self.shared.id);
+        let channels: Vec<Peer> = lock(&self.shared.channels)
+            .drain()
+            .map(|(_, p)| p)
+            .collect();
+        for peer in channels {
+            if let Some(t) = peer.endpoint.upgrade() {
+                t.remote_closed(peer.channel, CloseCode::LOST, "peer endpoint destroyed");
+            }
+        }
+        tracing::debug!(endpoint = self.shared.id, "inproc endpoint destroyed");
+    }
+}
