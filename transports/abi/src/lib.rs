@@ -63,3 +63,8 @@ pub use capabilities::TransportCapabilities;
 pub use error::{LoadError, TransportError};
 pub use host::{ChannelClosed, Plugin, ReceivedBuffer, TransportEvents, TransportInstance};
 pub use plugin::{HostSink, TransportPlugin};
+
+/// The README example, compiled and run as a doc test.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctest;

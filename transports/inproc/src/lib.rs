@@ -39,3 +39,8 @@ ipl_transport_abi::declare_plugin!(
     /// The in-process transport's descriptor, for static linking.
     pub static PLUGIN = InProcTransport;
 );
+
+/// The README example, compiled and run as a doc test.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctest;

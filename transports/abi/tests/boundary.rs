@@ -1,0 +1,165 @@
+//! The host side refuses malformed descriptors and survives misbehaving plugins.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use ipl_transport_abi::ffi::{PluginDescriptor, ABI_MAGIC, ABI_VERSION};
+use ipl_transport_abi::{
+    ChannelClosed, HostSink, LoadError, Plugin, ReceivedBuffer, TransportCapabilities as C,
+    TransportError, TransportEvents, TransportPlugin,
+};
+
+/// A plugin whose every operation panics or fails, to check the boundary catches it.
+struct Wild;
+
+impl TransportPlugin for Wild {
+    const NAME: &'static str = "wild";
+    const VERSION: &'static str = "1.2.3";
+    const CAPABILITIES: C = C::RELIABLE.union(C::FIFO);
+    const PRIORITY: i32 = 7;
+
+    fn availability() -> Result<(), String> {
+        panic!("availability exploded")
+    }
+    fn create(config: &str, _host: HostSink) -> Result<Self, TransportError> {
+        match config {
+            "panic" => panic!("create exploded"),
+            "fail" => Err(TransportError::InvalidArgument("bad config".into())),
+            _ => Ok(Wild),
+        }
+    }
+    fn local_address(&self) -> Vec<u8> {
+        vec![0xAB; 1000] // larger than the host's first buffer: exercises the retry
+    }
+    fn connect(&self, _: &[u8], _: Duration) -> Result<u64, TransportError> {
+        Err(TransportError::Timeout("nobody answered".into()))
+    }
+    fn send(&self, _: u64, _: &[&[u8]]) -> Result<(), TransportError> {
+        panic!("send exploded")
+    }
+    fn close_channel(&self, _: u64) {
+        panic!("close exploded")
+    }
+    fn shutdown(&self) {}
+}
+
+ipl_transport_abi::declare_plugin!(static WILD = Wild;);
+
+struct Sink;
+impl TransportEvents for Sink {
+    fn channel_opened(&self, _: u64) {}
+    fn message(&self, _: u64, _: ReceivedBuffer) {}
+    fn channel_closed(&self, _: u64, _: ChannelClosed) {}
+}
+
+#[test]
+fn descriptor_fields_are_read_back() {
+    let p = Plugin::from_static(&WILD).unwrap();
+    assert_eq!(p.name(), "wild");
+    assert_eq!(p.version(), "1.2.3");
+    assert_eq!(p.priority(), 7);
+    assert!(p.capabilities().contains(C::RELIABLE | C::FIFO));
+    assert!(!p.capabilities().contains(C::UNRELIABLE));
+    assert_eq!(p.capabilities().names(), vec!["reliable", "fifo"]);
+}
+
+#[test]
+fn panics_are_caught_at_the_boundary() {
+    let p = Plugin::from_static(&WILD).unwrap();
+    let reason = p.availability().unwrap_err();
+    assert!(reason.contains("availability exploded"), "{reason}");
+    let e = p.create("panic", Arc::new(Sink)).unwrap_err();
+    assert!(
+        matches!(e, TransportError::Panicked(ref m) if m.contains("create exploded")),
+        "{e:?}"
+    );
+    let e = p.create("fail", Arc::new(Sink)).unwrap_err();
+    assert_eq!(e, TransportError::InvalidArgument("bad config".into()));
+    let inst = p.create("", Arc::new(Sink)).unwrap();
+    assert_eq!(inst.local_address().unwrap(), vec![0xAB; 1000]);
+    let e = inst.connect(b"x", Duration::from_millis(5)).unwrap_err();
+    assert_eq!(e, TransportError::Timeout("nobody answered".into()));
+    let e = inst.send(1, &[b"a", b"b"]).unwrap_err();
+    assert!(matches!(e, TransportError::Panicked(_)), "{e:?}");
+    inst.close_channel(1); // panics inside; must not unwind into us
+}
+
+fn leaked(d: PluginDescriptor) -> &'static PluginDescriptor {
+    Box::leak(Box::new(d))
+}
+
+fn copy_of_wild() -> PluginDescriptor {
+    PluginDescriptor {
+        magic: WILD.magic,
+        abi_version: WILD.abi_version,
+        descriptor_size: WILD.descriptor_size,
+        name: WILD.name,
+        version: WILD.version,
+        capabilities: WILD.capabilities,
+        priority: WILD.priority,
+        vtable: ipl_transport_abi::ffi::TransportVTable { ..copy_vtable() },
+    }
+}
+
+fn copy_vtable() -> ipl_transport_abi::ffi::TransportVTable {
+    let v = &WILD.vtable;
+    ipl_transport_abi::ffi::TransportVTable {
+        availability: v.availability,
+        create: v.create,
+        destroy: v.destroy,
+        local_address: v.local_address,
+        connect: v.connect,
+        send: v.send,
+        close_channel: v.close_channel,
+    }
+}
+
+#[test]
+fn bad_magic_is_not_a_plugin() {
+    let mut d = copy_of_wild();
+    d.magic = 0x1234;
+    let e = Plugin::from_static(leaked(d)).unwrap_err();
+    assert!(matches!(e, LoadError::BadMagic { .. }), "{e:?}");
+}
+
+#[test]
+fn wrong_abi_version_is_refused_with_both_versions() {
+    let mut d = copy_of_wild();
+    d.abi_version = ABI_VERSION + 1;
+    let e = Plugin::from_static(leaked(d)).unwrap_err();
+    assert_eq!(
+        e,
+        LoadError::WrongAbiVersion {
+            origin: "static:?".into(),
+            found: ABI_VERSION + 1,
+            expected: ABI_VERSION
+        }
+    );
+    assert!(e.to_string().contains("ABI version"));
+}
+
+#[test]
+fn malformed_descriptors_are_refused() {
+    let mut d = copy_of_wild();
+    d.descriptor_size = 8;
+    assert!(matches!(
+        Plugin::from_static(leaked(d)),
+        Err(LoadError::Malformed { .. })
+    ));
+    let mut d = copy_of_wild();
+    d.name = ipl_transport_abi::ffi::RawSlice::from_slice(b"\xff\xfe");
+    assert!(matches!(
+        Plugin::from_static(leaked(d)),
+        Err(LoadError::Malformed { .. })
+    ));
+    let mut d = copy_of_wild();
+    d.name = ipl_transport_abi::ffi::RawSlice::from_slice(b"");
+    assert!(matches!(
+        Plugin::from_static(leaked(d)),
+        Err(LoadError::Malformed { .. })
+    ));
+    // SAFETY: a null pointer is explicitly allowed by from_raw.
+    let e = unsafe { Plugin::from_raw(std::ptr::null(), "test") }.unwrap_err();
+    assert!(matches!(e, LoadError::NullDescriptor { .. }));
+    assert_eq!(WILD.magic, ABI_MAGIC);
+}
