@@ -392,7 +392,7 @@ impl IbisBuilder {
         used.sort_unstable();
         used.dedup();
         if used.is_empty() {
-            used.push(negotiate::best_available(&plugins)?);
+            used.push(negotiate::preferred_or_best(&plugins, prefer.as_deref())?);
         }
         // Create one endpoint per transport used.
         let mut routers = Vec::new();

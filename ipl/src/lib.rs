@@ -76,3 +76,8 @@ pub use message::{ReadMessage, WriteMessage};
 pub use port_type::PortType;
 pub use receive_port::{Disconnect, MessageUpcall, ReceivePort, ReceivePortConnectUpcall};
 pub use send_port::{SendPort, SendPortDisconnectUpcall};
+
+/// The README example, compiled and run as a doc test.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctest;

@@ -105,8 +105,8 @@ impl<'a> WriteMessage<'_, 'a> {
     }
 
     /// Sends the message to every connected receive port and ends it. Returns the
-    /// payload size. If some connections were lost, the message still went to the
-    /// others and the error names the lost ones.
+    /// payload size. If some connections were lost (while sending, or since the previous
+    /// message), the message still went to the others and the error names the lost ones.
     pub fn finish(mut self) -> Result<usize> {
         self.done = true;
         let writer = std::mem::take(&mut self.writer);
@@ -128,7 +128,7 @@ impl Drop for WriteMessage<'_, '_> {
 pub struct ReadMessage {
     pub(crate) port: Arc<PortShared>,
     pub(crate) reader: MessageReader<ReceivedBuffer>,
-    pub(crate) origin: SendPortIdentifier,
+    pub(crate) origin: Arc<SendPortIdentifier>,
     pub(crate) seq: u64,
     pub(crate) level: Level,
     pub(crate) finished: bool,

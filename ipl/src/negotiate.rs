@@ -41,19 +41,7 @@ fn choose(
 ) -> Result<usize> {
     let reqs = t.transport_requirements();
     if let Some(name) = prefer {
-        let Some((i, p)) = available.iter().find(|(_, p)| p.name() == name) else {
-            let reason = match all.iter().find(|p| p.name() == name) {
-                Some(p) => p
-                    .availability()
-                    .err()
-                    .unwrap_or_else(|| "unavailable".into()),
-                None => "no such transport plugin".to_string(),
-            };
-            return Err(IplError::TransportUnavailable {
-                name: name.to_string(),
-                reason,
-            });
-        };
+        let (i, p) = find_preferred(available, all, name)?;
         for (pc, tc) in &reqs {
             if !p.capabilities().contains(*tc) {
                 return Err(IplError::CapabilityUnavailable {
@@ -63,7 +51,7 @@ fn choose(
                 });
             }
         }
-        return Ok(*i);
+        return Ok(i);
     }
     let best = available
         .iter()
@@ -97,6 +85,44 @@ fn choose(
         needed: t.to_string(),
         detail: "no single available transport provides all of them".into(),
     })
+}
+
+/// The preferred plugin among the available ones, or why it cannot be used.
+fn find_preferred<'p>(
+    available: &[(usize, &'p Plugin)],
+    all: &[Plugin],
+    name: &str,
+) -> Result<(usize, &'p Plugin)> {
+    if let Some((i, p)) = available.iter().find(|(_, p)| p.name() == name) {
+        return Ok((*i, *p));
+    }
+    let reason = match all.iter().find(|p| p.name() == name) {
+        Some(p) => p
+            .availability()
+            .err()
+            .unwrap_or_else(|| "unavailable".into()),
+        None => "no such transport plugin".to_string(),
+    };
+    Err(IplError::TransportUnavailable {
+        name: name.to_string(),
+        reason,
+    })
+}
+
+/// The preferred plugin if one is named (an error if it is unknown or unavailable),
+/// else the available plugin with the highest priority. Used when no port type decides.
+pub fn preferred_or_best(plugins: &[Plugin], prefer: Option<&str>) -> Result<usize> {
+    match prefer {
+        Some(name) => {
+            let available: Vec<(usize, &Plugin)> = plugins
+                .iter()
+                .enumerate()
+                .filter(|(_, p)| p.availability().is_ok())
+                .collect();
+            find_preferred(&available, plugins, name).map(|(i, _)| i)
+        }
+        None => best_available(plugins),
+    }
 }
 
 /// The available plugin with the highest priority.

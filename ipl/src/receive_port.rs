@@ -3,6 +3,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::future::poll_fn;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
 use std::task::{Poll, Waker};
 use std::thread::JoinHandle;
@@ -62,7 +63,7 @@ impl<F: FnMut(ReadMessage) + Send + 'static> MessageUpcall for F {
 }
 
 pub(crate) struct Incoming {
-    origin: SendPortIdentifier,
+    origin: Arc<SendPortIdentifier>,
     seq: u64,
     buf: ReceivedBuffer,
 }
@@ -73,9 +74,9 @@ struct PortState {
     closed: bool,
     outstanding: bool,
     queue: VecDeque<Incoming>,
-    connections: HashMap<ChannelKey, SendPortIdentifier>,
+    connections: HashMap<ChannelKey, Arc<SendPortIdentifier>>,
     /// Connects that arrived while a message was outstanding: accepted at its finish.
-    pending: Vec<(ChannelKey, SendPortIdentifier)>,
+    pending: Vec<(ChannelKey, Arc<SendPortIdentifier>)>,
     lost: Vec<(SendPortIdentifier, Disconnect)>,
     wakers: Vec<Waker>,
 }
@@ -86,7 +87,24 @@ pub(crate) struct PortShared {
     ibis: Weak<IbisShared>,
     state: Mutex<PortState>,
     cond: Condvar,
+    /// Mirrors "a receive would return now" (a message is deliverable, or the port is
+    /// closed), so that poll and the spin phase of receive need not take the lock.
+    ready: AtomicBool,
     connect_upcall: Option<Box<dyn ReceivePortConnectUpcall>>,
+}
+
+/// How long a blocking receive polls before it sleeps (the thesis's "poll for about two
+/// latencies, then yield"): waking a sleeping thread costs 11-12 us on this kind of
+/// machine, more than a whole in-process round trip. `IPL_SPIN_US` overrides it.
+fn spin_budget() -> Duration {
+    static SPIN: std::sync::OnceLock<Duration> = std::sync::OnceLock::new();
+    *SPIN.get_or_init(|| {
+        let us = std::env::var("IPL_SPIN_US")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(50u64);
+        Duration::from_micros(us)
+    })
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -106,11 +124,18 @@ impl PortShared {
             ibis,
             state: Mutex::new(PortState::default()),
             cond: Condvar::new(),
+            ready: AtomicBool::new(false),
             connect_upcall,
         }
     }
 
+    fn sync_ready(&self, st: &PortState) {
+        let ready = st.closed || (!st.outstanding && !st.queue.is_empty());
+        self.ready.store(ready, Ordering::Release);
+    }
+
     fn notify(&self, st: &mut PortState) {
+        self.sync_ready(st);
         self.cond.notify_all();
         for w in st.wakers.drain(..) {
             w.wake();
@@ -152,11 +177,12 @@ impl PortShared {
         if st.closed {
             return Some(Control::Reject(RejectReason::Closed));
         }
+        let origin = Arc::new(origin.clone());
         if st.outstanding {
-            st.pending.push((key, origin.clone()));
+            st.pending.push((key, origin));
             None
         } else {
-            st.connections.insert(key, origin.clone());
+            st.connections.insert(key, origin);
             Some(Control::Accept {
                 receiver: self.ident.clone(),
             })
@@ -187,7 +213,7 @@ impl PortShared {
             });
             if let Some(o) = &origin {
                 if matches!(why, Disconnect::Lost(_)) {
-                    st.lost.push((o.clone(), why.clone()));
+                    st.lost.push(((**o).clone(), why.clone()));
                 }
             }
             self.notify(&mut st);
@@ -231,6 +257,7 @@ impl PortShared {
         }
         let inc = st.queue.pop_front()?;
         st.outstanding = true;
+        self.sync_ready(st);
         Some(Ok(ReadMessage {
             port: Arc::clone(self),
             reader: MessageReader::with_offset(inc.buf, protocol::HEADER_LEN),
@@ -243,6 +270,13 @@ impl PortShared {
 
     /// Waits for the next message up to `deadline` (None: forever).
     fn next(self: &Arc<Self>, deadline: Option<Instant>) -> Result<Option<ReadMessage>> {
+        if !self.ready.load(Ordering::Acquire) {
+            let spin_until = Instant::now() + spin_budget();
+            let spin_until = deadline.map_or(spin_until, |d| d.min(spin_until));
+            while !self.ready.load(Ordering::Acquire) && Instant::now() < spin_until {
+                std::hint::spin_loop();
+            }
+        }
         let mut st = lock(&self.state);
         loop {
             if let Some(r) = self.take_locked(&mut st) {
@@ -317,7 +351,7 @@ impl ReceivePort {
         lock(&self.shared.state)
             .connections
             .values()
-            .cloned()
+            .map(|o| (**o).clone())
             .collect()
     }
 
@@ -351,6 +385,9 @@ impl ReceivePort {
     /// Returns a message if one is ready, without waiting (needs `receive.poll`).
     pub fn poll(&self) -> Result<Option<ReadMessage>> {
         self.need(PortCapabilities::RECEIVE_POLL, "receive.poll")?;
+        if !self.shared.ready.load(Ordering::Acquire) {
+            return Ok(None);
+        }
         let mut st = lock(&self.shared.state);
         self.shared.take_locked(&mut st).transpose()
     }
@@ -429,17 +466,24 @@ impl ReceivePort {
             }
         }
         st.closed = true;
-        let mut forced: Vec<ChannelKey> = st.connections.drain().map(|(k, _)| k).collect();
-        forced.extend(st.pending.drain(..).map(|(k, _)| k));
+        let forced: Vec<(ChannelKey, Arc<SendPortIdentifier>)> = st.connections.drain().collect();
+        let waiting: Vec<ChannelKey> = st.pending.drain(..).map(|(k, _)| k).collect();
         let discarded = st.queue.len();
         st.queue.clear();
         self.shared.notify(&mut st);
         drop(st);
         if let Some(ibis) = self.shared.ibis.upgrade() {
-            for key in forced {
+            for key in forced.iter().map(|(k, _)| *k).chain(waiting) {
                 ibis.close_channel(key);
             }
             ibis.remove_receive_port(&self.shared.ident.name);
+        }
+        // The channels are gone from the routes, so no transport event reports these
+        // connections: tell the connection upcall here.
+        if let Some(up) = &self.shared.connect_upcall {
+            for (_, origin) in &forced {
+                up.lost_connection(&self.shared.ident, origin, &Disconnect::Local);
+            }
         }
         if let Some(h) = lock(&self.upcall_thread).take() {
             if h.thread().id() != std::thread::current().id() {

@@ -108,6 +108,8 @@ pub(crate) struct SendShared {
     ident: SendPortIdentifier,
     connections: Mutex<Vec<Connection>>,
     lost: Mutex<Vec<(ReceivePortIdentifier, Disconnect)>>,
+    /// Connections lost since the last message was sent: the next `finish` reports them.
+    unreported: Mutex<Vec<ReceivePortIdentifier>>,
     upcall: Option<Box<dyn SendPortDisconnectUpcall>>,
 }
 
@@ -120,6 +122,7 @@ impl SendShared {
         };
         if let Some(r) = receiver {
             lock(&self.lost).push((r.clone(), why.clone()));
+            lock(&self.unreported).push(r.clone());
             if let Some(up) = &self.upcall {
                 up.lost_connection(&self.ident, &r, &why);
             }
@@ -136,6 +139,7 @@ pub struct SendPort {
     slot: usize,
     seq: u64,
     spare: Vec<u8>,
+    keys: Vec<ChannelKey>,
     closed: bool,
 }
 
@@ -160,6 +164,7 @@ impl SendPort {
                 ident,
                 connections: Mutex::new(Vec::new()),
                 lost: Mutex::new(Vec::new()),
+                unreported: Mutex::new(Vec::new()),
                 upcall,
             }),
             ibis,
@@ -167,6 +172,7 @@ impl SendPort {
             slot,
             seq: 0,
             spare: Vec::new(),
+            keys: Vec::new(),
             closed: false,
         }
     }
@@ -342,33 +348,36 @@ impl SendPort {
         let mut slices: Vec<&[u8]> = Vec::with_capacity(4);
         slices.push(&header);
         writer.segments_into(&mut slices);
+        // Snapshot the channels, then send without holding the lock: a transport may
+        // report a lost channel (which takes the lock) from inside a send.
+        let mut keys = std::mem::take(&mut self.keys);
+        keys.clear();
+        keys.extend(lock(&self.shared.connections).iter().map(|c| c.key));
+        let any = !keys.is_empty();
         let mut lost = Vec::new();
-        let mut any = false;
-        {
-            let conns = lock(&self.shared.connections);
-            for c in conns.iter() {
-                any = true;
-                if let Err(e) = self.ibis.send_on(c.key, &slices) {
-                    tracing::debug!(to = %c.receiver, error = %e, "send failed");
-                    lost.push((c.key, c.receiver.clone(), e.to_string()));
-                }
+        for &key in &keys {
+            if let Err(e) = self.ibis.send_on(key, &slices) {
+                tracing::debug!(error = %e, "send failed");
+                lost.push((key, (), e.to_string()));
             }
         }
+        self.keys = keys;
         drop(slices);
         self.spare = writer.into_buffer();
+        for (key, _, why) in lost {
+            self.shared.connection_lost(key, Disconnect::Lost(why));
+            self.ibis.close_channel(key);
+        }
+        // Connections lost since the previous message (reported by the transport, or
+        // just now by a failed send): the message did not reach them.
+        let lost = std::mem::take(&mut *lock(&self.shared.unreported));
+        if !lost.is_empty() {
+            return Err(IplError::ConnectionsLost { lost });
+        }
         if !any {
             return Err(IplError::NotConnected);
         }
-        if lost.is_empty() {
-            Ok(len)
-        } else {
-            let names = lost.iter().map(|(_, r, _)| r.clone()).collect();
-            for (key, _, why) in lost {
-                self.shared.connection_lost(key, Disconnect::Lost(why));
-                self.ibis.close_channel(key);
-            }
-            Err(IplError::ConnectionsLost { lost: names })
-        }
+        Ok(len)
     }
 
     /// Closes the port: every receiver gets all messages sent before, then the

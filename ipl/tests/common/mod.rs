@@ -1,0 +1,65 @@
+//! Helpers shared by the integration tests: port types, unique pools, Ibis instances.
+#![allow(dead_code)]
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use ipl::{EmbeddedRegistry, Ibis, IbisCapabilities, PortCapabilities as P, PortType};
+
+/// A generous bound for anything that should happen "soon" (loaded machines).
+pub const LONG: Duration = Duration::from_secs(10);
+
+/// A pool name unique in this process.
+pub fn pool(prefix: &str) -> String {
+    static N: AtomicUsize = AtomicUsize::new(0);
+    format!(
+        "{prefix}-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// Reliable FIFO data-level type with the given connection pattern and receive modes.
+pub fn ty(extra: P) -> PortType {
+    PortType::new(extra | P::COMMUNICATION_RELIABLE | P::COMMUNICATION_FIFO).expect("valid type")
+}
+
+/// One-to-one, explicit + timeout + poll receipt, data level.
+pub fn simple() -> PortType {
+    ty(P::CONNECTION_ONE_TO_ONE
+        | P::RECEIVE_EXPLICIT
+        | P::RECEIVE_TIMEOUT
+        | P::RECEIVE_POLL
+        | P::SERIALIZATION_DATA)
+}
+
+/// Builds a member of `pool` on `reg` declaring `types`.
+pub fn ibis(reg: &EmbeddedRegistry, pool: &str, types: &[PortType]) -> Ibis {
+    ibis_caps(reg, pool, types, IbisCapabilities::MEMBERSHIP)
+}
+
+/// Like [`ibis`] with explicit Ibis capabilities.
+pub fn ibis_caps(
+    reg: &EmbeddedRegistry,
+    pool: &str,
+    types: &[PortType],
+    caps: IbisCapabilities,
+) -> Ibis {
+    let mut b = Ibis::builder().pool(pool).registry(reg).capabilities(caps);
+    for t in types {
+        b = b.port_type(*t);
+    }
+    b.build().expect("ibis builds")
+}
+
+/// Waits (bounded) until `cond` holds; panics with `what` otherwise.
+pub fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + LONG;
+    while !cond() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
