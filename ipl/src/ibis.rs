@@ -44,7 +44,7 @@ struct Slot {
 pub(crate) struct IbisShared {
     ident: IbisIdentifier,
     slots: Vec<Slot>,
-    port_slots: Vec<(PortType, usize)>,
+    port_slots: Vec<(PortType, Vec<usize>)>,
     routes: Mutex<HashMap<ChannelKey, Role>>,
     receive_ports: Mutex<HashMap<String, Arc<PortShared>>>,
     send_ports: Mutex<HashSet<String>>,
@@ -108,11 +108,12 @@ impl IbisShared {
         lock(&self.send_ports).remove(name);
     }
 
-    fn slot_for(&self, t: &PortType) -> Result<usize> {
+    /// The slots of the transports eligible for a port type, best first.
+    fn slots_for(&self, t: &PortType) -> Result<Vec<usize>> {
         self.port_slots
             .iter()
             .find(|(pt, _)| pt == t)
-            .map(|(_, s)| *s)
+            .map(|(_, s)| s.clone())
             .ok_or_else(|| IplError::UndeclaredPortType(t.to_string()))
     }
 
@@ -388,7 +389,7 @@ impl IbisBuilder {
         };
         let prefer = self.prefer.or_else(|| std::env::var("IPL_TRANSPORT").ok());
         let chosen = negotiate::choose_all(&plugins, &self.port_types, prefer.as_deref())?;
-        let mut used: Vec<usize> = chosen.iter().map(|(_, i)| *i).collect();
+        let mut used: Vec<usize> = chosen.iter().flat_map(|(_, i)| i.iter().copied()).collect();
         used.sort_unstable();
         used.dedup();
         if used.is_empty() {
@@ -417,7 +418,13 @@ impl IbisBuilder {
         }
         let port_slots = chosen
             .iter()
-            .map(|(t, pi)| (*t, used.iter().position(|u| u == pi).unwrap_or(0)))
+            .map(|(t, pis)| {
+                let slots = pis
+                    .iter()
+                    .filter_map(|pi| used.iter().position(|u| u == pi))
+                    .collect();
+                (*t, slots)
+            })
             .collect();
         let config = match (
             caps.contains(IbisCapabilities::CLOSED_WORLD),
@@ -503,7 +510,7 @@ impl ReceivePortBuilder<'_> {
         if sh.ended.load(Ordering::SeqCst) {
             return Err(IplError::Ended);
         }
-        sh.slot_for(&t)?;
+        sh.slots_for(&t)?;
         let ident = ReceivePortIdentifier {
             ibis: sh.ident.clone(),
             name: self.name.clone(),
@@ -549,9 +556,11 @@ impl Ibis {
             .expect("registry is present until the instance ends")
     }
 
-    /// The transport negotiated for a declared port type.
+    /// The best transport eligible for a declared port type (connections use the first
+    /// eligible one that reaches their target).
     pub fn transport_for(&self, t: &PortType) -> Result<&'static str> {
-        Ok(self.shared.transport_name(self.shared.slot_for(t)?))
+        let slots = self.shared.slots_for(t)?;
+        Ok(self.shared.transport_name(slots.first().copied().unwrap_or(usize::MAX)))
     }
 
     /// Creates a send port of a declared type; `name` must be unique in this instance.
@@ -583,7 +592,7 @@ impl Ibis {
         if sh.ended.load(Ordering::SeqCst) {
             return Err(IplError::Ended);
         }
-        let slot = sh.slot_for(t)?;
+        let slots = sh.slots_for(t)?;
         if !lock(&sh.send_ports).insert(name.to_string()) {
             return Err(IplError::DuplicatePortName(name.to_string()));
         }
@@ -591,7 +600,7 @@ impl Ibis {
             ibis: sh.ident.clone(),
             name: name.to_string(),
         };
-        Ok(SendPort::new(ident, *t, slot, Arc::clone(sh), upcall))
+        Ok(SendPort::new(ident, *t, slots, Arc::clone(sh), upcall))
     }
 
     /// Creates a receive port of a declared type, for explicit receipt.

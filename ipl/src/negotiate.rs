@@ -1,21 +1,24 @@
 //! Negotiation: which transport serves a port type.
 //!
 //! Each port type asks for transport properties (reliable, FIFO, unreliable, encrypted).
-//! Among the available plugins that provide all of them, the one with the highest
-//! priority wins; a preferred plugin (builder or `IPL_TRANSPORT`) wins if it provides
-//! them and is an error naming the missing capability if it does not.
+//! Every available plugin that provides all of them is eligible, best (highest
+//! priority) first; each connection then uses the first eligible transport that reaches
+//! the target (in-process only inside one process, the network everywhere), so several
+//! transports can be live at once. A preferred plugin (builder or `IPL_TRANSPORT`) is
+//! the only eligible one if it provides the properties, and an error naming the missing
+//! capability if it does not.
 
 use ipl_transport_abi::Plugin;
 
 use crate::error::{IplError, Result};
 use crate::port_type::PortType;
 
-/// Picks a plugin (index into `plugins`) for every port type.
+/// The eligible plugins (indices into `plugins`, best first) for every port type.
 pub fn choose_all(
     plugins: &[Plugin],
     types: &[PortType],
     prefer: Option<&str>,
-) -> Result<Vec<(PortType, usize)>> {
+) -> Result<Vec<(PortType, Vec<usize>)>> {
     let available: Vec<(usize, &Plugin)> = plugins
         .iter()
         .enumerate()
@@ -38,7 +41,7 @@ fn choose(
     all: &[Plugin],
     t: &PortType,
     prefer: Option<&str>,
-) -> Result<usize> {
+) -> Result<Vec<usize>> {
     let reqs = t.transport_requirements();
     if let Some(name) = prefer {
         let (i, p) = find_preferred(available, all, name)?;
@@ -51,14 +54,16 @@ fn choose(
                 });
             }
         }
-        return Ok(i);
+        return Ok(vec![i]);
     }
-    let best = available
+    let mut eligible: Vec<(usize, i32)> = available
         .iter()
         .filter(|(_, p)| reqs.iter().all(|(_, tc)| p.capabilities().contains(*tc)))
-        .max_by_key(|(_, p)| p.priority());
-    if let Some((i, _)) = best {
-        return Ok(*i);
+        .map(|(i, p)| (*i, p.priority()))
+        .collect();
+    if !eligible.is_empty() {
+        eligible.sort_by_key(|(_, prio)| std::cmp::Reverse(*prio));
+        return Ok(eligible.into_iter().map(|(i, _)| i).collect());
     }
     // Name the first capability that no available transport provides.
     for (pc, tc) in &reqs {

@@ -136,7 +136,7 @@ pub struct SendPort {
     shared: Arc<SendShared>,
     ibis: Arc<IbisShared>,
     port_type: PortType,
-    slot: usize,
+    slots: Vec<usize>,
     seq: u64,
     spare: Vec<u8>,
     keys: Vec<ChannelKey>,
@@ -155,7 +155,7 @@ impl SendPort {
     pub(crate) fn new(
         ident: SendPortIdentifier,
         port_type: PortType,
-        slot: usize,
+        slots: Vec<usize>,
         ibis: Arc<IbisShared>,
         upcall: Option<Box<dyn SendPortDisconnectUpcall>>,
     ) -> Self {
@@ -169,7 +169,7 @@ impl SendPort {
             }),
             ibis,
             port_type,
-            slot,
+            slots,
             seq: 0,
             spare: Vec::new(),
             keys: Vec::new(),
@@ -227,22 +227,35 @@ impl SendPort {
             return Err(IplError::AlreadyConnected);
         }
         let deadline = Instant::now() + timeout;
-        let tname = self.ibis.transport_name(self.slot);
-        let address = target
-            .ibis
-            .addresses()
-            .iter()
-            .find(|a| a.transport == tname)
-            .map(|a| a.address.clone())
-            .ok_or_else(|| IplError::ConnectFailed {
+        // The first eligible transport that reaches the target carries the connection.
+        let mut reasons = Vec::new();
+        let mut opened = None;
+        for &slot in &self.slots {
+            let tname = self.ibis.transport_name(slot);
+            let Some(address) = target.ibis.address_for(tname) else {
+                reasons.push(format!("{tname}: the member has no address"));
+                continue;
+            };
+            let link = OutLink::new();
+            *lock(&link.port) = Some(Arc::downgrade(&self.shared));
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self
+                .ibis
+                .open_channel(slot, &address.address, left, Arc::clone(&link))
+            {
+                Ok(key) => {
+                    opened = Some((key, link));
+                    break;
+                }
+                Err(e) => reasons.push(format!("{tname}: {e}")),
+            }
+        }
+        let Some((key, link)) = opened else {
+            return Err(IplError::ConnectFailed {
                 target: target.to_string(),
-                reason: format!("member has no address for transport {tname}"),
-            })?;
-        let link = OutLink::new();
-        *lock(&link.port) = Some(Arc::downgrade(&self.shared));
-        let key = self
-            .ibis
-            .open_channel(self.slot, &address, timeout, Arc::clone(&link))?;
+                reason: reasons.join("; "),
+            });
+        };
         let hello = protocol::encode_control(&Control::Connect {
             sender: self.shared.ident.clone(),
             receiver: target.name.clone(),

@@ -104,4 +104,39 @@ pub enum LoadError {
         /// What is wrong.
         reason: String,
     },
+    /// The file could not be opened as a shared library: it is not one, it was built for
+    /// another platform, or one of the libraries it needs is missing.
+    #[error("{origin}: cannot be loaded as a shared library: {reason}")]
+    NotALibrary {
+        /// The file.
+        origin: String,
+        /// The dynamic loader's explanation.
+        reason: String,
+    },
+    /// The library does not export the entry symbol
+    /// ([`ENTRY_SYMBOL`](crate::ffi::ENTRY_SYMBOL)), so it is not a transport plugin.
+    #[error("{origin}: not an IPL transport plugin (no `ipl_transport_plugin` symbol)")]
+    MissingSymbol {
+        /// The file.
+        origin: String,
+    },
+    /// The plugin's entry function panicked instead of returning its descriptor.
+    #[error("{origin}: the plugin entry panicked: {reason}")]
+    EntryPanicked {
+        /// The file.
+        origin: String,
+        /// The panic message.
+        reason: String,
+    },
+    /// Another library, found earlier in the search path, already provides a transport
+    /// of this name; the first one found wins and this one is not used.
+    #[error("{origin}: transport `{name}` is already provided by {first}; this one is ignored")]
+    Duplicate {
+        /// The file that was refused.
+        origin: String,
+        /// The transport's name.
+        name: String,
+        /// The file of the plugin that was kept.
+        first: String,
+    },
 }

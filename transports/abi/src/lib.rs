@@ -24,7 +24,9 @@
 //! never cross the boundary: every trampoline catches them and returns
 //! [`Status::PANIC`](ffi::Status::PANIC). The host validates a descriptor
 //! ([`Plugin::from_raw`]) before calling anything in it, and drives an endpoint through
-//! [`TransportInstance`].
+//! [`TransportInstance`]. Plugin libraries are found and opened at run time by the
+//! [`loader`] ([`discover_default`] scans `IPL_PLUGIN_PATH` and the executable's
+//! directory for `libipl_plugin_<name>.so`).
 //!
 //! ```
 //! use ipl_transport_abi::{TransportCapabilities as C, TransportPlugin, HostSink, TransportError};
@@ -57,11 +59,15 @@ pub mod capabilities;
 pub mod error;
 pub mod ffi;
 pub mod host;
+pub mod loader;
 pub mod plugin;
 
 pub use capabilities::TransportCapabilities;
 pub use error::{LoadError, TransportError};
 pub use host::{ChannelClosed, Plugin, ReceivedBuffer, TransportEvents, TransportInstance};
+pub use loader::{
+    discover, discover_default, load_file, search_path, Discovery, PLUGIN_PATH_VAR, PLUGIN_PREFIX,
+};
 pub use plugin::{HostSink, TransportPlugin};
 
 /// The README example, compiled and run as a doc test.

@@ -96,6 +96,19 @@ impl Shared {
     }
 }
 
+/// Splits an address into process id and endpoint id.
+fn parse_address(address: &[u8]) -> Result<(u32, u64), TransportError> {
+    let bad = || {
+        TransportError::InvalidArgument(format!(
+            "inproc address must be 12 bytes (pid, endpoint id), got {}",
+            address.len()
+        ))
+    };
+    let pid = address.get(..4).and_then(|b| <[u8; 4]>::try_from(b).ok()).ok_or_else(bad)?;
+    let id = address.get(4..).and_then(|b| <[u8; 8]>::try_from(b).ok()).ok_or_else(bad)?;
+    Ok((u32::from_le_bytes(pid), u64::from_le_bytes(id)))
+}
+
 /// An in-process endpoint (the plugin's instance type).
 pub struct InProcTransport {
     shared: Arc<Shared>,
@@ -127,18 +140,20 @@ impl TransportPlugin for InProcTransport {
     }
 
     fn local_address(&self) -> Vec<u8> {
-        self.shared.id.to_le_bytes().to_vec()
+        // The process id makes an address from another process (published in a pool's
+        // registry) fail fast, so negotiation moves on to a network transport.
+        let mut a = std::process::id().to_le_bytes().to_vec();
+        a.extend_from_slice(&self.shared.id.to_le_bytes());
+        a
     }
 
     fn connect(&self, address: &[u8], _timeout: Duration) -> Result<u64, TransportError> {
-        let id = <[u8; 8]>::try_from(address)
-            .map(u64::from_le_bytes)
-            .map_err(|_| {
-                TransportError::InvalidArgument(format!(
-                    "inproc address must be 8 bytes, got {}",
-                    address.len()
-                ))
-            })?;
+        let (pid, id) = parse_address(address)?;
+        if pid != std::process::id() {
+            return Err(TransportError::Refused(format!(
+                "inproc endpoint {id} lives in process {pid}, not in this one"
+            )));
+        }
         let target = lock(directory())
             .get(&id)
             .and_then(Weak::upgrade)

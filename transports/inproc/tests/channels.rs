@@ -93,10 +93,19 @@ fn malformed_addresses_are_typed_errors() {
         a.connect(b"short", Duration::from_millis(10)),
         Err(TransportError::InvalidArgument(_))
     ));
+    let mut nobody = std::process::id().to_le_bytes().to_vec();
+    nobody.extend_from_slice(&u64::MAX.to_le_bytes());
     assert!(matches!(
-        a.connect(&u64::MAX.to_le_bytes(), Duration::from_millis(10)),
+        a.connect(&nobody, Duration::from_millis(10)),
         Err(TransportError::Refused(_))
     ));
+    // An endpoint of another process is refused at once, naming the process.
+    let mut foreign = a.local_address().unwrap();
+    foreign[..4].copy_from_slice(&(std::process::id() ^ 1).to_le_bytes());
+    match a.connect(&foreign, Duration::from_millis(10)) {
+        Err(TransportError::Refused(m)) => assert!(m.contains("process"), "{m}"),
+        other => panic!("expected Refused, got {other:?}"),
+    }
 }
 
 #[test]
