@@ -6,7 +6,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 use std::time::Duration;
 
-use ipl_registry::{EmbeddedRegistry, IbisIdentifier, JoinRequest, PoolConfig, Registry};
+use ipl_auth::PoolSecret;
+use ipl_registry::net::NetRegistry;
+use ipl_registry::{
+    EmbeddedRegistry, IbisIdentifier, JoinRequest, PoolConfig, Registry, RegistryBackend,
+};
 use ipl_transport_abi::{
     ChannelClosed, Plugin, ReceivedBuffer, TransportError, TransportEvents, TransportInstance,
 };
@@ -193,6 +197,17 @@ impl IbisShared {
             ChannelClosed::Locally => Disconnect::Local,
         };
         let role = lock(&self.routes).remove(&key);
+        tracing::debug!(
+            ?key,
+            ?why,
+            role = match &role {
+                Some(Role::Incoming(Some(_))) => "incoming",
+                Some(Role::Incoming(None)) => "incoming-unbound",
+                Some(Role::Outgoing(_)) => "outgoing",
+                None => "unknown",
+            },
+            "channel closed"
+        );
         match role {
             Some(Role::Incoming(Some(p))) => p.connection_ended(key, why),
             Some(Role::Outgoing(l)) => l.lost(key, why),
@@ -265,9 +280,10 @@ pub struct IbisBuilder {
     port_types: Vec<PortType>,
     plugins: Vec<Plugin>,
     prefer: Option<String>,
-    registry: Option<EmbeddedRegistry>,
+    registry: Option<Arc<dyn RegistryBackend>>,
     pool_size: Option<usize>,
     transport_config: String,
+    secret: Option<PoolSecret>,
 }
 
 impl Default for IbisBuilder {
@@ -283,6 +299,7 @@ impl Default for IbisBuilder {
             registry: None,
             pool_size: None,
             transport_config: String::new(),
+            secret: None,
         }
     }
 }
@@ -293,15 +310,35 @@ pub fn default_registry() -> EmbeddedRegistry {
     REG.get_or_init(EmbeddedRegistry::new).clone()
 }
 
-/// The transports linked into this build (today: the in-process transport).
+/// The transports linked into this build: in-process and TCP.
 pub fn static_plugins() -> Vec<Plugin> {
-    match Plugin::from_static(&ipl_transport_inproc::PLUGIN) {
-        Ok(p) => vec![p],
-        Err(e) => {
-            tracing::error!(error = %e, "static inproc plugin refused");
-            Vec::new()
+    [&ipl_transport_inproc::PLUGIN, &ipl_transport_tcp::PLUGIN]
+        .into_iter()
+        .filter_map(|d| match Plugin::from_static(d) {
+            Ok(p) => Some(p),
+            Err(e) => {
+                tracing::error!(error = %e, "static plugin refused");
+                None
+            }
+        })
+        .collect()
+}
+
+/// The statically linked transports, then every plugin found on the search path
+/// (`IPL_PLUGIN_PATH`, the executable's directory and its parent) whose name is not
+/// linked in already. Refused plugins are logged with their reason.
+pub fn default_plugins() -> Vec<Plugin> {
+    let mut plugins = static_plugins();
+    let found = ipl_transport_abi::loader::discover_default();
+    for (path, e) in &found.refused {
+        tracing::warn!(file = %path.display(), error = %e, "transport plugin refused");
+    }
+    for p in found.loaded {
+        if !plugins.iter().any(|q| q.name() == p.name()) {
+            plugins.push(p);
         }
     }
+    plugins
 }
 
 impl IbisBuilder {
@@ -353,8 +390,61 @@ impl IbisBuilder {
 
     /// The embedded registry to join (default: one per process).
     pub fn registry(mut self, r: &EmbeddedRegistry) -> Self {
-        self.registry = Some(r.clone());
+        self.registry = Some(Arc::new(r.clone()));
         self
+    }
+
+    /// Joins through any registry backend (e.g. a network registry client).
+    pub fn registry_backend(mut self, b: Arc<dyn RegistryBackend>) -> Self {
+        self.registry = Some(b);
+        self
+    }
+
+    /// The pool's secret, proven (never sent) by every network transport handshake.
+    pub fn secret(mut self, s: PoolSecret) -> Self {
+        self.secret = Some(s);
+        self
+    }
+
+    /// Configures the builder from the environment a launcher (`ipl-run`) sets:
+    /// `IPL_POOL`, `IPL_POOL_SIZE` (closed world when set), `IPL_CLUSTER`,
+    /// `IPL_POOL_SECRET`, `IPL_REGISTRY` (the registry server's address: joins over the
+    /// network) and `IPL_RANK` (the member's name). Variables that are not set leave the
+    /// builder as it is.
+    pub fn from_env(mut self) -> Result<Self> {
+        let var = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+        if let Some(p) = var("IPL_POOL") {
+            self.pool = p;
+        }
+        if let Some(n) = var("IPL_POOL_SIZE") {
+            let n: usize = n.parse().map_err(|_| {
+                IplError::InvalidPortType(format!("IPL_POOL_SIZE={n:?} is not a number"))
+            })?;
+            self.pool_size = Some(n);
+            self.capabilities |= IbisCapabilities::CLOSED_WORLD;
+        }
+        if let Some(c) = var("IPL_CLUSTER") {
+            self.cluster = c;
+        }
+        if let Some(r) = var("IPL_RANK") {
+            self.name = Some(format!("member-{r}"));
+        }
+        if var(ipl_auth::SECRET_ENV).is_some() {
+            self.secret = Some(PoolSecret::from_env().map_err(|e| {
+                IplError::Registry(ipl_registry::RegistryError::Refused(e.to_string()))
+            })?);
+        }
+        if let Some(addr) = var("IPL_REGISTRY") {
+            let secret = self.secret.clone().ok_or_else(|| {
+                IplError::Registry(ipl_registry::RegistryError::Refused(format!(
+                    "IPL_REGISTRY is set but {} is not",
+                    ipl_auth::SECRET_ENV
+                )))
+            })?;
+            let net = NetRegistry::connect(addr.as_str(), &secret, Duration::from_secs(30))?;
+            self.registry = Some(Arc::new(net));
+        }
+        Ok(self)
     }
 
     /// The pool's size, for `closedworld`.
@@ -383,49 +473,90 @@ impl IbisBuilder {
             ));
         }
         let plugins = if self.plugins.is_empty() {
-            static_plugins()
+            default_plugins()
         } else {
             self.plugins
         };
         let prefer = self.prefer.or_else(|| std::env::var("IPL_TRANSPORT").ok());
         let chosen = negotiate::choose_all(&plugins, &self.port_types, prefer.as_deref())?;
-        let mut used: Vec<usize> = chosen.iter().flat_map(|(_, i)| i.iter().copied()).collect();
-        used.sort_unstable();
-        used.dedup();
-        if used.is_empty() {
-            used.push(negotiate::preferred_or_best(&plugins, prefer.as_deref())?);
+        let mut wanted: Vec<usize> = chosen.iter().flat_map(|(_, i)| i.iter().copied()).collect();
+        wanted.sort_unstable();
+        wanted.dedup();
+        if wanted.is_empty() {
+            wanted.push(negotiate::preferred_or_best(&plugins, prefer.as_deref())?);
         }
-        // Create one endpoint per transport used.
+        // The configuration every transport gets: the user's lines, then pool and secret.
+        let mut config_text = self.transport_config.clone();
+        config_text.push_str(&format!("\npool={}\n", self.pool));
+        if let Some(s) = &self.secret {
+            config_text.push_str(&format!("secret={}\n", s.to_hex()));
+        }
+        // Create one endpoint per transport wanted. One that cannot be created (no
+        // secret for a network transport, no device) is left out, as long as every port
+        // type keeps a transport.
         let mut routers = Vec::new();
         let mut slots = Vec::new();
+        let mut used = Vec::new();
+        let mut failures = Vec::new();
         let mut request = JoinRequest::new(self.cluster.clone());
         if let Some(n) = &self.name {
             request = request.with_name(n.clone());
         }
-        for (slot, &pi) in used.iter().enumerate() {
+        for &pi in &wanted {
             let p = &plugins[pi];
             let router = Arc::new(Router {
-                slot,
+                slot: slots.len(),
                 ibis: OnceLock::new(),
             });
-            let inst = p.create(&self.transport_config, router.clone())?;
-            request = request.with_address(p.name(), inst.local_address()?);
-            routers.push(router);
-            slots.push(Slot {
-                name: p.name(),
-                instance: Mutex::new(Some(Arc::new(inst))),
+            let created = p
+                .create(&config_text, router.clone())
+                .and_then(|inst| Ok((inst.local_address()?, inst)));
+            match created {
+                Ok((address, inst)) => {
+                    request = request.with_address(p.name(), address);
+                    routers.push(router);
+                    slots.push(Slot {
+                        name: p.name(),
+                        instance: Mutex::new(Some(Arc::new(inst))),
+                    });
+                    used.push(pi);
+                }
+                Err(e) => {
+                    tracing::debug!(transport = p.name(), error = %e, "transport left out");
+                    failures.push((p.name(), e));
+                }
+            }
+        }
+        let mut port_slots = Vec::new();
+        for (t, pis) in &chosen {
+            let slots: Vec<usize> = pis
+                .iter()
+                .filter_map(|pi| used.iter().position(|u| u == pi))
+                .collect();
+            if slots.is_empty() {
+                let why = failures
+                    .iter()
+                    .map(|(n, e)| format!("{n}: {e}"))
+                    .collect::<Vec<_>>()
+                    .join("; ");
+                return Err(IplError::TransportUnavailable {
+                    name: pis
+                        .iter()
+                        .map(|pi| plugins[*pi].name())
+                        .collect::<Vec<_>>()
+                        .join(","),
+                    reason: format!("no endpoint could be created for port type {t}: {why}"),
+                });
+            }
+            port_slots.push((*t, slots));
+        }
+        if slots.is_empty() {
+            let (name, e) = failures.into_iter().next().ok_or(IplError::Ended)?;
+            return Err(IplError::TransportUnavailable {
+                name: name.to_string(),
+                reason: e.to_string(),
             });
         }
-        let port_slots = chosen
-            .iter()
-            .map(|(t, pis)| {
-                let slots = pis
-                    .iter()
-                    .filter_map(|pi| used.iter().position(|u| u == pi))
-                    .collect();
-                (*t, slots)
-            })
-            .collect();
         let config = match (
             caps.contains(IbisCapabilities::CLOSED_WORLD),
             self.pool_size,
@@ -433,8 +564,10 @@ impl IbisBuilder {
             (true, Some(n)) => PoolConfig::closed_world(n),
             _ => PoolConfig::open_world(),
         };
-        let registry = self.registry.unwrap_or_else(default_registry);
-        let registry = registry.join(&self.pool, config, request)?;
+        let backend = self
+            .registry
+            .unwrap_or_else(|| Arc::new(default_registry()));
+        let registry = Registry::join(backend, &self.pool, config, request)?;
         let shared = Arc::new(IbisShared {
             ident: registry.identifier().clone(),
             slots,
@@ -560,7 +693,9 @@ impl Ibis {
     /// eligible one that reaches their target).
     pub fn transport_for(&self, t: &PortType) -> Result<&'static str> {
         let slots = self.shared.slots_for(t)?;
-        Ok(self.shared.transport_name(slots.first().copied().unwrap_or(usize::MAX)))
+        Ok(self
+            .shared
+            .transport_name(slots.first().copied().unwrap_or(usize::MAX)))
     }
 
     /// Creates a send port of a declared type; `name` must be unique in this instance.

@@ -109,20 +109,26 @@ pub(crate) struct SendShared {
     connections: Mutex<Vec<Connection>>,
     lost: Mutex<Vec<(ReceivePortIdentifier, Disconnect)>>,
     /// Connections lost since the last message was sent: the next `finish` reports them.
-    unreported: Mutex<Vec<ReceivePortIdentifier>>,
+    unreported: Mutex<Vec<(ChannelKey, ReceivePortIdentifier)>>,
     upcall: Option<Box<dyn SendPortDisconnectUpcall>>,
 }
 
 impl SendShared {
     fn connection_lost(&self, key: ChannelKey, why: Disconnect) {
         let receiver = {
+            // Removal and the note for the next `finish` happen under the same lock as a
+            // sender's snapshot, so every loss is reported by exactly one finish: the
+            // first one whose snapshot no longer contains the connection.
             let mut c = lock(&self.connections);
             let i = c.iter().position(|c| c.key == key);
-            i.map(|i| c.remove(i).receiver)
+            let r = i.map(|i| c.remove(i).receiver);
+            if let Some(r) = &r {
+                lock(&self.unreported).push((key, r.clone()));
+            }
+            r
         };
         if let Some(r) = receiver {
             lock(&self.lost).push((r.clone(), why.clone()));
-            lock(&self.unreported).push(r.clone());
             if let Some(up) = &self.upcall {
                 up.lost_connection(&self.ident, &r, &why);
             }
@@ -362,28 +368,45 @@ impl SendPort {
         slices.push(&header);
         writer.segments_into(&mut slices);
         // Snapshot the channels, then send without holding the lock: a transport may
-        // report a lost channel (which takes the lock) from inside a send.
+        // report a lost channel (which takes the lock) from inside a send. Connections
+        // lost before the snapshot did not get this message: report them now.
         let mut keys = std::mem::take(&mut self.keys);
         keys.clear();
-        keys.extend(lock(&self.shared.connections).iter().map(|c| c.key));
-        let any = !keys.is_empty();
-        let mut lost = Vec::new();
+        let mut lost: Vec<ReceivePortIdentifier> = {
+            let conns = lock(&self.shared.connections);
+            keys.extend(conns.iter().map(|c| c.key));
+            std::mem::take(&mut *lock(&self.shared.unreported))
+                .into_iter()
+                .map(|(_, r)| r)
+                .collect()
+        };
+        let any = !keys.is_empty() || !lost.is_empty();
+        let mut failed = Vec::new();
         for &key in &keys {
             if let Err(e) = self.ibis.send_on(key, &slices) {
                 tracing::debug!(error = %e, "send failed");
-                lost.push((key, (), e.to_string()));
+                failed.push((key, e.to_string()));
             }
         }
         self.keys = keys;
         drop(slices);
         self.spare = writer.into_buffer();
-        for (key, _, why) in lost {
-            self.shared.connection_lost(key, Disconnect::Lost(why));
-            self.ibis.close_channel(key);
+        if !failed.is_empty() {
+            for (key, why) in &failed {
+                self.shared
+                    .connection_lost(*key, Disconnect::Lost(why.clone()));
+                self.ibis.close_channel(*key);
+            }
+            // These failed now: report them with this message, not the next one.
+            let mut un = lock(&self.shared.unreported);
+            un.retain(|(k, r)| {
+                let now = failed.iter().any(|(f, _)| f == k);
+                if now {
+                    lost.push(r.clone());
+                }
+                !now
+            });
         }
-        // Connections lost since the previous message (reported by the transport, or
-        // just now by a failed send): the message did not reach them.
-        let lost = std::mem::take(&mut *lock(&self.shared.unreported));
         if !lost.is_empty() {
             return Err(IplError::ConnectionsLost { lost });
         }

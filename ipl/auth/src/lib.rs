@@ -108,7 +108,9 @@ impl PoolSecret {
         }
         let mut out = [0u8; LEN];
         for (i, o) in out.iter_mut().enumerate() {
-            let pair = s.get(2 * i..2 * i + 2).ok_or_else(|| AuthError::BadSecret("not ASCII".into()))?;
+            let pair = s
+                .get(2 * i..2 * i + 2)
+                .ok_or_else(|| AuthError::BadSecret("not ASCII".into()))?;
             *o = u8::from_str_radix(pair, 16)
                 .map_err(|_| AuthError::BadSecret(format!("not hex: {pair:?}")))?;
         }
@@ -164,7 +166,10 @@ pub struct Initiator {
 
 impl Initiator {
     /// Starts a handshake; send the returned `Hello`.
-    pub fn start(secret: &PoolSecret, context: &[u8]) -> Result<(Self, [u8; HELLO_LEN]), AuthError> {
+    pub fn start(
+        secret: &PoolSecret,
+        context: &[u8],
+    ) -> Result<(Self, [u8; HELLO_LEN]), AuthError> {
         let nonce = random()?;
         Ok((
             Initiator {
@@ -185,7 +190,10 @@ impl Initiator {
             .mac(&self.context, b'R', &self.nonce, &nr)
             .verify_slice(&c[LEN..])
             .map_err(|_| AuthError::BadProof)?;
-        let proof = self.secret.mac(&self.context, b'I', &self.nonce, &nr).finalize();
+        let proof = self
+            .secret
+            .mac(&self.context, b'I', &self.nonce, &nr)
+            .finalize();
         Ok(proof.into_bytes().into())
     }
 }
@@ -237,7 +245,12 @@ impl Responder {
 mod tests {
     use super::*;
 
-    fn run(a: &PoolSecret, b: &PoolSecret, ca: &[u8], cb: &[u8]) -> (Result<(), AuthError>, Result<(), AuthError>) {
+    fn run(
+        a: &PoolSecret,
+        b: &PoolSecret,
+        ca: &[u8],
+        cb: &[u8],
+    ) -> (Result<(), AuthError>, Result<(), AuthError>) {
         let (i, hello) = Initiator::start(a, ca).unwrap();
         let (r, ch) = Responder::on_hello(b, cb, &hello).unwrap();
         match i.on_challenge(&ch) {
@@ -282,9 +295,15 @@ mod tests {
     #[test]
     fn bad_lengths_and_hex_are_typed_errors() {
         let s = PoolSecret::generate().unwrap();
-        assert!(matches!(Responder::on_hello(&s, b"c", &[1, 2, 3]), Err(AuthError::BadLength { got: 3, .. })));
+        assert!(matches!(
+            Responder::on_hello(&s, b"c", &[1, 2, 3]),
+            Err(AuthError::BadLength { got: 3, .. })
+        ));
         let (i, _) = Initiator::start(&s, b"c").unwrap();
-        assert!(matches!(i.on_challenge(&[0; 5]), Err(AuthError::BadLength { .. })));
+        assert!(matches!(
+            i.on_challenge(&[0; 5]),
+            Err(AuthError::BadLength { .. })
+        ));
         assert_eq!(PoolSecret::from_hex(&s.to_hex()).unwrap(), s);
         assert!(PoolSecret::from_hex("zz").is_err());
         assert!(PoolSecret::from_hex(&"g".repeat(64)).is_err());

@@ -55,6 +55,13 @@ pub enum RegistryError {
     /// The connection to the registry is gone (network drivers).
     #[error("disconnected from the registry: {0}")]
     Disconnected(String),
+    /// The registry refused the connection: the pool secret did not match
+    /// (mutual authentication failed), or the peer is not an IPL registry.
+    #[error("the registry refused the connection: {0}")]
+    Refused(String),
+    /// The registry sent something that is not valid protocol (network drivers).
+    #[error("registry protocol error: {0}")]
+    Protocol(String),
     /// `next_event` was called while an event handler consumes the events.
     #[error("an event handler is installed; events are delivered to it, not to next_event")]
     EventHandlerInstalled,

@@ -24,6 +24,10 @@
 //! * [`EmbeddedRegistry`]: the in-process driver (core in a mutex + condvar +
 //!   async wakers). A network client/server pair can implement the same
 //!   backend around the same core.
+//! * [`net`]: that network pair. [`RegistryServer`] serves a core over TCP
+//!   (every connection authenticated with the pool secret, events pushed as
+//!   they happen, dropped connections reported as `Died`), and
+//!   [`NetRegistry`] is the client backend.
 //! * [`Registry`]: the per-member handle, with blocking (bounded by timeouts)
 //!   and async waits, and event delivery via [`Registry::next_event`] or a
 //!   [`RegistryEventHandler`] upcall thread.
@@ -64,6 +68,7 @@ pub mod error;
 pub mod event;
 pub mod handle;
 pub mod identifier;
+pub mod net;
 
 pub use crate::backend::RegistryBackend;
 pub use crate::core::{JoinRequest, MaybeDead, PoolConfig, PoolState, PoolStatus, RegistryCore};
@@ -72,6 +77,7 @@ pub use crate::error::{RegistryError, Result};
 pub use crate::event::{Event, RegistryEventHandler, Seq};
 pub use crate::handle::{Registry, EVENT_THREAD_NAME};
 pub use crate::identifier::{IbisIdentifier, MemberId, TransportAddress};
+pub use crate::net::{NetRegistry, RegistryServer, ServerHandle};
 
 /// The README's example, compiled and run as a doc test.
 #[doc = include_str!("../README.md")]

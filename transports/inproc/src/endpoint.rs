@@ -104,8 +104,14 @@ fn parse_address(address: &[u8]) -> Result<(u32, u64), TransportError> {
             address.len()
         ))
     };
-    let pid = address.get(..4).and_then(|b| <[u8; 4]>::try_from(b).ok()).ok_or_else(bad)?;
-    let id = address.get(4..).and_then(|b| <[u8; 8]>::try_from(b).ok()).ok_or_else(bad)?;
+    let pid = address
+        .get(..4)
+        .and_then(|b| <[u8; 4]>::try_from(b).ok())
+        .ok_or_else(bad)?;
+    let id = address
+        .get(4..)
+        .and_then(|b| <[u8; 8]>::try_from(b).ok())
+        .ok_or_else(bad)?;
     Ok((u32::from_le_bytes(pid), u64::from_le_bytes(id)))
 }
 

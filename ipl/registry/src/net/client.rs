@@ -1,0 +1,612 @@
+//! [`NetRegistry`]: a [`RegistryBackend`] that talks to a
+//! [`RegistryServer`](super::RegistryServer) over TCP.
+
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::io::{self, BufReader, Write};
+use std::net::{Shutdown, SocketAddr, TcpStream, ToSocketAddrs};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{mpsc, Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::task::{Poll, Waker};
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant};
+
+use ipl_auth::{AuthError, Initiator, PoolSecret};
+
+use crate::backend::RegistryBackend;
+use crate::core::{JoinRequest, PoolConfig, PoolStatus};
+use crate::error::{RegistryError, Result};
+use crate::event::{Event, Seq};
+use crate::handle::Registry;
+use crate::identifier::{IbisIdentifier, MemberId};
+
+use super::protocol::{
+    encode, read_msg, write_msg, Challenge, ClientMsg, Finish, FrameError, Hello, Reply, Request,
+    ServerMsg, Welcome, AUTH_CONTEXT, MAX_FRAME, MAX_HANDSHAKE_FRAME, PROTOCOL_VERSION,
+};
+
+/// Default bound on one request/response round-trip.
+pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+
+type Key = (String, MemberId);
+
+fn key(m: &IbisIdentifier) -> Key {
+    (m.pool().to_owned(), m.id())
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// A registry client: one authenticated TCP connection to a
+/// [`RegistryServer`](super::RegistryServer), usable as the
+/// [`RegistryBackend`] of any number of members.
+///
+/// Cheap to clone (clones share the connection); the connection closes when
+/// the last clone (including those inside [`Registry`] handles) is dropped.
+///
+/// * Requests (`join`, `elect`, `signal`, ...) are round-trips bounded by the
+///   request timeout (default [`DEFAULT_REQUEST_TIMEOUT`]; then
+///   [`RegistryError::Timeout`]).
+/// * A background thread receives the events the server pushes and keeps a
+///   per-member cache; `take_events`, `members` and `pool_status` answer from
+///   it, and waiting handles are woken as in the embedded driver.
+///   `election_result` asks the server.
+/// * Liveness: when the connection closes (the process was killed, or the
+///   last clone dropped), the server declares all of its members dead.
+///   [`Registry::crash`] only stops this client from answering the server's
+///   liveness probes for that member and keeps the connection open (as a
+///   hung process would) until the server declares the member dead, so, as
+///   with the embedded driver, the others notice it only through
+///   `maybe_dead` (or `assume_dead`). To simulate a killed process instead,
+///   use [`kill_connection`](Self::kill_connection) or drop the last clone
+///   without leaving.
+/// * If the connection to the server is lost, pending and later requests
+///   fail with [`RegistryError::Disconnected`]; the members on it are gone
+///   (the server declared them dead), so once their cached events are taken,
+///   `take_events` reports [`RegistryError::UnknownMember`].
+#[derive(Clone)]
+pub struct NetRegistry {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    shared: Arc<Shared>,
+    writer: Arc<Mutex<TcpStream>>,
+    server: SocketAddr,
+    next_id: AtomicU64,
+    request_timeout_ms: AtomicU64,
+    closing: Arc<AtomicBool>,
+    reader: Mutex<Option<JoinHandle<()>>>,
+}
+
+struct Shared {
+    state: Mutex<State>,
+    changed: Condvar,
+}
+
+#[derive(Default)]
+struct State {
+    version: u64,
+    wakers: Vec<Waker>,
+    members: HashMap<Key, MemberCache>,
+    crashed: HashSet<Key>,
+    pending: HashMap<u64, mpsc::Sender<Result<Reply>>>,
+    disconnected: Option<String>,
+    /// Keeps the connection of crashed members open (a hung process keeps
+    /// its socket) until the server declares them dead.
+    keepalive: Vec<NetRegistry>,
+}
+
+struct MemberCache {
+    events: VecDeque<(Seq, Event)>,
+    members: BTreeMap<MemberId, IbisIdentifier>,
+    status: PoolStatus,
+}
+
+impl std::fmt::Debug for NetRegistry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NetRegistry")
+            .field("server", &self.inner.server)
+            .finish_non_exhaustive()
+    }
+}
+
+fn refused_by_secret() -> RegistryError {
+    RegistryError::Refused(format!(
+        "authentication failed: the registry does not know this pool secret \
+         (is {} the secret of this pool/server?)",
+        ipl_auth::SECRET_ENV
+    ))
+}
+
+fn handshake_error(step: &str, e: FrameError) -> RegistryError {
+    match e {
+        FrameError::Closed => RegistryError::Refused(format!(
+            "the server closed the connection during the handshake ({step})"
+        )),
+        e if e.is_timeout() => RegistryError::Timeout,
+        FrameError::Io(e) => RegistryError::Disconnected(format!("handshake ({step}): {e}")),
+        e => RegistryError::Refused(format!(
+            "the peer does not speak the IPL registry protocol ({step}: {e})"
+        )),
+    }
+}
+
+impl NetRegistry {
+    /// Connects to the registry server at `addr` within `timeout` and
+    /// authenticates with `secret` (the same bound applies to the handshake).
+    ///
+    /// Fails with [`RegistryError::Refused`] if the server does not know
+    /// `secret` (or refuses us), [`RegistryError::Disconnected`] if it cannot
+    /// be reached, [`RegistryError::Timeout`] if it does not answer in time.
+    pub fn connect(
+        addr: impl ToSocketAddrs,
+        secret: &PoolSecret,
+        timeout: Duration,
+    ) -> Result<Self> {
+        let addrs: Vec<SocketAddr> = addr
+            .to_socket_addrs()
+            .map_err(|e| RegistryError::Disconnected(format!("bad registry address: {e}")))?
+            .collect();
+        let mut last = None;
+        let mut stream = None;
+        for a in &addrs {
+            match TcpStream::connect_timeout(a, timeout) {
+                Ok(s) => {
+                    stream = Some(s);
+                    break;
+                }
+                Err(e) => last = Some(format!("{a}: {e}")),
+            }
+        }
+        let stream = stream.ok_or_else(|| {
+            RegistryError::Disconnected(format!(
+                "could not connect to the registry ({})",
+                last.unwrap_or_else(|| "no address".into())
+            ))
+        })?;
+        let io = |e: io::Error| RegistryError::Disconnected(e.to_string());
+        let server = stream.peer_addr().map_err(io)?;
+        stream.set_nodelay(true).map_err(io)?;
+        let timeout = timeout.max(Duration::from_millis(1));
+        stream.set_read_timeout(Some(timeout)).map_err(io)?;
+        stream.set_write_timeout(Some(timeout)).map_err(io)?;
+        let mut reader = BufReader::new(stream.try_clone().map_err(io)?);
+        let mut writer = stream.try_clone().map_err(io)?;
+
+        let auth = |e: AuthError| RegistryError::Refused(format!("authentication: {e}"));
+        let (initiator, nonce) = Initiator::start(secret, AUTH_CONTEXT).map_err(auth)?;
+        write_msg(
+            &mut writer,
+            &Hello {
+                version: PROTOCOL_VERSION,
+                nonce,
+            },
+        )
+        .map_err(|e| handshake_error("hello", e))?;
+        let challenge: Challenge = read_msg(&mut reader, MAX_HANDSHAKE_FRAME)
+            .map_err(|e| handshake_error("challenge", e))?;
+        let challenge = challenge.challenge.map_err(RegistryError::Refused)?;
+        let proof = match initiator.on_challenge(&challenge) {
+            Ok(p) => p,
+            Err(AuthError::BadProof) => {
+                let _ = stream.shutdown(Shutdown::Both);
+                return Err(refused_by_secret());
+            }
+            Err(e) => return Err(auth(e)),
+        };
+        write_msg(&mut writer, &Finish { proof }).map_err(|e| handshake_error("finish", e))?;
+        let welcome: Welcome = read_msg(&mut reader, MAX_HANDSHAKE_FRAME)
+            .map_err(|e| handshake_error("welcome", e))?;
+        welcome.result.map_err(RegistryError::Refused)?;
+        stream.set_read_timeout(None).map_err(io)?;
+        stream
+            .set_write_timeout(Some(DEFAULT_REQUEST_TIMEOUT))
+            .map_err(io)?;
+
+        let shared = Arc::new(Shared {
+            state: Mutex::new(State::default()),
+            changed: Condvar::new(),
+        });
+        let writer = Arc::new(Mutex::new(writer));
+        let closing = Arc::new(AtomicBool::new(false));
+        let reader_thread = {
+            let shared = Arc::clone(&shared);
+            let writer = Arc::clone(&writer);
+            let closing = Arc::clone(&closing);
+            thread::Builder::new()
+                .name("ipl-registry-client".into())
+                .spawn(move || reader_loop(&shared, reader, &writer, &closing, server))
+                .map_err(|e| RegistryError::Thread(e.to_string()))?
+        };
+        tracing::debug!(server = %server, "connected to the registry");
+        Ok(Self {
+            inner: Arc::new(Inner {
+                shared,
+                writer,
+                server,
+                next_id: AtomicU64::new(0),
+                request_timeout_ms: AtomicU64::new(millis(DEFAULT_REQUEST_TIMEOUT)),
+                closing,
+                reader: Mutex::new(Some(reader_thread)),
+            }),
+        })
+    }
+
+    /// Joins `pool` (creating it with `config` if needed) and returns the
+    /// member's handle.
+    pub fn join(&self, pool: &str, config: PoolConfig, request: JoinRequest) -> Result<Registry> {
+        Registry::join(Arc::new(self.clone()), pool, config, request)
+    }
+
+    /// The server's address.
+    pub fn server_addr(&self) -> SocketAddr {
+        self.inner.server
+    }
+
+    /// Sets the bound on each request/response round-trip.
+    pub fn set_request_timeout(&self, timeout: Duration) {
+        self.inner
+            .request_timeout_ms
+            .store(millis(timeout), Ordering::Relaxed);
+    }
+
+    /// Fault injection: closes the connection abruptly, as if this process
+    /// had been killed. The server declares all members on it dead (the
+    /// others get `Died`); later operations fail with
+    /// [`RegistryError::Disconnected`].
+    pub fn kill_connection(&self) {
+        tracing::debug!(server = %self.inner.server, "killing the registry connection");
+        let _ = lock(&self.inner.writer).shutdown(Shutdown::Both);
+    }
+
+    /// Whether the connection to the server is lost.
+    pub fn is_disconnected(&self) -> bool {
+        lock(&self.inner.shared.state).disconnected.is_some()
+    }
+
+    fn request(&self, op: Request) -> Result<Reply> {
+        let id = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
+        let (tx, rx) = mpsc::channel();
+        {
+            let mut st = lock(&self.inner.shared.state);
+            if let Some(reason) = &st.disconnected {
+                return Err(RegistryError::Disconnected(reason.clone()));
+            }
+            st.pending.insert(id, tx);
+        }
+        let sent = encode(&ClientMsg::Request { id, op })
+            .map_err(|e| RegistryError::Protocol(e.to_string()))
+            .and_then(|frame| {
+                let mut w = lock(&self.inner.writer);
+                w.write_all(&frame)
+                    .and_then(|()| w.flush())
+                    .map_err(|e| RegistryError::Disconnected(e.to_string()))
+            });
+        if let Err(e) = sent {
+            lock(&self.inner.shared.state).pending.remove(&id);
+            return Err(e);
+        }
+        let timeout = Duration::from_millis(self.inner.request_timeout_ms.load(Ordering::Relaxed));
+        match rx.recv_timeout(timeout) {
+            Ok(r) => r,
+            Err(mpsc::RecvTimeoutError::Timeout) => {
+                lock(&self.inner.shared.state).pending.remove(&id);
+                Err(RegistryError::Timeout)
+            }
+            Err(mpsc::RecvTimeoutError::Disconnected) => {
+                let st = lock(&self.inner.shared.state);
+                Err(RegistryError::Disconnected(
+                    st.disconnected
+                        .clone()
+                        .unwrap_or_else(|| "connection closed".into()),
+                ))
+            }
+        }
+    }
+
+    fn done(&self, op: Request) -> Result<()> {
+        match self.request(op)? {
+            Reply::Done => Ok(()),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    fn with_member<R>(&self, me: &IbisIdentifier, f: impl FnOnce(&MemberCache) -> R) -> Result<R> {
+        let st = lock(&self.inner.shared.state);
+        if let Some(reason) = &st.disconnected {
+            return Err(RegistryError::Disconnected(reason.clone()));
+        }
+        st.members.get(&key(me)).map(f).ok_or_else(|| unknown(me))
+    }
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+fn unknown(me: &IbisIdentifier) -> RegistryError {
+    RegistryError::UnknownMember {
+        pool: me.pool().to_owned(),
+        member: me.id(),
+    }
+}
+
+fn unexpected(reply: &Reply) -> RegistryError {
+    RegistryError::Protocol(format!("unexpected reply from the server: {reply:?}"))
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        self.closing.store(true, Ordering::SeqCst);
+        let _ = lock(&self.writer).shutdown(Shutdown::Both);
+        if let Some(t) = lock(&self.reader).take() {
+            if t.thread().id() != thread::current().id() && t.join().is_err() {
+                tracing::warn!("registry client thread panicked");
+            }
+        }
+    }
+}
+
+impl Shared {
+    fn bump(&self, mut st: MutexGuard<'_, State>) {
+        st.version += 1;
+        let wakers = std::mem::take(&mut st.wakers);
+        drop(st);
+        self.changed.notify_all();
+        for w in wakers {
+            w.wake();
+        }
+    }
+}
+
+fn reader_loop(
+    shared: &Shared,
+    mut reader: BufReader<TcpStream>,
+    writer: &Mutex<TcpStream>,
+    closing: &AtomicBool,
+    server: SocketAddr,
+) {
+    let reason = loop {
+        let msg = match read_msg::<ServerMsg>(&mut reader, MAX_FRAME) {
+            Ok(m) => m,
+            Err(FrameError::Closed) => break "the registry closed the connection".to_owned(),
+            Err(e) => break format!("connection to the registry lost: {e}"),
+        };
+        match msg {
+            ServerMsg::Response { id, result } => {
+                let waiter = lock(&shared.state).pending.remove(&id);
+                if let Some(w) = waiter {
+                    let _ = w.send(result);
+                }
+            }
+            ServerMsg::Events {
+                pool,
+                member,
+                events,
+                status,
+            } => {
+                let mut st = lock(&shared.state);
+                let k = (pool, member);
+                if st.crashed.contains(&k) {
+                    continue;
+                }
+                let cache = st.members.entry(k).or_insert_with(|| MemberCache {
+                    events: VecDeque::new(),
+                    members: BTreeMap::new(),
+                    status,
+                });
+                for (_, e) in &events {
+                    match e {
+                        Event::Joined(m) => {
+                            cache.members.insert(m.id(), m.clone());
+                        }
+                        Event::Left(m) | Event::Died(m) => {
+                            cache.members.remove(&m.id());
+                        }
+                        _ => {}
+                    }
+                }
+                cache.events.extend(events);
+                cache.status = status;
+                shared.bump(st);
+            }
+            ServerMsg::Gone { pool, member } => {
+                let mut st = lock(&shared.state);
+                let k = (pool, member);
+                st.members.remove(&k);
+                let mut release = Vec::new();
+                if st.crashed.remove(&k) && st.crashed.is_empty() {
+                    release = std::mem::take(&mut st.keepalive);
+                }
+                shared.bump(st);
+                // Possibly the last reference: closes the connection.
+                drop(release);
+            }
+            ServerMsg::Ping {
+                nonce,
+                pool,
+                member,
+            } => {
+                let alive = {
+                    let st = lock(&shared.state);
+                    let k = (pool, member);
+                    st.members.contains_key(&k) && !st.crashed.contains(&k)
+                };
+                if alive {
+                    let r = encode(&ClientMsg::Pong { nonce }).map(|frame| {
+                        let mut w = lock(writer);
+                        let _ = w.write_all(&frame).and_then(|()| w.flush());
+                    });
+                    if let Err(e) = r {
+                        tracing::error!(error = %e, "could not encode a pong");
+                    }
+                }
+            }
+        }
+    };
+    if closing.load(Ordering::SeqCst) {
+        tracing::debug!(server = %server, "registry connection closed");
+    } else {
+        tracing::warn!(server = %server, reason = %reason, "lost the registry connection; its members are considered dead");
+    }
+    let mut st = lock(&shared.state);
+    st.disconnected = Some(reason);
+    st.pending.clear();
+    let release = std::mem::take(&mut st.keepalive);
+    shared.bump(st);
+    drop(release);
+}
+
+impl RegistryBackend for NetRegistry {
+    fn join(&self, pool: &str, config: PoolConfig, request: JoinRequest) -> Result<IbisIdentifier> {
+        match self.request(Request::Join {
+            pool: pool.to_owned(),
+            config,
+            request,
+        })? {
+            Reply::Joined(me) => Ok(me),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    fn leave(&self, me: &IbisIdentifier) -> Result<()> {
+        self.done(Request::Leave { member: me.clone() })
+    }
+
+    fn abandon(&self, me: &IbisIdentifier) {
+        if let Err(e) = self.done(Request::Abandon { member: me.clone() }) {
+            tracing::debug!(member = %me, error = %e, "abandon of a vanished member failed");
+        }
+    }
+
+    fn crash(&self, me: &IbisIdentifier) {
+        tracing::debug!(member = %me, "simulated crash: no longer answering liveness probes");
+        let mut st = lock(&self.inner.shared.state);
+        let k = key(me);
+        st.members.remove(&k);
+        st.crashed.insert(k);
+        if st.disconnected.is_none() {
+            st.keepalive.push(self.clone());
+        }
+        self.inner.shared.bump(st);
+    }
+
+    fn elect(&self, me: &IbisIdentifier, election: &str) -> Result<IbisIdentifier> {
+        match self.request(Request::Elect {
+            member: me.clone(),
+            election: election.to_owned(),
+        })? {
+            Reply::Winner(w) => Ok(w),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    fn election_result(
+        &self,
+        me: &IbisIdentifier,
+        election: &str,
+    ) -> Result<Option<IbisIdentifier>> {
+        match self.request(Request::ElectionResult {
+            member: me.clone(),
+            election: election.to_owned(),
+        })? {
+            Reply::MaybeWinner(w) => Ok(w),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    fn signal(&self, me: &IbisIdentifier, signal: &str, targets: &[IbisIdentifier]) -> Result<()> {
+        self.done(Request::Signal {
+            member: me.clone(),
+            signal: signal.to_owned(),
+            targets: targets.to_vec(),
+        })
+    }
+
+    fn terminate(&self, me: &IbisIdentifier) -> Result<()> {
+        self.done(Request::Terminate { member: me.clone() })
+    }
+
+    fn maybe_dead(&self, me: &IbisIdentifier, suspect: &IbisIdentifier) -> Result<()> {
+        self.done(Request::MaybeDead {
+            member: me.clone(),
+            suspect: suspect.clone(),
+        })
+    }
+
+    fn assume_dead(&self, me: &IbisIdentifier, suspect: &IbisIdentifier) -> Result<()> {
+        self.done(Request::AssumeDead {
+            member: me.clone(),
+            suspect: suspect.clone(),
+        })
+    }
+
+    fn take_events(&self, me: &IbisIdentifier) -> Result<Vec<(Seq, Event)>> {
+        // Taking events changes nothing others can observe: no version bump.
+        let mut st = lock(&self.inner.shared.state);
+        let k = key(me);
+        let disconnected = st.disconnected.is_some();
+        match st.members.get_mut(&k) {
+            Some(c) if !c.events.is_empty() => Ok(c.events.drain(..).collect()),
+            Some(_) if disconnected => {
+                // The server declared the member dead when the connection
+                // dropped: it is no longer a member.
+                st.members.remove(&k);
+                Err(unknown(me))
+            }
+            Some(_) => Ok(Vec::new()),
+            None => Err(unknown(me)),
+        }
+    }
+
+    fn members(&self, me: &IbisIdentifier) -> Result<Vec<IbisIdentifier>> {
+        self.with_member(me, |c| c.members.values().cloned().collect())
+    }
+
+    fn pool_status(&self, me: &IbisIdentifier) -> Result<PoolStatus> {
+        self.with_member(me, |c| c.status)
+    }
+
+    fn version(&self) -> u64 {
+        lock(&self.inner.shared.state).version
+    }
+
+    fn wait_for_change(&self, seen: u64, deadline: Option<Instant>) -> Result<u64> {
+        let shared = &self.inner.shared;
+        let mut st = lock(&shared.state);
+        while st.version == seen {
+            match deadline {
+                None => {
+                    st = shared
+                        .changed
+                        .wait(st)
+                        .unwrap_or_else(PoisonError::into_inner);
+                }
+                Some(d) => {
+                    let now = Instant::now();
+                    if now >= d {
+                        break;
+                    }
+                    st = shared
+                        .changed
+                        .wait_timeout(st, d - now)
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .0;
+                }
+            }
+        }
+        Ok(st.version)
+    }
+
+    fn poll_change(&self, seen: u64, waker: &Waker) -> Poll<Result<u64>> {
+        let mut st = lock(&self.inner.shared.state);
+        if st.version != seen {
+            return Poll::Ready(Ok(st.version));
+        }
+        if !st.wakers.iter().any(|w| w.will_wake(waker)) {
+            st.wakers.push(waker.clone());
+        }
+        Poll::Pending
+    }
+}

@@ -1,0 +1,516 @@
+//! `ipl-run`: launch a pool of processes around an in-process registry.
+//!
+//! # Environment contract
+//!
+//! Every launched process gets (besides the launcher's own environment):
+//!
+//! | Variable | Value |
+//! |---|---|
+//! | [`ENV_REGISTRY`] `IPL_REGISTRY` | `host:port` of the registry server |
+//! | [`ENV_POOL`] `IPL_POOL` | the pool name (unique per run unless `--pool` is given) |
+//! | [`ENV_POOL_SIZE`] `IPL_POOL_SIZE` | N: the pool is a closed world of N members |
+//! | [`ENV_SECRET`] `IPL_POOL_SECRET` | the pool secret, 64 hex digits |
+//! | [`ENV_CLUSTER`] `IPL_CLUSTER` | `cluster-<k>`, see [`cluster_of`] |
+//! | [`ENV_RANK`] `IPL_RANK` | `i` in `0..N`, for log prefixes only |
+//!
+//! A process joins with [`PoolEnv::from_env`] and [`PoolEnv::join`]. Its
+//! identity (member id, join order) comes from the registry, not from the
+//! rank.
+
+use std::ffi::OsString;
+use std::io::{self, BufRead, BufReader, Read, Write};
+use std::net::SocketAddr;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use ipl_auth::PoolSecret;
+use ipl_registry::{JoinRequest, NetRegistry, PoolConfig, Registry, RegistryError, RegistryServer};
+
+/// Address of the registry server (`host:port`).
+pub const ENV_REGISTRY: &str = "IPL_REGISTRY";
+/// Name of the pool.
+pub const ENV_POOL: &str = "IPL_POOL";
+/// Number of processes in the (closed-world) pool.
+pub const ENV_POOL_SIZE: &str = "IPL_POOL_SIZE";
+/// The pool secret (64 hex digits); same as [`ipl_auth::SECRET_ENV`].
+pub const ENV_SECRET: &str = ipl_auth::SECRET_ENV;
+/// The process's cluster name.
+pub const ENV_CLUSTER: &str = "IPL_CLUSTER";
+/// The process's launch index, for log prefixes only.
+pub const ENV_RANK: &str = "IPL_RANK";
+
+/// Default time the other processes get to finish after one failed.
+pub const DEFAULT_GRACE: Duration = Duration::from_secs(10);
+
+/// Exit code of `ipl-run` when a process failed.
+pub const EXIT_FAILED: i32 = 1;
+/// Exit code of `ipl-run` when `--timeout` expired (as `timeout(1)`).
+pub const EXIT_TIMEOUT: i32 = 124;
+
+/// How often children are polled.
+const POLL: Duration = Duration::from_millis(20);
+
+/// The cluster index of process `i` of `n` spread over `clusters` clusters:
+/// `i * clusters / n`, so the clusters get contiguous ranks and sizes that
+/// differ by at most one (e.g. 3 processes over 2 clusters: 0, 0, 1).
+/// `clusters` is clamped to `1..=n`.
+pub fn cluster_of(i: usize, n: usize, clusters: usize) -> usize {
+    if n == 0 {
+        return 0;
+    }
+    let c = clusters.clamp(1, n);
+    // Widening to u128 rules out overflow.
+    ((i as u128 * c as u128) / n as u128) as usize
+}
+
+/// The name of cluster `k`: `cluster-<k>`.
+pub fn cluster_name(k: usize) -> String {
+    format!("cluster-{k}")
+}
+
+/// A pool name unique to this run: `ipl-<pid>-<time>-<counter>`.
+pub fn unique_pool_name() -> String {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    let k = COUNTER.fetch_add(1, Ordering::Relaxed);
+    format!("ipl-{}-{nanos:x}-{k}", std::process::id())
+}
+
+/// A missing or malformed variable of the environment contract.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EnvError(pub String);
+
+impl std::fmt::Display for EnvError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} (is this process started by ipl-run?)", self.0)
+    }
+}
+
+impl std::error::Error for EnvError {}
+
+/// What a launched process learns from its environment.
+#[derive(Debug, Clone)]
+pub struct PoolEnv {
+    /// [`ENV_REGISTRY`].
+    pub registry: String,
+    /// [`ENV_POOL`].
+    pub pool: String,
+    /// [`ENV_POOL_SIZE`].
+    pub size: usize,
+    /// [`ENV_SECRET`].
+    pub secret: PoolSecret,
+    /// [`ENV_CLUSTER`] (default `cluster-0`).
+    pub cluster: String,
+    /// [`ENV_RANK`], if set.
+    pub rank: Option<usize>,
+}
+
+impl PoolEnv {
+    /// Reads the contract from the process environment.
+    pub fn from_env() -> Result<Self, EnvError> {
+        Self::from_lookup(|k| std::env::var(k).ok())
+    }
+
+    /// Reads the contract through `get` (for tests and embedding).
+    pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Self, EnvError> {
+        let need = |k: &str| get(k).ok_or_else(|| EnvError(format!("{k} is not set")));
+        let registry = need(ENV_REGISTRY)?;
+        let pool = need(ENV_POOL)?;
+        let size_text = need(ENV_POOL_SIZE)?;
+        let size = size_text
+            .trim()
+            .parse()
+            .map_err(|_| EnvError(format!("{ENV_POOL_SIZE}={size_text:?} is not a number")))?;
+        let secret = PoolSecret::from_hex(&need(ENV_SECRET)?)
+            .map_err(|e| EnvError(format!("{ENV_SECRET}: {e}")))?;
+        let cluster = get(ENV_CLUSTER).unwrap_or_else(|| cluster_name(0));
+        let rank = match get(ENV_RANK) {
+            None => None,
+            Some(r) => Some(
+                r.trim()
+                    .parse()
+                    .map_err(|_| EnvError(format!("{ENV_RANK}={r:?} is not a number")))?,
+            ),
+        };
+        Ok(Self {
+            registry,
+            pool,
+            size,
+            secret,
+            cluster,
+            rank,
+        })
+    }
+
+    /// Connects to the registry (within `timeout`) and joins the
+    /// closed-world pool of [`size`](Self::size) in [`cluster`](Self::cluster).
+    pub fn join(&self, timeout: Duration) -> Result<Registry, RegistryError> {
+        let client = NetRegistry::connect(self.registry.as_str(), &self.secret, timeout)?;
+        let mut request = JoinRequest::new(self.cluster.clone());
+        if let Some(r) = self.rank {
+            request = request.with_name(format!("rank-{r}"));
+        }
+        client.join(&self.pool, PoolConfig::closed_world(self.size), request)
+    }
+}
+
+/// What to launch.
+#[derive(Debug, Clone)]
+pub struct LaunchConfig {
+    /// Number of processes (N).
+    pub processes: usize,
+    /// Number of clusters to spread them over.
+    pub clusters: usize,
+    /// Pool name; `None`: [`unique_pool_name`].
+    pub pool: Option<String>,
+    /// Kill everything after this long.
+    pub timeout: Option<Duration>,
+    /// After a process failed, how long the others may still run.
+    pub grace: Duration,
+    /// The program to start.
+    pub program: OsString,
+    /// Its arguments.
+    pub args: Vec<OsString>,
+}
+
+impl LaunchConfig {
+    /// `processes` copies of `program args...`, one cluster, default grace,
+    /// no timeout.
+    pub fn new(processes: usize, program: impl Into<OsString>, args: Vec<OsString>) -> Self {
+        Self {
+            processes,
+            clusters: 1,
+            pool: None,
+            timeout: None,
+            grace: DEFAULT_GRACE,
+            program: program.into(),
+            args,
+        }
+    }
+}
+
+/// How one process ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProcessEnd {
+    /// It exited by itself (or was killed by somebody else).
+    Exited(ExitStatus),
+    /// `ipl-run` killed it (grace period or timeout over).
+    Killed,
+}
+
+impl ProcessEnd {
+    /// Whether it exited with status 0.
+    pub fn success(&self) -> bool {
+        matches!(self, ProcessEnd::Exited(s) if s.success())
+    }
+}
+
+impl std::fmt::Display for ProcessEnd {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ProcessEnd::Exited(s) => write!(f, "{s}"),
+            ProcessEnd::Killed => write!(f, "killed by ipl-run"),
+        }
+    }
+}
+
+/// The result of a [`launch`].
+#[derive(Debug, Clone)]
+pub struct LaunchOutcome {
+    /// The pool name used.
+    pub pool: String,
+    /// The registry's address.
+    pub registry: SocketAddr,
+    /// How each process ended, by rank.
+    pub ends: Vec<ProcessEnd>,
+    /// Whether the timeout expired.
+    pub timed_out: bool,
+}
+
+impl LaunchOutcome {
+    /// `ipl-run`'s exit code: 0 if every process exited 0, [`EXIT_TIMEOUT`]
+    /// on timeout, else [`EXIT_FAILED`].
+    pub fn exit_code(&self) -> i32 {
+        if self.timed_out {
+            EXIT_TIMEOUT
+        } else if self.ends.iter().all(ProcessEnd::success) {
+            0
+        } else {
+            EXIT_FAILED
+        }
+    }
+}
+
+/// Copies `from` line by line to `to`, prefixing each line with `prefix`.
+fn forward(
+    from: impl Read + Send + 'static,
+    prefix: String,
+    to: fn() -> Box<dyn Write>,
+) -> io::Result<JoinHandle<()>> {
+    thread::Builder::new()
+        .name(format!("ipl-run-output{prefix}"))
+        .spawn(move || {
+            let mut r = BufReader::new(from);
+            let mut line = Vec::new();
+            loop {
+                line.clear();
+                match r.read_until(b'\n', &mut line) {
+                    Ok(0) | Err(_) => return,
+                    Ok(_) => {
+                        if line.last() != Some(&b'\n') {
+                            line.push(b'\n');
+                        }
+                        let mut out = to();
+                        let _ = out
+                            .write_all(prefix.as_bytes())
+                            .and_then(|()| out.write_all(&line))
+                            .and_then(|()| out.flush());
+                    }
+                }
+            }
+        })
+}
+
+fn stdout_box() -> Box<dyn Write> {
+    Box::new(io::stdout().lock())
+}
+
+fn stderr_box() -> Box<dyn Write> {
+    Box::new(io::stderr().lock())
+}
+
+fn note(msg: &str) {
+    let mut e = io::stderr().lock();
+    let _ = writeln!(e, "[ipl-run] {msg}");
+}
+
+/// Runs `ipl-run`: starts a registry server on 127.0.0.1 in this process,
+/// launches `config.processes` copies of the program with the
+/// [environment contract](self), prefixes their output lines with `[i] `,
+/// and waits for all of them.
+///
+/// If one fails (exits non-zero or is killed by a signal) the others get
+/// `config.grace` to finish, then are killed; on `config.timeout` all are
+/// killed. Errors are only returned if nothing could be launched (the
+/// processes already started are killed).
+pub fn launch(config: &LaunchConfig) -> io::Result<LaunchOutcome> {
+    let n = config.processes;
+    if n == 0 {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "need at least one process (-n)",
+        ));
+    }
+    let secret = PoolSecret::generate().map_err(io::Error::other)?;
+    let server = RegistryServer::bind("127.0.0.1:0", secret.clone())?.run_in_background()?;
+    let registry = server.local_addr();
+    let pool = config.pool.clone().unwrap_or_else(unique_pool_name);
+    tracing::debug!(%registry, %pool, n, "launching");
+
+    let mut children: Vec<Child> = Vec::with_capacity(n);
+    let mut forwarders = Vec::new();
+    for i in 0..n {
+        let mut cmd = Command::new(&config.program);
+        cmd.args(&config.args)
+            .env(ENV_REGISTRY, registry.to_string())
+            .env(ENV_POOL, &pool)
+            .env(ENV_POOL_SIZE, n.to_string())
+            .env(ENV_SECRET, secret.to_hex())
+            .env(ENV_CLUSTER, cluster_name(cluster_of(i, n, config.clusters)))
+            .env(ENV_RANK, i.to_string())
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut child = match cmd.spawn() {
+            Ok(c) => c,
+            Err(e) => {
+                for c in &mut children {
+                    let _ = c.kill();
+                    let _ = c.wait();
+                }
+                return Err(io::Error::new(
+                    e.kind(),
+                    format!("could not start {:?}: {e}", config.program),
+                ));
+            }
+        };
+        let prefix = format!("[{i}] ");
+        if let Some(out) = child.stdout.take() {
+            forwarders.push(forward(out, prefix.clone(), stdout_box)?);
+        }
+        if let Some(err) = child.stderr.take() {
+            forwarders.push(forward(err, prefix, stderr_box)?);
+        }
+        children.push(child);
+    }
+
+    let ends = supervise(&mut children, config);
+    let timed_out = ends.timed_out;
+    // Output of the children: let the forwarders drain (bounded, in case a
+    // grandchild keeps a pipe open).
+    let until = Instant::now() + Duration::from_secs(2);
+    for f in forwarders {
+        while !f.is_finished() && Instant::now() < until {
+            thread::sleep(Duration::from_millis(5));
+        }
+        if f.is_finished() {
+            let _ = f.join();
+        }
+    }
+    server.shutdown();
+    Ok(LaunchOutcome {
+        pool,
+        registry,
+        ends: ends.ends,
+        timed_out,
+    })
+}
+
+struct Supervised {
+    ends: Vec<ProcessEnd>,
+    timed_out: bool,
+}
+
+fn supervise(children: &mut [Child], config: &LaunchConfig) -> Supervised {
+    let start = Instant::now();
+    let deadline = config.timeout.and_then(|t| start.checked_add(t));
+    let mut ends: Vec<Option<ProcessEnd>> = vec![None; children.len()];
+    let mut grace_until: Option<Instant> = None;
+    let mut timed_out = false;
+    loop {
+        for (i, c) in children.iter_mut().enumerate() {
+            if ends[i].is_some() {
+                continue;
+            }
+            match c.try_wait() {
+                Ok(Some(status)) => {
+                    let end = ProcessEnd::Exited(status);
+                    if !end.success() {
+                        if grace_until.is_none() {
+                            note(&format!(
+                                "process {i} failed ({status}); the others have {:?} to finish",
+                                config.grace
+                            ));
+                            grace_until = Instant::now().checked_add(config.grace);
+                        } else {
+                            note(&format!("process {i} failed ({status})"));
+                        }
+                    }
+                    ends[i] = Some(end);
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    note(&format!("cannot wait for process {i}: {e}"));
+                    let _ = c.kill();
+                    let _ = c.wait();
+                    ends[i] = Some(ProcessEnd::Killed);
+                }
+            }
+        }
+        if ends.iter().all(Option::is_some) {
+            break;
+        }
+        let now = Instant::now();
+        let kill_reason = if deadline.is_some_and(|d| now >= d) {
+            timed_out = true;
+            Some("timeout expired")
+        } else if grace_until.is_some_and(|g| now >= g) {
+            Some("grace period over")
+        } else {
+            None
+        };
+        if let Some(reason) = kill_reason {
+            for (i, c) in children.iter_mut().enumerate() {
+                if ends[i].is_none() {
+                    note(&format!("{reason}: killing process {i}"));
+                    let _ = c.kill();
+                    let _ = c.wait();
+                    ends[i] = Some(ProcessEnd::Killed);
+                }
+            }
+            break;
+        }
+        thread::sleep(POLL);
+    }
+    Supervised {
+        ends: ends
+            .into_iter()
+            .map(|e| e.unwrap_or(ProcessEnd::Killed))
+            .collect(),
+        timed_out,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn clusters_are_spread_evenly_and_contiguously() {
+        let of = |n: usize, c: usize| (0..n).map(|i| cluster_of(i, n, c)).collect::<Vec<_>>();
+        assert_eq!(of(3, 2), vec![0, 0, 1]);
+        assert_eq!(of(4, 2), vec![0, 0, 1, 1]);
+        assert_eq!(of(5, 3), vec![0, 0, 1, 1, 2]);
+        assert_eq!(of(3, 1), vec![0, 0, 0]);
+        // More clusters than processes: one each.
+        assert_eq!(of(2, 5), vec![0, 1]);
+        assert_eq!(of(2, 0), vec![0, 0]);
+        for n in 1..40 {
+            for c in 1..=n {
+                let v = of(n, c);
+                assert!(v.windows(2).all(|w| w[0] <= w[1]), "contiguous");
+                let sizes: Vec<usize> = (0..c)
+                    .map(|k| v.iter().filter(|&&x| x == k).count())
+                    .collect();
+                let (min, max) = (
+                    sizes.iter().min().copied().unwrap_or(0),
+                    sizes.iter().max().copied().unwrap_or(0),
+                );
+                assert!(min >= 1 && max - min <= 1, "n={n} c={c} {sizes:?}");
+            }
+        }
+        assert_eq!(cluster_name(1), "cluster-1");
+    }
+
+    #[test]
+    fn env_contract_parses_and_reports_missing_variables() {
+        let secret = PoolSecret::generate().unwrap();
+        let hex = secret.to_hex();
+        let vars = |k: &str| -> Option<String> {
+            match k {
+                ENV_REGISTRY => Some("127.0.0.1:1".into()),
+                ENV_POOL => Some("p".into()),
+                ENV_POOL_SIZE => Some("3".into()),
+                ENV_SECRET => Some(hex.clone()),
+                ENV_RANK => Some("2".into()),
+                _ => None,
+            }
+        };
+        let env = PoolEnv::from_lookup(vars).unwrap();
+        assert_eq!(env.size, 3);
+        assert_eq!(env.cluster, "cluster-0");
+        assert_eq!(env.rank, Some(2));
+        assert_eq!(env.secret, secret);
+        let err = PoolEnv::from_lookup(|k| if k == ENV_POOL { None } else { vars(k) }).unwrap_err();
+        assert!(err.to_string().contains(ENV_POOL));
+        let err = PoolEnv::from_lookup(|k| {
+            if k == ENV_POOL_SIZE {
+                Some("x".into())
+            } else {
+                vars(k)
+            }
+        })
+        .unwrap_err();
+        assert!(err.to_string().contains(ENV_POOL_SIZE));
+    }
+
+    #[test]
+    fn unique_pool_names_differ() {
+        assert_ne!(unique_pool_name(), unique_pool_name());
+    }
+}

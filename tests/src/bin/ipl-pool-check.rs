@@ -1,0 +1,372 @@
+//! One member of a launched pool that exercises an IPL capability across processes and
+//! checks the outcome itself. Usage (under `ipl-run -n N -- ipl-pool-check SCENARIO`):
+//!
+//! - `rpc`: the elected root serves add requests by upcall (figure 7.4); every other
+//!   member makes calls over TCP and checks the answers;
+//! - `multicast`: the root multicasts numbered messages with a large f64 array to all
+//!   others, who check order and contents;
+//! - `manytoone`: all others send numbered messages to one receive port of the root,
+//!   which checks that every sender's messages arrive complete and in order;
+//! - `election`: everybody races for one election, sends its view of the winner to the
+//!   winner, which checks they agree and signals everybody to finish;
+//! - `kill`: member 1 connects to the root, sends, and aborts; the root and the others
+//!   must see it die (registry), and the root must see its connection lost.
+//!
+//! Exits 0 when the checks pass, 1 with a message otherwise.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use ipl::{
+    Event, Ibis, IbisCapabilities as I, IbisIdentifier, PortCapabilities as P, PortType,
+    ReadMessage,
+};
+
+const WAIT: Duration = Duration::from_secs(60);
+
+type Res<T> = Result<T, Box<dyn std::error::Error>>;
+
+fn fail(msg: String) -> Box<dyn std::error::Error> {
+    msg.into()
+}
+
+fn object_type(extra: P) -> ipl::Result<PortType> {
+    PortType::new(
+        extra | P::SERIALIZATION_OBJECT | P::COMMUNICATION_RELIABLE | P::COMMUNICATION_FIFO,
+    )
+}
+
+#[derive(serde::Serialize, serde::Deserialize, Debug)]
+enum Req {
+    Add(i64, i64),
+    Bye,
+}
+
+fn main() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+    let scenario = std::env::args().nth(1).unwrap_or_default();
+    match run(&scenario) {
+        Ok(()) => println!("{scenario}: ok"),
+        Err(e) => {
+            println!("{scenario}: FAILED: {e}");
+            std::process::exit(1);
+        }
+    }
+}
+
+fn run(scenario: &str) -> Res<()> {
+    let req = object_type(P::CONNECTION_MANY_TO_ONE | P::RECEIVE_AUTO_UPCALLS)?;
+    let rep = object_type(P::CONNECTION_ONE_TO_ONE | P::RECEIVE_EXPLICIT | P::RECEIVE_TIMEOUT)?;
+    let mc = PortType::new(
+        P::CONNECTION_ONE_TO_MANY
+            | P::RECEIVE_TIMEOUT
+            | P::SERIALIZATION_DATA
+            | P::COMMUNICATION_NUMBERED
+            | P::COMMUNICATION_RELIABLE
+            | P::COMMUNICATION_FIFO,
+    )?;
+    let sink = PortType::new(
+        P::CONNECTION_MANY_TO_ONE
+            | P::CONNECTION_UPCALLS
+            | P::RECEIVE_TIMEOUT
+            | P::SERIALIZATION_OBJECT
+            | P::COMMUNICATION_NUMBERED
+            | P::COMMUNICATION_RELIABLE
+            | P::COMMUNICATION_FIFO,
+    )?;
+    let ibis = Ibis::builder()
+        .capabilities(I::MEMBERSHIP | I::ELECTIONS | I::SIGNALS | I::TERMINATION)
+        .from_env()?
+        .port_type(req)
+        .port_type(rep)
+        .port_type(mc)
+        .port_type(sink)
+        .build()?;
+    ibis.registry().wait_until_pool_closed(Some(WAIT))?;
+    let members = ibis.registry().members()?;
+    let root = ibis.registry().elect("root")?;
+    let me = ibis.identifier().clone();
+    let is_root = root == me;
+    let others: Vec<IbisIdentifier> = members.iter().filter(|m| **m != root).cloned().collect();
+    println!(
+        "{} in cluster {} of a pool of {}; root {}; transport {}",
+        me,
+        me.cluster(),
+        members.len(),
+        root,
+        ibis.transport_for(&req)?
+    );
+    match scenario {
+        "rpc" => rpc(&ibis, is_root, &root, others.len(), req, rep)?,
+        "multicast" => multicast(&ibis, is_root, &others, mc)?,
+        "manytoone" => manytoone(&ibis, is_root, &root, others.len(), sink)?,
+        "election" => election(&ibis, &members, sink)?,
+        "kill" => kill(&ibis, is_root, &root, sink)?,
+        other => return Err(fail(format!("unknown scenario {other:?}"))),
+    }
+    ibis.end()?;
+    Ok(())
+}
+
+fn rpc(
+    ibis: &Ibis,
+    is_root: bool,
+    root: &IbisIdentifier,
+    clients: usize,
+    req: PortType,
+    rep: PortType,
+) -> Res<()> {
+    const CALLS: i64 = 300;
+    if is_root {
+        let (tx, rx) = std::sync::mpsc::channel::<(ipl::SendPortIdentifier, Req)>();
+        let port = ibis
+            .receive_port(&req, "requests")
+            .message_upcall(move |mut m: ReadMessage| {
+                if let Ok(r) = m.read_object::<Req>() {
+                    let _ = tx.send((m.origin().clone(), r));
+                }
+            })
+            .create()?;
+        port.enable_connections();
+        port.enable_message_upcalls()?;
+        let mut replies: HashMap<String, ipl::SendPort> = HashMap::new();
+        let mut byes = 0;
+        let deadline = Instant::now() + WAIT;
+        while byes < clients {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let (origin, r) = rx
+                .recv_timeout(left)
+                .map_err(|_| fail(format!("root: only {byes} of {clients} clients finished")))?;
+            match r {
+                Req::Bye => byes += 1,
+                Req::Add(a, b) => {
+                    let key = origin.to_string();
+                    if !replies.contains_key(&key) {
+                        let mut sp =
+                            ibis.create_send_port(&rep, &format!("reply-{}", replies.len()))?;
+                        sp.connect_to(&origin.ibis, "replies", WAIT)?;
+                        replies.insert(key.clone(), sp);
+                    }
+                    let sp = replies
+                        .get_mut(&key)
+                        .ok_or_else(|| fail("reply port vanished".into()))?;
+                    let mut w = sp.new_message()?;
+                    w.write_object(&(a + b))?;
+                    w.finish()?;
+                }
+            }
+        }
+        port.close(Some(Duration::from_secs(5)));
+    } else {
+        let replies = ibis.create_receive_port(&rep, "replies")?;
+        replies.enable_connections();
+        let mut sp = ibis.create_send_port(&req, "calls")?;
+        sp.connect_to(root, "requests", WAIT)?;
+        let mine = ibis.identifier().id().get() as i64;
+        for i in 0..CALLS {
+            let mut w = sp.new_message()?;
+            w.write_object(&Req::Add(i, mine))?;
+            w.finish()?;
+            let mut m = replies.receive_timeout(WAIT)?;
+            let sum: i64 = m.read_object()?;
+            if sum != i + mine {
+                return Err(fail(format!("call {i}: got {sum}, expected {}", i + mine)));
+            }
+        }
+        let mut w = sp.new_message()?;
+        w.write_object(&Req::Bye)?;
+        w.finish()?;
+        sp.close();
+    }
+    Ok(())
+}
+
+fn multicast(ibis: &Ibis, is_root: bool, others: &[IbisIdentifier], mc: PortType) -> Res<()> {
+    const MESSAGES: u64 = 200;
+    let data: Vec<f64> = (0..100_000).map(|i| i as f64 * 0.5).collect();
+    if is_root {
+        let mut sp = ibis.create_send_port(&mc, "mc")?;
+        for o in others {
+            sp.connect_to(o, "mc", WAIT)?;
+        }
+        for i in 0..MESSAGES {
+            let mut w = sp.new_message()?;
+            w.write_u64(i)?;
+            w.write_array(&data)?;
+            w.finish()?;
+        }
+        sp.close();
+    } else {
+        let rp = ibis.create_receive_port(&mc, "mc")?;
+        rp.enable_connections();
+        let mut got = vec![0f64; data.len()];
+        for i in 0..MESSAGES {
+            let mut m = rp.receive_timeout(WAIT)?;
+            let n = m.read_u64()?;
+            let seq = m.sequence_number()?;
+            m.read_array_into(&mut got)?;
+            if n != i || seq != i {
+                return Err(fail(format!("message {i} arrived as {n} (seq {seq})")));
+            }
+            if got != data {
+                return Err(fail(format!("message {i}: array differs")));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn manytoone(
+    ibis: &Ibis,
+    is_root: bool,
+    root: &IbisIdentifier,
+    senders: usize,
+    sink: PortType,
+) -> Res<()> {
+    const MESSAGES: u64 = 500;
+    if is_root {
+        let rp = ibis.create_receive_port(&sink, "sink")?;
+        rp.enable_connections();
+        let mut next: HashMap<String, u64> = HashMap::new();
+        for _ in 0..MESSAGES * senders as u64 {
+            let mut m = rp.receive_timeout(WAIT)?;
+            let (from, n): (u64, u64) = m.read_object()?;
+            let origin = m.origin().clone();
+            let expected = next.entry(origin.to_string()).or_insert(0);
+            if n != *expected || m.sequence_number()? != n || from != origin.ibis.id().get() {
+                return Err(fail(format!("from {origin}: got {n}, expected {expected}")));
+            }
+            *expected += 1;
+        }
+        if next.len() != senders || next.values().any(|v| *v != MESSAGES) {
+            return Err(fail(format!("counts per sender: {next:?}")));
+        }
+        // Everybody's messages are in: let the senders go.
+        ibis.registry()
+            .signal("done", &ibis.registry().members()?)?;
+        wait_signal(ibis, "done")?;
+    } else {
+        let mut sp = ibis.create_send_port(&sink, "to-sink")?;
+        sp.connect_to(root, "sink", WAIT)?;
+        let me = ibis.identifier().id().get();
+        for i in 0..MESSAGES {
+            let mut w = sp.new_message()?;
+            w.write_object(&(me, i))?;
+            w.finish()?;
+        }
+        wait_signal(ibis, "done")?;
+        sp.close();
+    }
+    Ok(())
+}
+
+fn wait_signal(ibis: &Ibis, name: &str) -> Res<()> {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match ibis.registry().next_event(Some(left))? {
+            Some(Event::Signal { signal, .. }) if signal == name => return Ok(()),
+            Some(_) => {}
+            None => return Err(fail(format!("no signal {name:?} within {WAIT:?}"))),
+        }
+    }
+}
+
+fn election(ibis: &Ibis, members: &[IbisIdentifier], sink: PortType) -> Res<()> {
+    let winner = ibis.registry().elect("leader")?;
+    let rp = if *ibis.identifier() == winner {
+        let rp = ibis.create_receive_port(&sink, "votes")?;
+        rp.enable_connections();
+        Some(rp)
+    } else {
+        None
+    };
+    let mut sp = ibis.create_send_port(&sink, "vote")?;
+    sp.connect_to(&winner, "votes", WAIT)?;
+    let mut w = sp.new_message()?;
+    w.write_object(&winner.id().get())?;
+    w.finish()?;
+    if let Some(rp) = rp {
+        for _ in 0..members.len() {
+            let mut m = rp.receive_timeout(WAIT)?;
+            let vote: u64 = m.read_object()?;
+            if vote != winner.id().get() {
+                return Err(fail(format!("{} saw winner {vote}", m.origin())));
+            }
+        }
+        println!("all {} members agree on leader {winner}", members.len());
+        ibis.registry().signal("done", members)?;
+    }
+    wait_signal(ibis, "done")?;
+    sp.close();
+    Ok(())
+}
+
+struct Lost(std::sync::mpsc::Sender<ipl::Disconnect>);
+
+impl ipl::ReceivePortConnectUpcall for Lost {
+    fn lost_connection(
+        &self,
+        _: &ipl::ReceivePortIdentifier,
+        _: &ipl::SendPortIdentifier,
+        why: &ipl::Disconnect,
+    ) {
+        let _ = self.0.send(why.clone());
+    }
+}
+
+fn kill(ibis: &Ibis, is_root: bool, root: &IbisIdentifier, sink: PortType) -> Res<()> {
+    let victim = ibis
+        .registry()
+        .members()?
+        .into_iter()
+        .find(|m| m.name() == "member-1")
+        .ok_or_else(|| fail("no member-1 in the pool".into()))?;
+    let (tx, rx) = std::sync::mpsc::channel();
+    let rp = if is_root {
+        let rp = ibis
+            .receive_port(&sink, "sink")
+            .connection_upcall(Lost(tx))
+            .create()?;
+        rp.enable_connections();
+        Some(rp)
+    } else {
+        None
+    };
+    if *ibis.identifier() == victim {
+        let mut sp = ibis.create_send_port(&sink, "doomed")?;
+        sp.connect_to(root, "sink", WAIT)?;
+        let mut w = sp.new_message()?;
+        w.write_object(&(0u64, 0u64))?;
+        w.finish()?;
+        println!("member-1 aborts now");
+        std::process::abort();
+    }
+    // Everybody else: the registry must report the victim dead.
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match ibis.registry().next_event(Some(left))? {
+            Some(Event::Died(who)) if who == victim => break,
+            Some(_) => {}
+            None => return Err(fail("the killed member was not reported dead".into())),
+        }
+    }
+    println!("saw {victim} die");
+    if let Some(rp) = rp {
+        let mut m = rp.receive_timeout(WAIT)?;
+        let _: (u64, u64) = m.read_object()?;
+        m.finish();
+        match rx.recv_timeout(WAIT) {
+            Ok(ipl::Disconnect::Lost(why)) => println!("root saw the connection lost: {why}"),
+            Ok(other) => return Err(fail(format!("connection ended as {other:?}, not lost"))),
+            Err(_) => return Err(fail("the lost connection was not reported".into())),
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,836 @@
+//! A TCP endpoint: the listener, the connections (one per peer endpoint), the channel
+//! tables, and the reader threads that turn frames into host callbacks.
+
+use std::collections::HashMap;
+use std::io::{BufReader, IoSlice};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, Shutdown, SocketAddr};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, RwLock, Weak};
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant};
+
+use ipl_auth::{AuthError, Initiator, Responder, CHALLENGE_LEN, FINISH_LEN, HELLO_LEN};
+use ipl_transport_abi::ffi::CloseCode;
+use ipl_transport_abi::{HostSink, TransportCapabilities, TransportError, TransportPlugin};
+use socket2::{SockAddr, Socket};
+
+use crate::address::Address;
+use crate::config::Config;
+use crate::gate::Gate;
+use crate::net;
+use crate::wire::{self, HEADER_LEN, KIND_CLOSE, KIND_DATA, KIND_OPEN, MAGIC, OPENED_BY_SENDER};
+use crate::{lock, read_lock, write_lock};
+
+/// How long the accepting side waits for each handshake message.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// A connection dropped during the accepting side's handshake (already logged).
+struct Dropped;
+
+/// Live endpoints of this process by id, for [`TcpTransport::connection_stats`].
+fn directory() -> &'static Mutex<HashMap<u64, Weak<Inner>>> {
+    static DIR: OnceLock<Mutex<HashMap<u64, Weak<Inner>>>> = OnceLock::new();
+    DIR.get_or_init(|| Mutex::new(HashMap::new()))
+}
+
+/// One TCP connection to a peer endpoint, carrying every channel between the two.
+struct Conn {
+    /// Serial number of the connection within this endpoint.
+    serial: u64,
+    /// The peer endpoint's id.
+    peer_id: u64,
+    /// The peer's socket address (for messages).
+    peer: SocketAddr,
+    sock: Arc<Socket>,
+    /// Held while a frame is written, so frames never interleave.
+    write: Mutex<()>,
+    /// Wire id as received from the peer → local channel id. `None` once the connection
+    /// is lost: whoever takes an entry out owns the channel's last callback.
+    chans: Mutex<Option<HashMap<u64, u64>>>,
+}
+
+impl Conn {
+    /// Writes one frame: header and payload slices in one vectored write.
+    fn send_frame(
+        &self,
+        wire_id: u64,
+        kind: u8,
+        slices: &[&[u8]],
+        len: u32,
+    ) -> std::io::Result<()> {
+        let h = wire::header(len, wire_id, kind);
+        const INLINE: usize = 9;
+        let mut inline = [IoSlice::new(&[]); INLINE];
+        let mut heap: Vec<IoSlice<'_>>;
+        let iov: &mut [IoSlice<'_>] = if slices.len() < INLINE {
+            inline[0] = IoSlice::new(&h);
+            for (d, s) in inline[1..].iter_mut().zip(slices) {
+                *d = IoSlice::new(s);
+            }
+            &mut inline[..=slices.len()]
+        } else {
+            heap = Vec::with_capacity(slices.len() + 1);
+            heap.push(IoSlice::new(&h));
+            heap.extend(slices.iter().map(|s| IoSlice::new(s)));
+            &mut heap
+        };
+        let _g = lock(&self.write);
+        net::write_all_vectored(&self.sock, iov)
+    }
+
+    /// Breaks the connection: blocked reads and writes return, the peer sees EOF.
+    fn kill(&self) {
+        let _ = self.sock.shutdown(Shutdown::Both);
+    }
+
+    fn is_alive(&self) -> bool {
+        lock(&self.chans).is_some()
+    }
+}
+
+/// Where a local channel goes.
+#[derive(Clone)]
+struct Route {
+    conn: Arc<Conn>,
+    /// The channel's id in the frames we send.
+    wire: u64,
+}
+
+#[derive(Default)]
+struct State {
+    /// Set by `shutdown`: nothing registers any more.
+    stopped: bool,
+    conns: HashMap<u64, Arc<Conn>>,
+    /// The connection `connect` uses for a peer endpoint id.
+    by_peer: HashMap<u64, Arc<Conn>>,
+    /// Accepted sockets still in the handshake (so `shutdown` can break them).
+    pending: HashMap<u64, Arc<Socket>>,
+    /// Connection threads, joined by `shutdown`.
+    threads: Vec<JoinHandle<()>>,
+}
+
+struct Inner {
+    id: u64,
+    cfg: Config,
+    context: Vec<u8>,
+    address: Vec<u8>,
+    /// The address the listener is bound to.
+    bound: SocketAddr,
+    host: HostSink,
+    gate: Gate,
+    stopping: AtomicBool,
+    next_channel: AtomicU64,
+    next_serial: AtomicU64,
+    established: AtomicU64,
+    state: Mutex<State>,
+    /// Local channel id → route. Read on every send, hence its own lock.
+    channels: RwLock<HashMap<u64, Route>>,
+}
+
+/// Counters of one endpoint's connections, for tests and diagnostics.
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConnectionStats {
+    /// TCP connections open now.
+    pub open: usize,
+    /// TCP connections that completed the handshake since the endpoint was created
+    /// (dialed or accepted).
+    pub established: u64,
+}
+
+/// A TCP endpoint (the plugin's instance type). See the crate documentation.
+pub struct TcpTransport {
+    inner: Arc<Inner>,
+    listener: Arc<Socket>,
+    acceptor: Mutex<Option<JoinHandle<()>>>,
+}
+
+fn random_id() -> Result<u64, TransportError> {
+    let mut b = [0u8; 8];
+    getrandom::getrandom(&mut b)
+        .map_err(|e| TransportError::Unavailable(format!("random source failed: {e}")))?;
+    Ok(u64::from_le_bytes(b))
+}
+
+fn refused_secret(peer: SocketAddr) -> TransportError {
+    TransportError::Refused(format!(
+        "tcp peer {peer} does not know this pool's secret (handshake refused)"
+    ))
+}
+
+impl Inner {
+    /// Registers a connection that finished its handshake. Fails once shut down.
+    fn register(&self, conn: &Arc<Conn>) -> Result<(), TransportError> {
+        let mut st = lock(&self.state);
+        self.register_locked(&mut st, conn)
+    }
+
+    fn register_locked(&self, st: &mut State, conn: &Arc<Conn>) -> Result<(), TransportError> {
+        if st.stopped {
+            return Err(TransportError::Closed(
+                "tcp endpoint is shutting down".into(),
+            ));
+        }
+        st.conns.insert(conn.serial, conn.clone());
+        st.by_peer.insert(conn.peer_id, conn.clone());
+        self.established.fetch_add(1, Ordering::Relaxed);
+        tracing::debug!(
+            endpoint = format_args!("{:016x}", self.id),
+            peer = %conn.peer,
+            peer_id = format_args!("{:016x}", conn.peer_id),
+            "tcp connection established"
+        );
+        Ok(())
+    }
+
+    /// The live connection to peer endpoint `id`, if any.
+    fn existing(&self, id: u64) -> Option<Arc<Conn>> {
+        let c = lock(&self.state).by_peer.get(&id).cloned()?;
+        c.is_alive().then_some(c)
+    }
+
+    fn new_conn(&self, sock: Arc<Socket>, peer_id: u64, peer: SocketAddr) -> Arc<Conn> {
+        Arc::new(Conn {
+            serial: self.next_serial.fetch_add(1, Ordering::Relaxed),
+            peer_id,
+            peer,
+            sock,
+            write: Mutex::new(()),
+            chans: Mutex::new(Some(HashMap::new())),
+        })
+    }
+
+    /// Dials `addr`, runs the initiator's side of the handshake, and registers the
+    /// connection with a reader thread.
+    fn dial(
+        self: &Arc<Self>,
+        addr: Address,
+        timeout: Duration,
+    ) -> Result<Arc<Conn>, TransportError> {
+        let deadline = Instant::now() + timeout;
+        let peer = addr.socket;
+        let io_err = |what: &str, e: std::io::Error| -> TransportError {
+            if net::is_timeout(&e) {
+                TransportError::Timeout(format!("tcp {what} {peer}: {e}"))
+            } else {
+                TransportError::Refused(format!("tcp {what} {peer}: {e}"))
+            }
+        };
+        let sock = net::new_socket(&peer).map_err(|e| io_err("socket for", e))?;
+        net::tune(&sock);
+        sock.connect_timeout(&SockAddr::from(peer), timeout.max(Duration::from_millis(1)))
+            .map_err(|e| io_err("connect to", e))?;
+        let remaining = || {
+            deadline
+                .checked_duration_since(Instant::now())
+                .filter(|d| !d.is_zero())
+                .ok_or_else(|| TransportError::Timeout(format!("tcp handshake with {peer}")))
+        };
+        let set_timeouts = |d: Option<Duration>| -> Result<(), TransportError> {
+            sock.set_read_timeout(d)
+                .and_then(|_| sock.set_write_timeout(d))
+                .map_err(|e| TransportError::Other(format!("tcp socket option: {e}")))
+        };
+        set_timeouts(Some(remaining()?))?;
+        let (init, hello) = Initiator::start(&self.cfg.secret, &self.context)
+            .map_err(|e| TransportError::Other(format!("tcp handshake: {e}")))?;
+        let mut first = [0u8; MAGIC.len() + HELLO_LEN];
+        first[..MAGIC.len()].copy_from_slice(&MAGIC);
+        first[MAGIC.len()..].copy_from_slice(&hello);
+        net::write_all(&sock, &first).map_err(|e| io_err("handshake with", e))?;
+        let mut challenge = [0u8; CHALLENGE_LEN];
+        set_timeouts(Some(remaining()?))?;
+        match net::read_exact_or_eof(&mut &sock, &mut challenge) {
+            Ok(true) => {}
+            Ok(false) => {
+                return Err(TransportError::Refused(format!(
+                    "tcp peer {peer} closed the connection during the handshake"
+                )))
+            }
+            Err(e) => return Err(io_err("handshake with", e)),
+        }
+        let finish = init.on_challenge(&challenge).map_err(|e| match e {
+            AuthError::BadProof => refused_secret(peer),
+            e => TransportError::Refused(format!("tcp handshake with {peer}: {e}")),
+        })?;
+        let mut third = [0u8; FINISH_LEN + 16];
+        third[..FINISH_LEN].copy_from_slice(&finish);
+        third[FINISH_LEN..FINISH_LEN + 8].copy_from_slice(&self.id.to_le_bytes());
+        third[FINISH_LEN + 8..].copy_from_slice(&addr.id.to_le_bytes());
+        net::write_all(&sock, &third).map_err(|e| io_err("handshake with", e))?;
+        let mut their = [0u8; 8];
+        set_timeouts(Some(remaining()?))?;
+        match net::read_exact_or_eof(&mut &sock, &mut their) {
+            Ok(true) => {}
+            // The responder closes without answering when our proof is wrong.
+            Ok(false) => return Err(refused_secret(peer)),
+            Err(e) if net::is_timeout(&e) => return Err(io_err("handshake with", e)),
+            Err(e) => {
+                return Err(TransportError::Refused(format!(
+                    "tcp peer {peer} ended the handshake ({e}); it may not know this pool's secret"
+                )))
+            }
+        }
+        let peer_id = u64::from_le_bytes(their);
+        if peer_id != addr.id {
+            return Err(TransportError::Refused(format!(
+                "no tcp endpoint {:016x} at {peer} any more (found {peer_id:016x})",
+                addr.id
+            )));
+        }
+        set_timeouts(None)?;
+        let conn = self.new_conn(Arc::new(sock), peer_id, peer);
+        // Register and start the reader under one lock: the reader cannot report the
+        // connection lost before it is registered, and `shutdown` joins the thread.
+        let mut st = lock(&self.state);
+        st.threads.retain(|t| !t.is_finished());
+        let me = self.clone();
+        let c = conn.clone();
+        let handle = thread::Builder::new()
+            .name("ipl-tcp-conn".into())
+            .spawn(move || me.read_loop(c))
+            .map_err(|e| TransportError::Other(format!("cannot start tcp reader thread: {e}")))?;
+        st.threads.push(handle);
+        if let Err(e) = self.register_locked(&mut st, &conn) {
+            // Shutting down: the reader finds the socket broken and ends.
+            conn.kill();
+            return Err(e);
+        }
+        Ok(conn)
+    }
+
+    /// The accepting side of the handshake, on its own thread; then the reader loop.
+    fn serve_accepted(self: Arc<Self>, token: u64, sock: Arc<Socket>, peer: SocketAddr) {
+        let result = self.accept_handshake(&sock, peer);
+        lock(&self.state).pending.remove(&token);
+        match result {
+            Ok(conn) => self.read_loop(conn),
+            Err(Dropped) => {
+                let _ = sock.shutdown(Shutdown::Both);
+            }
+        }
+    }
+
+    fn accept_handshake(&self, sock: &Arc<Socket>, peer: SocketAddr) -> Result<Arc<Conn>, Dropped> {
+        let fail = |what: &dyn std::fmt::Display| {
+            if self.stopping.load(Ordering::SeqCst) {
+                tracing::debug!(peer = %peer, "tcp: handshake with {peer} cut by shutdown: {what}");
+            } else {
+                tracing::warn!(peer = %peer, "tcp: dropping connection from {peer}: {what}");
+            }
+            Dropped
+        };
+        let timeouts = |d: Option<Duration>| {
+            sock.set_read_timeout(d)
+                .and_then(|_| sock.set_write_timeout(d))
+                .map_err(|e| fail(&format_args!("socket option: {e}")))
+        };
+        timeouts(Some(HANDSHAKE_TIMEOUT))?;
+        // The preamble first, so that a client speaking another protocol is dropped at
+        // once rather than after the timeout.
+        let mut magic = [0u8; MAGIC.len()];
+        match net::read_exact_or_eof(&mut &**sock, &mut magic) {
+            Ok(true) => {}
+            Ok(false) => {
+                tracing::debug!(peer = %peer, "tcp: connection closed before the handshake");
+                return Err(Dropped);
+            }
+            Err(e) => return Err(fail(&format_args!("handshake: {e}"))),
+        }
+        if magic != MAGIC {
+            return Err(fail(&"not an IPL tcp endpoint (bad preamble)"));
+        }
+        let mut hello = [0u8; HELLO_LEN];
+        net::read_exact_or_eof(&mut &**sock, &mut hello)
+            .and_then(|full| {
+                full.then_some(())
+                    .ok_or_else(|| std::io::ErrorKind::UnexpectedEof.into())
+            })
+            .map_err(|e| fail(&format_args!("handshake: {e}")))?;
+        let (resp, challenge) = Responder::on_hello(&self.cfg.secret, &self.context, &hello)
+            .map_err(|e| fail(&format_args!("handshake: {e}")))?;
+        net::write_all(sock, &challenge).map_err(|e| fail(&format_args!("handshake: {e}")))?;
+        let mut third = [0u8; FINISH_LEN + 16];
+        match net::read_exact_or_eof(&mut &**sock, &mut third) {
+            Ok(true) => {}
+            // The initiator hangs up when our proof is wrong: it does not share the secret.
+            Ok(false) => return Err(fail(&"it does not know this pool's secret (hung up)")),
+            Err(e) => return Err(fail(&format_args!("handshake: {e}"))),
+        }
+        if resp.on_finish(&third[..FINISH_LEN]).is_err() {
+            return Err(fail(&"it does not know this pool's secret"));
+        }
+        let mut id = [0u8; 8];
+        id.copy_from_slice(&third[FINISH_LEN..FINISH_LEN + 8]);
+        let peer_id = u64::from_le_bytes(id);
+        id.copy_from_slice(&third[FINISH_LEN + 8..]);
+        let wanted = u64::from_le_bytes(id);
+        if wanted != self.id {
+            tracing::debug!(peer = %peer, "tcp: peer wanted endpoint {wanted:016x}, a stale address");
+            let _ = net::write_all(sock, &self.id.to_le_bytes());
+            return Err(Dropped);
+        }
+        timeouts(None)?;
+        let conn = self.new_conn(sock.clone(), peer_id, peer);
+        // Our id is the last handshake message; hold the write lock until it is out so
+        // that a frame sent on the connection by a concurrent `connect` cannot precede it.
+        let guard = lock(&conn.write);
+        self.register(&conn).map_err(|_| Dropped)?;
+        let sent = net::write_all(sock, &self.id.to_le_bytes());
+        drop(guard);
+        if let Err(e) = sent {
+            // The reader loop will find the socket broken and clean up.
+            tracing::debug!(peer = %peer, "tcp: handshake: {e}");
+            conn.kill();
+        }
+        Ok(conn)
+    }
+
+    /// Reads frames until the connection ends, then reports its channels lost.
+    fn read_loop(self: Arc<Self>, conn: Arc<Conn>) {
+        let reason = match self.read_frames(&conn) {
+            Ok(()) => format!("tcp connection to {} closed by the peer", conn.peer),
+            Err(e) => e,
+        };
+        self.conn_lost(&conn, &reason);
+    }
+
+    /// `Ok` on a clean end of stream between frames; `Err(reason)` otherwise.
+    fn read_frames(&self, conn: &Arc<Conn>) -> Result<(), String> {
+        let peer = conn.peer;
+        let mut r = BufReader::with_capacity(net::READ_CHUNK, &*conn.sock);
+        let io = |e: std::io::Error| format!("tcp connection to {peer} failed: {e}");
+        let protocol = |what: String| {
+            tracing::warn!(peer = %peer, "tcp: protocol error from {peer}: {what}");
+            format!("tcp protocol error from {peer}: {what}")
+        };
+        loop {
+            let mut h = [0u8; HEADER_LEN];
+            if !net::read_exact_or_eof(&mut r, &mut h).map_err(io)? {
+                return Ok(());
+            }
+            let (len, wire_id, kind) = wire::parse_header(&h);
+            match kind {
+                KIND_DATA => {
+                    if len > self.cfg.max_message {
+                        return Err(protocol(format!(
+                            "message of {len} bytes exceeds max_message ({})",
+                            self.cfg.max_message
+                        )));
+                    }
+                    let data = net::read_payload(&mut r, len as usize).map_err(io)?;
+                    let local = lock(&conn.chans)
+                        .as_ref()
+                        .and_then(|m| m.get(&wire_id).copied());
+                    // A message for a channel we closed locally is dropped.
+                    if let Some(local) = local {
+                        if let Some(_e) = self.gate.enter() {
+                            self.host.message_owned(local, data);
+                        }
+                    }
+                }
+                KIND_OPEN => {
+                    if len != 0 || wire_id & OPENED_BY_SENDER == 0 {
+                        return Err(protocol(format!(
+                            "malformed OPEN (id {wire_id:#x}, {len} bytes)"
+                        )));
+                    }
+                    let local = self.next_channel.fetch_add(1, Ordering::Relaxed);
+                    write_lock(&self.channels).insert(
+                        local,
+                        Route {
+                            conn: conn.clone(),
+                            wire: wire_id & !OPENED_BY_SENDER,
+                        },
+                    );
+                    let fresh = match lock(&conn.chans).as_mut() {
+                        Some(m) => m.insert(wire_id, local).is_none(),
+                        None => false,
+                    };
+                    if !fresh {
+                        write_lock(&self.channels).remove(&local);
+                        return Err(protocol(format!("duplicate OPEN of channel {wire_id:#x}")));
+                    }
+                    if let Some(_e) = self.gate.enter() {
+                        self.host.channel_opened(local);
+                    }
+                }
+                KIND_CLOSE => {
+                    if len != 0 {
+                        return Err(protocol(format!("CLOSE with a {len}-byte payload")));
+                    }
+                    let local = lock(&conn.chans).as_mut().and_then(|m| m.remove(&wire_id));
+                    if let Some(local) = local {
+                        write_lock(&self.channels).remove(&local);
+                        if let Some(_e) = self.gate.enter() {
+                            self.host.channel_closed(
+                                local,
+                                CloseCode::CLOSED_BY_PEER,
+                                "closed by peer",
+                            );
+                        }
+                    }
+                }
+                other => return Err(protocol(format!("unknown frame kind {other}"))),
+            }
+        }
+    }
+
+    /// Forgets a connection that ended and reports each of its channels lost.
+    fn conn_lost(&self, conn: &Arc<Conn>, reason: &str) {
+        conn.kill();
+        let chans = lock(&conn.chans).take().unwrap_or_default();
+        {
+            let mut st = lock(&self.state);
+            st.conns.remove(&conn.serial);
+            if st
+                .by_peer
+                .get(&conn.peer_id)
+                .is_some_and(|c| Arc::ptr_eq(c, conn))
+            {
+                st.by_peer.remove(&conn.peer_id);
+                // Another connection to the same peer (both sides dialed at once) takes over.
+                let other = st
+                    .conns
+                    .values()
+                    .find(|c| c.peer_id == conn.peer_id)
+                    .cloned();
+                if let Some(other) = other {
+                    st.by_peer.insert(conn.peer_id, other);
+                }
+            }
+        }
+        let mut locals: Vec<u64> = chans.into_values().collect();
+        locals.sort_unstable();
+        {
+            let mut table = write_lock(&self.channels);
+            for l in &locals {
+                table.remove(l);
+            }
+        }
+        tracing::debug!(peer = %conn.peer, channels = locals.len(), "tcp connection ended: {reason}");
+        for l in locals {
+            if let Some(_e) = self.gate.enter() {
+                self.host.channel_closed(l, CloseCode::LOST, reason);
+            }
+        }
+    }
+
+    fn route(&self, channel: u64) -> Result<Route, TransportError> {
+        read_lock(&self.channels)
+            .get(&channel)
+            .cloned()
+            .ok_or_else(|| TransportError::Closed(format!("no open tcp channel {channel}")))
+    }
+}
+
+impl TcpTransport {
+    /// Connection counters of the live endpoint at `address` in this process (`None` if
+    /// there is none). For tests: e.g. to check that channel pairing uses one connection.
+    #[doc(hidden)]
+    pub fn connection_stats(address: &[u8]) -> Option<ConnectionStats> {
+        let id = Address::parse(address).ok()?.id;
+        let inner = lock(directory()).get(&id).and_then(Weak::upgrade)?;
+        let open = lock(&inner.state).conns.len();
+        Some(ConnectionStats {
+            open,
+            established: inner.established.load(Ordering::Relaxed),
+        })
+    }
+
+    fn accept_loop(inner: Arc<Inner>, listener: Arc<Socket>) {
+        loop {
+            let accepted = listener.accept();
+            if inner.stopping.load(Ordering::SeqCst) {
+                break;
+            }
+            let (sock, from) = match accepted {
+                Ok(x) => x,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    // E.g. out of file descriptors: wait a little instead of spinning.
+                    tracing::warn!("tcp: accept failed: {e}");
+                    thread::sleep(Duration::from_millis(50));
+                    continue;
+                }
+            };
+            let peer = from
+                .as_socket()
+                .unwrap_or_else(|| SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), 0));
+            net::tune(&sock);
+            let sock = Arc::new(sock);
+            let token = inner.next_serial.fetch_add(1, Ordering::Relaxed);
+            {
+                let mut st = lock(&inner.state);
+                if st.stopped {
+                    break;
+                }
+                st.threads.retain(|t| !t.is_finished());
+                st.pending.insert(token, sock.clone());
+            }
+            let me = inner.clone();
+            let s = sock.clone();
+            match thread::Builder::new()
+                .name("ipl-tcp-conn".into())
+                .spawn(move || me.serve_accepted(token, s, peer))
+            {
+                Ok(h) => lock(&inner.state).threads.push(h),
+                Err(e) => {
+                    tracing::warn!("tcp: cannot start a thread for {peer}: {e}");
+                    lock(&inner.state).pending.remove(&token);
+                    let _ = sock.shutdown(Shutdown::Both);
+                }
+            }
+        }
+        tracing::debug!("tcp: accept loop ended");
+    }
+
+    /// Stops the accept loop: shuts the listening socket down (which wakes `accept` on
+    /// Linux) and, if that is not enough, connects to it once.
+    fn stop_acceptor(&self) {
+        let _ = self.listener.shutdown(Shutdown::Both);
+        let Some(handle) = lock(&self.acceptor).take() else {
+            return;
+        };
+        let wait = |limit: Duration| {
+            let end = Instant::now() + limit;
+            while !handle.is_finished() && Instant::now() < end {
+                thread::sleep(Duration::from_millis(1));
+            }
+            handle.is_finished()
+        };
+        if !wait(Duration::from_millis(200)) {
+            let mut to = self.inner.bound;
+            if to.ip().is_unspecified() {
+                to.set_ip(match to.ip() {
+                    IpAddr::V4(_) => IpAddr::V4(Ipv4Addr::LOCALHOST),
+                    IpAddr::V6(_) => IpAddr::V6(Ipv6Addr::LOCALHOST),
+                });
+            }
+            let _ = std::net::TcpStream::connect_timeout(&to, Duration::from_millis(500));
+            if !wait(Duration::from_secs(2)) {
+                // Never happens on the platforms we know; the thread makes no callbacks,
+                // so leaving it is safe.
+                tracing::warn!("tcp: accept thread did not stop; leaving it");
+                return;
+            }
+        }
+        let _ = handle.join();
+    }
+}
+
+impl TransportPlugin for TcpTransport {
+    const NAME: &'static str = "tcp";
+    const VERSION: &'static str = env!("CARGO_PKG_VERSION");
+    const CAPABILITIES: TransportCapabilities = TransportCapabilities::RELIABLE
+        .union(TransportCapabilities::FIFO)
+        .union(TransportCapabilities::NETWORK)
+        .union(TransportCapabilities::SAME_HOST);
+    const PRIORITY: i32 = 50;
+
+    fn create(config: &str, host: HostSink) -> Result<Self, TransportError> {
+        let cfg = Config::parse(config)?;
+        let listener = net::listen(cfg.bind).map_err(|e| {
+            let msg = format!("tcp: cannot listen on {}: {e}", cfg.bind);
+            match e.kind() {
+                std::io::ErrorKind::AddrNotAvailable | std::io::ErrorKind::InvalidInput => {
+                    TransportError::InvalidArgument(msg)
+                }
+                _ => TransportError::Unavailable(msg),
+            }
+        })?;
+        let bound = listener
+            .local_addr()
+            .ok()
+            .and_then(|a| a.as_socket())
+            .ok_or_else(|| TransportError::Other("tcp: listener has no address".into()))?;
+        let id = random_id()?;
+        let advertised = SocketAddr::new(cfg.advertised_ip(&bound), bound.port());
+        let address = Address {
+            socket: advertised,
+            id,
+        }
+        .to_bytes();
+        let inner = Arc::new(Inner {
+            id,
+            context: cfg.auth_context(),
+            cfg,
+            address,
+            bound,
+            host,
+            gate: Gate::new(),
+            stopping: AtomicBool::new(false),
+            next_channel: AtomicU64::new(1),
+            next_serial: AtomicU64::new(1),
+            established: AtomicU64::new(0),
+            state: Mutex::new(State::default()),
+            channels: RwLock::new(HashMap::new()),
+        });
+        let listener = Arc::new(listener);
+        let (i, l) = (inner.clone(), listener.clone());
+        let acceptor = thread::Builder::new()
+            .name("ipl-tcp-accept".into())
+            .spawn(move || TcpTransport::accept_loop(i, l))
+            .map_err(|e| {
+                TransportError::Unavailable(format!("cannot start tcp accept thread: {e}"))
+            })?;
+        lock(directory()).insert(id, Arc::downgrade(&inner));
+        tracing::debug!(
+            address = %String::from_utf8_lossy(&inner.address),
+            bound = %bound,
+            "tcp endpoint created"
+        );
+        Ok(TcpTransport {
+            inner,
+            listener,
+            acceptor: Mutex::new(Some(acceptor)),
+        })
+    }
+
+    fn local_address(&self) -> Vec<u8> {
+        self.inner.address.clone()
+    }
+
+    fn connect(&self, address: &[u8], timeout: Duration) -> Result<u64, TransportError> {
+        let addr = Address::parse(address)?;
+        let inner = &self.inner;
+        let mut last = None;
+        // A reused connection may turn out dead only when we write to it; then dial anew
+        // once.
+        for _ in 0..2 {
+            if inner.stopping.load(Ordering::SeqCst) {
+                return Err(TransportError::Closed(
+                    "tcp endpoint is shutting down".into(),
+                ));
+            }
+            let conn = match inner.existing(addr.id) {
+                Some(c) => c,
+                None => inner.dial(addr, timeout)?,
+            };
+            let ch = inner.next_channel.fetch_add(1, Ordering::Relaxed);
+            write_lock(&inner.channels).insert(
+                ch,
+                Route {
+                    conn: conn.clone(),
+                    wire: ch | OPENED_BY_SENDER,
+                },
+            );
+            let registered = match lock(&conn.chans).as_mut() {
+                Some(m) => {
+                    m.insert(ch, ch);
+                    true
+                }
+                None => false,
+            };
+            if !registered {
+                write_lock(&inner.channels).remove(&ch);
+                last = Some(TransportError::Closed(format!(
+                    "tcp connection to {} was lost",
+                    conn.peer
+                )));
+                continue;
+            }
+            match conn.send_frame(ch | OPENED_BY_SENDER, KIND_OPEN, &[], 0) {
+                Ok(()) => return Ok(ch),
+                Err(e) => {
+                    conn.kill();
+                    let withdrawn = lock(&conn.chans)
+                        .as_mut()
+                        .is_some_and(|m| m.remove(&ch).is_some());
+                    if !withdrawn {
+                        // The reader already owns the channel and reports it lost.
+                        return Ok(ch);
+                    }
+                    write_lock(&inner.channels).remove(&ch);
+                    last = Some(TransportError::Closed(format!(
+                        "tcp connection to {} failed: {e}",
+                        conn.peer
+                    )));
+                }
+            }
+        }
+        Err(last.unwrap_or_else(|| TransportError::Closed("tcp connect failed".into())))
+    }
+
+    fn send(&self, channel: u64, slices: &[&[u8]]) -> Result<(), TransportError> {
+        let route = self.inner.route(channel)?;
+        let total: u64 = slices.iter().map(|s| s.len() as u64).sum();
+        let max = self.inner.cfg.max_message;
+        let len = u32::try_from(total)
+            .ok()
+            .filter(|&l| l <= max)
+            .ok_or_else(|| {
+                TransportError::InvalidArgument(format!(
+                    "message of {total} bytes exceeds max_message ({max})"
+                ))
+            })?;
+        route
+            .conn
+            .send_frame(route.wire, KIND_DATA, slices, len)
+            .map_err(|e| {
+                // A partly written frame leaves the stream unusable.
+                route.conn.kill();
+                TransportError::Closed(format!("tcp connection to {} failed: {e}", route.conn.peer))
+            })
+    }
+
+    fn close_channel(&self, channel: u64) {
+        let Some(route) = write_lock(&self.inner.channels).remove(&channel) else {
+            return;
+        };
+        let ours = lock(&route.conn.chans)
+            .as_mut()
+            .is_some_and(|m| m.remove(&(route.wire ^ OPENED_BY_SENDER)).is_some());
+        if ours {
+            if let Err(e) = route.conn.send_frame(route.wire, KIND_CLOSE, &[], 0) {
+                tracing::debug!(peer = %route.conn.peer, "tcp: CLOSE not sent: {e}");
+                route.conn.kill();
+            }
+        }
+    }
+
+    fn shutdown(&self) {
+        let inner = &self.inner;
+        if inner.stopping.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        lock(&inner.state).stopped = true;
+        // From here on no host callback starts, and none is running when close returns.
+        inner.gate.close();
+        self.stop_acceptor();
+        let (conns, pending, threads) = {
+            let mut st = lock(&inner.state);
+            st.by_peer.clear();
+            (
+                std::mem::take(&mut st.conns),
+                std::mem::take(&mut st.pending),
+                std::mem::take(&mut st.threads),
+            )
+        };
+        write_lock(&inner.channels).clear();
+        // Peers see EOF and report their channels lost.
+        for c in conns.values() {
+            c.kill();
+        }
+        for s in pending.values() {
+            let _ = s.shutdown(Shutdown::Both);
+        }
+        let me = thread::current().id();
+        for t in threads {
+            if t.thread().id() != me {
+                let _ = t.join();
+            }
+        }
+        lock(directory()).remove(&inner.id);
+        tracing::debug!(
+            endpoint = format_args!("{:016x}", inner.id),
+            "tcp endpoint shut down"
+        );
+    }
+}
+
+impl Drop for TcpTransport {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}

@@ -1,0 +1,84 @@
+//! The TCP transport: endpoints in other processes and on other hosts, one
+//! authenticated TCP connection per pair of endpoints carrying all their channels.
+//!
+//! **Configuration** (`key=value` lines given to `create`; unknown keys are ignored):
+//! `secret=<64 hex>` the pool's secret (required; the IPL passes the value of
+//! `IPL_POOL_SECRET`), `pool=<name>`, `bind=<ip:port>` (default `127.0.0.1:0`),
+//! `advertise=<ip>` (the IP published in the address; default the bound IP, or loopback
+//! when bound to the unspecified address), `max_message=<bytes>` (default 1 GiB).
+//! **Address**: UTF-8 `ip:port/id`, `id` being the endpoint's random 64-bit id in 16 hex
+//! digits, so a stale address never reaches a newer endpoint on the same port.
+//!
+//! **Channel pairing** (as in Ibis): `connect` reuses the connection to the target
+//! endpoint, whichever side opened it, and only dials when there is none. If two
+//! endpoints dial each other at the same moment both connections are kept; each channel
+//! lives on exactly one of them.
+//!
+//! **Security**: every new connection first runs the pool-secret challenge-response of
+//! [`ipl_auth`] with context `ipl-tcp/<pool>`, proving knowledge of the secret in both
+//! directions (preamble [`wire::MAGIC`] + `Hello`, `Challenge`, `Finish`; then each side
+//! sends its endpoint id). A peer without the secret is refused before any channel
+//! exists: the accepting side logs a warning naming it, the dialing side's `connect`
+//! fails with [`Refused`](ipl_transport_abi::TransportError::Refused). Traffic is
+//! authenticated at connection set-up but not encrypted.
+//!
+//! **Wire format**: frames of a 13-byte header, `u32` LE payload length, `u64` LE channel
+//! id, `u8` kind ([`OPEN`](wire::KIND_OPEN), [`DATA`](wire::KIND_DATA),
+//! [`CLOSE`](wire::KIND_CLOSE)), then the payload. The side that opens a channel numbers
+//! it; bit 63 ([`wire::OPENED_BY_SENDER`]) tells whether the frame's sender is that
+//! side, so ids from the two directions never collide. A send is one `sendmsg` of the
+//! header and the caller's slices (no copy), looping over partial writes, under a
+//! per-connection lock so frames never interleave.
+//!
+//! **Threading**: plain threads and blocking sockets (`TCP_NODELAY`, 4 MiB buffers): one
+//! accept thread, one thread per connection that runs the handshake (accepting side)
+//! and then reads frames and makes the host callbacks itself, in order per channel.
+//! The ABI delivers callbacks from transport threads anyway, and waking a blocked thread
+//! costs 11-12 µs on the development machine; an async runtime would add a second
+//! hand-off per message, so none is used.
+//!
+//! **Receiving**: a payload up to 64 KiB is read straight into a vector of its size;
+//! larger ones grow as their bytes arrive, so a lying length costs nothing. A length
+//! above `max_message`, an unknown kind, or a malformed frame is a protocol error: the
+//! connection is closed and its channels are reported lost, as on end of stream.
+//! `shutdown` closes an in-flight gate (no callback after it returns), stops the
+//! listener, breaks every connection (peers see their channels lost) and joins the
+//! threads.
+
+mod address;
+mod config;
+mod endpoint;
+mod gate;
+mod net;
+pub mod wire;
+
+use std::sync::{Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+pub use address::Address;
+pub use config::DEFAULT_MAX_MESSAGE;
+#[doc(hidden)]
+pub use endpoint::ConnectionStats;
+pub use endpoint::TcpTransport;
+
+ipl_transport_abi::declare_plugin!(
+    /// The TCP transport's descriptor, for static linking.
+    pub static PLUGIN = TcpTransport;
+);
+
+/// Locks a mutex, ignoring poisoning (no invariant of ours spans a panic).
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+pub(crate) fn read_lock<T>(l: &RwLock<T>) -> RwLockReadGuard<'_, T> {
+    l.read().unwrap_or_else(|p| p.into_inner())
+}
+
+pub(crate) fn write_lock<T>(l: &RwLock<T>) -> RwLockWriteGuard<'_, T> {
+    l.write().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The README example, compiled and run as a doc test.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctest;

@@ -1,0 +1,151 @@
+//! Socket set-up and the blocking I/O helpers shared by the handshake and the data path.
+
+use std::io::{self, IoSlice, Read};
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use socket2::{Domain, Protocol, SockAddr, Socket, TcpKeepalive, Type};
+
+/// Requested size of the kernel's send and receive buffers (the kernel may cap it,
+/// e.g. at `net.core.wmem_max` on Linux).
+pub(crate) const SOCKET_BUFFER: usize = 4 << 20;
+
+/// `sendmsg` flags: never raise `SIGPIPE` in the host process when a peer vanished.
+#[cfg(any(target_os = "linux", target_os = "android"))]
+const SEND_FLAGS: libc::c_int = libc::MSG_NOSIGNAL;
+#[cfg(all(unix, not(any(target_os = "linux", target_os = "android"))))]
+const SEND_FLAGS: libc::c_int = 0;
+#[cfg(not(unix))]
+const SEND_FLAGS: i32 = 0;
+
+/// Most slices passed to one `sendmsg` (POSIX guarantees at least 1024 for `IOV_MAX`).
+const MAX_IOV: usize = 1024;
+
+/// A new TCP socket for `addr`'s family.
+pub(crate) fn new_socket(addr: &SocketAddr) -> io::Result<Socket> {
+    Socket::new(
+        Domain::for_address(*addr),
+        Type::STREAM,
+        Some(Protocol::TCP),
+    )
+}
+
+/// Options every socket gets: no Nagle delay, big buffers, keep-alive probes. Failures
+/// are logged, not fatal (a kernel may refuse the buffer size).
+pub(crate) fn tune(sock: &Socket) {
+    if let Err(e) = sock.set_tcp_nodelay(true) {
+        tracing::debug!("tcp: TCP_NODELAY: {e}");
+    }
+    if let Err(e) = sock.set_send_buffer_size(SOCKET_BUFFER) {
+        tracing::debug!("tcp: SO_SNDBUF: {e}");
+    }
+    if let Err(e) = sock.set_recv_buffer_size(SOCKET_BUFFER) {
+        tracing::debug!("tcp: SO_RCVBUF: {e}");
+    }
+    let ka = TcpKeepalive::new().with_time(Duration::from_secs(30));
+    if let Err(e) = sock.set_tcp_keepalive(&ka) {
+        tracing::debug!("tcp: keep-alive: {e}");
+    }
+}
+
+/// Binds and listens.
+pub(crate) fn listen(addr: SocketAddr) -> io::Result<Socket> {
+    let sock = new_socket(&addr)?;
+    sock.set_reuse_address(true)?;
+    // Accepted sockets inherit these; the receive buffer must be set before listen() to
+    // take effect on the TCP window scale.
+    tune(&sock);
+    sock.bind(&SockAddr::from(addr))?;
+    sock.listen(1024)?;
+    Ok(sock)
+}
+
+/// Writes all of `bufs` (one frame) with as few `sendmsg` calls as the kernel allows,
+/// handling partial writes.
+pub(crate) fn write_all_vectored(sock: &Socket, mut bufs: &mut [IoSlice<'_>]) -> io::Result<()> {
+    IoSlice::advance_slices(&mut bufs, 0);
+    while !bufs.is_empty() {
+        let n = bufs.len().min(MAX_IOV);
+        match sock.send_vectored_with_flags(&bufs[..n], SEND_FLAGS) {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(n) => IoSlice::advance_slices(&mut bufs, n),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// Writes a small buffer completely (handshake messages).
+pub(crate) fn write_all(sock: &Socket, buf: &[u8]) -> io::Result<()> {
+    write_all_vectored(sock, &mut [IoSlice::new(buf)])
+}
+
+/// Reads exactly `buf.len()` bytes; `Ok(false)` on a clean end of stream before the
+/// first byte, an `UnexpectedEof` error after it.
+pub(crate) fn read_exact_or_eof(r: &mut impl Read, buf: &mut [u8]) -> io::Result<bool> {
+    let mut got = 0;
+    while got < buf.len() {
+        match r.read(&mut buf[got..]) {
+            Ok(0) if got == 0 => return Ok(false),
+            Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
+            Ok(n) => got += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(true)
+}
+
+/// Largest piece of a payload allocated before its bytes have arrived.
+pub(crate) const READ_CHUNK: usize = 64 << 10;
+
+/// Reads a payload of `len` bytes (already checked against `max_message`) into a vector
+/// of exactly that length. Small payloads are read in one go; a large one grows the
+/// vector as its bytes arrive (at most doubling what has been received, starting with
+/// [`READ_CHUNK`]), so a peer that announces a huge message and sends little costs
+/// little memory.
+pub(crate) fn read_payload(r: &mut impl Read, len: usize) -> io::Result<Vec<u8>> {
+    if len <= READ_CHUNK {
+        let mut v = vec![0u8; len];
+        r.read_exact(&mut v)?;
+        return Ok(v);
+    }
+    let mut v: Vec<u8> = Vec::new();
+    while v.len() < len {
+        let old = v.len();
+        let chunk = (len - old).min(old.max(READ_CHUNK));
+        v.reserve_exact(chunk);
+        v.resize(old + chunk, 0);
+        r.read_exact(&mut v[old..])?;
+    }
+    Ok(v)
+}
+
+/// Whether an I/O error means a read or write timeout expired.
+pub(crate) fn is_timeout(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn payloads_are_exact_and_short_streams_fail() {
+        let data: Vec<u8> = (0..1_000_000u32).map(|i| i as u8).collect();
+        let got = read_payload(&mut &data[..], data.len()).unwrap();
+        assert_eq!(got, data);
+        let small = read_payload(&mut &data[..10], 10).unwrap();
+        assert_eq!(small, &data[..10]);
+        let e = read_payload(&mut &data[..10], 1 << 20).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::UnexpectedEof);
+        let mut h = [0u8; 4];
+        assert!(!read_exact_or_eof(&mut &[][..], &mut h).unwrap());
+        assert!(read_exact_or_eof(&mut &[1u8, 2][..], &mut h).is_err());
+        assert!(read_exact_or_eof(&mut &[1u8, 2, 3, 4][..], &mut h).unwrap());
+    }
+}
