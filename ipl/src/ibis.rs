@@ -240,12 +240,66 @@ impl IbisShared {
 /// and only once the instance is built.
 struct Router {
     slot: usize,
-    ibis: OnceLock<Weak<IbisShared>>,
+    state: Mutex<RouterState>,
+    ready: std::sync::Condvar,
+}
+
+enum RouterState {
+    /// The endpoint exists (and its address may be published) but the instance is not
+    /// built yet: events wait, so that a peer that connects at once is not lost.
+    Pending,
+    Ready(Weak<IbisShared>),
+    /// Building failed: events are dropped.
+    Failed,
 }
 
 impl Router {
+    fn new(slot: usize) -> Arc<Self> {
+        Arc::new(Router {
+            slot,
+            state: Mutex::new(RouterState::Pending),
+            ready: std::sync::Condvar::new(),
+        })
+    }
+
+    fn settle(&self, to: RouterState) {
+        let mut st = lock(&self.state);
+        if matches!(*st, RouterState::Pending) {
+            *st = to;
+        }
+        self.ready.notify_all();
+    }
+
     fn ibis(&self) -> Option<Arc<IbisShared>> {
-        self.ibis.get().and_then(Weak::upgrade)
+        let mut st = lock(&self.state);
+        loop {
+            match &*st {
+                RouterState::Ready(w) => return w.upgrade(),
+                RouterState::Failed => return None,
+                RouterState::Pending => {
+                    // Bounded: the builder settles every router before it returns.
+                    let (g, timeout) = self
+                        .ready
+                        .wait_timeout(st, Duration::from_secs(30))
+                        .unwrap_or_else(|p| p.into_inner());
+                    st = g;
+                    if timeout.timed_out() {
+                        return None;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Settles the routers of a build that did not complete as failed.
+struct PendingRouters(Vec<Arc<Router>>);
+
+impl Drop for PendingRouters {
+    fn drop(&mut self) {
+        for r in &self.0 {
+            r.settle(RouterState::Failed);
+        }
     }
 }
 
@@ -494,8 +548,11 @@ impl IbisBuilder {
         // Create one endpoint per transport wanted. One that cannot be created (no
         // secret for a network transport, no device) is left out, as long as every port
         // type keeps a transport.
-        let mut routers = Vec::new();
         let mut slots = Vec::new();
+        // Declared after `slots`, so dropped before it on an early return: the routers
+        // are settled (failed) before the endpoints are destroyed, which waits for any
+        // callback blocked on them.
+        let mut routers = PendingRouters(Vec::new());
         let mut used = Vec::new();
         let mut failures = Vec::new();
         let mut request = JoinRequest::new(self.cluster.clone());
@@ -504,17 +561,14 @@ impl IbisBuilder {
         }
         for &pi in &wanted {
             let p = &plugins[pi];
-            let router = Arc::new(Router {
-                slot: slots.len(),
-                ibis: OnceLock::new(),
-            });
+            let router = Router::new(slots.len());
             let created = p
                 .create(&config_text, router.clone())
                 .and_then(|inst| Ok((inst.local_address()?, inst)));
             match created {
                 Ok((address, inst)) => {
                     request = request.with_address(p.name(), address);
-                    routers.push(router);
+                    routers.0.push(router);
                     slots.push(Slot {
                         name: p.name(),
                         instance: Mutex::new(Some(Arc::new(inst))),
@@ -577,8 +631,8 @@ impl IbisBuilder {
             send_ports: Mutex::new(HashSet::new()),
             ended: AtomicBool::new(false),
         });
-        for r in routers {
-            let _ = r.ibis.set(Arc::downgrade(&shared));
+        for r in &routers.0 {
+            r.settle(RouterState::Ready(Arc::downgrade(&shared)));
         }
         tracing::debug!(member = %shared.ident, "ibis instance started");
         Ok(Ibis {

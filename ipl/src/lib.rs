@@ -65,7 +65,9 @@ mod send_port;
 
 pub use capabilities::{IbisCapabilities, PortCapabilities};
 pub use error::{IplError, Result};
-pub use ibis::{default_registry, static_plugins, Ibis, IbisBuilder, ReceivePortBuilder};
+pub use ibis::{
+    default_plugins, default_registry, static_plugins, Ibis, IbisBuilder, ReceivePortBuilder,
+};
 pub use identifiers::{ReceivePortIdentifier, SendPortIdentifier};
 pub use ipl_registry::{
     EmbeddedRegistry, Event, IbisIdentifier, Registry, RegistryError, RegistryEventHandler,

@@ -274,7 +274,7 @@ impl PortShared {
             let spin_until = Instant::now() + spin_budget();
             let spin_until = deadline.map_or(spin_until, |d| d.min(spin_until));
             while !self.ready.load(Ordering::Acquire) && Instant::now() < spin_until {
-                std::hint::spin_loop();
+                std::thread::yield_now();
             }
         }
         let mut st = lock(&self.state);

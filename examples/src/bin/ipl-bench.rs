@@ -1,87 +1,573 @@
-//! IPL micro-benchmark: round-trip latency of the in-process transport, against a raw
-//! thread-to-thread ping-pong in the same run (the raw limit for in-process messaging).
+//! IPL micro-benchmark: round-trip latency and streaming throughput of a transport,
+//! against the raw limit measured in the same run with the same placement.
 //!
-//! Usage: `ipl-bench latency [--sizes 1,1024,65536] [--iters N]`
+//! ```text
+//! ipl-bench list
+//! ipl-bench latency    --transport tcp    --sizes 1,1024,65536     [--iters N]
+//! ipl-bench throughput --transport tcp    --sizes 65536,1048576    [--mbytes M]
+//! ipl-bench latency    --transport inproc --sizes 1,1024
+//! ipl-bench latency    --require reliable,fifo,network   (choose by properties)
+//! ```
 //!
-//! Two threads (client and server, placed by the OS on this machine's cores) ping-pong
-//! a message of each size. Two receive strategies are measured for both the IPL and the
-//! raw baseline: `block` (the receiver sleeps in a blocking receive and is woken) and
-//! `spin` (the receiver polls). Output: a table, then lines
-//! `ipl.latency.inproc.<size>B.<mode>.rtt_us`, `raw.latency.inproc.<size>B.<mode>.rtt_us`
-//! and `ratio.latency.inproc.<size>B.<mode>`.
+//! Network transports are measured between two processes on this host: this process
+//! and a child copy of it, joined in one pool through a registry server started here,
+//! over 127.0.0.1. Both processes are placed by the OS on the machine's cores; receivers
+//! block (after the IPL's short poll, `IPL_SPIN_US`). The raw baseline is a plain TCP
+//! socket between the same two processes: blocking reads, TCP_NODELAY, the same message
+//! sizes, the same placement. The in-process transport is measured between two threads
+//! against a thread-to-thread channel ping-pong.
+//!
+//! Output: a table, then lines `name value unit`:
+//! `ipl.latency.<t>.<size>B.rtt_us`, `raw.latency.<t>.<size>B.rtt_us`,
+//! `ratio.latency.<t>.<size>B`, and likewise `ipl.throughput.<t>.<size>B.MBps`,
+//! `raw.throughput.<t>.<size>B.MBps`, `ratio.throughput.<t>.<size>B`.
 
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use ibis_examples::{report, stats, us, Figure};
-use ipl::{EmbeddedRegistry, Ibis, PortCapabilities as P, PortType};
+use ipl::{
+    EmbeddedRegistry, Ibis, PortCapabilities as P, PortType, ReceivePort, SendPort,
+    TransportCapabilities as T,
+};
 
-#[derive(Clone, Copy, PartialEq)]
-enum Mode {
-    Block,
-    Spin,
+const WAIT: Duration = Duration::from_secs(60);
+
+type Res<T> = Result<T, Box<dyn std::error::Error>>;
+
+#[derive(Clone, Debug)]
+struct Args {
+    cmd: String,
+    transport: Option<String>,
+    require: Vec<String>,
+    sizes: Vec<usize>,
+    iters: usize,
+    mbytes: usize,
 }
 
-impl Mode {
-    fn name(self) -> &'static str {
-        match self {
-            Mode::Block => "block",
-            Mode::Spin => "spin",
+fn usage() -> ! {
+    eprintln!(
+        "usage: ipl-bench list | latency|throughput [--transport NAME | --require CAP,CAP] \
+         [--sizes 1,1024] [--iters N] [--mbytes M]"
+    );
+    std::process::exit(2)
+}
+
+fn parse_args(v: &[String]) -> Args {
+    let mut a = Args {
+        cmd: v.first().cloned().unwrap_or_else(|| usage()),
+        transport: None,
+        require: Vec::new(),
+        sizes: Vec::new(),
+        iters: 10_000,
+        mbytes: 512,
+    };
+    let mut i = 1;
+    while i < v.len() {
+        let val = v.get(i + 1).cloned();
+        match (v[i].as_str(), val) {
+            ("--transport", Some(t)) => a.transport = Some(t),
+            ("--require", Some(r)) => {
+                a.require = r.split(',').map(|s| s.trim().to_string()).collect()
+            }
+            ("--sizes", Some(s)) => {
+                a.sizes = s.split(',').filter_map(|x| x.trim().parse().ok()).collect()
+            }
+            ("--iters", Some(n)) => a.iters = n.parse().unwrap_or_else(|_| usage()),
+            ("--mbytes", Some(n)) => a.mbytes = n.parse().unwrap_or_else(|_| usage()),
+            _ => usage(),
+        }
+        i += 2;
+    }
+    if a.sizes.is_empty() {
+        a.sizes = if a.cmd == "throughput" {
+            vec![65536, 1 << 20]
+        } else {
+            vec![1, 1024, 65536]
+        };
+    }
+    a
+}
+
+fn to_argv(a: &Args) -> Vec<String> {
+    let mut v = vec![a.cmd.clone()];
+    if let Some(t) = &a.transport {
+        v.extend(["--transport".into(), t.clone()]);
+    }
+    if !a.require.is_empty() {
+        v.extend(["--require".into(), a.require.join(",")]);
+    }
+    let sizes: Vec<String> = a.sizes.iter().map(|s| s.to_string()).collect();
+    v.extend(["--sizes".into(), sizes.join(",")]);
+    v.extend(["--iters".into(), a.iters.to_string()]);
+    v.extend(["--mbytes".into(), a.mbytes.to_string()]);
+    v
+}
+
+fn main() {
+    ibis_examples::init_logging();
+    let argv: Vec<String> = std::env::args().skip(1).collect();
+    let result = match argv.first().map(String::as_str) {
+        Some("list") => list(),
+        Some("__peer") => parse_peer(&argv[1..]).and_then(|(port, a)| peer(port, &a)),
+        Some("latency" | "throughput") => {
+            let a = parse_args(&argv);
+            measure(&a)
+        }
+        _ => usage(),
+    };
+    if let Err(e) = result {
+        eprintln!("ipl-bench: {e}");
+        std::process::exit(1);
+    }
+}
+
+fn parse_peer(v: &[String]) -> Res<(u16, Args)> {
+    let port = v.first().ok_or("missing raw port")?.parse()?;
+    Ok((port, parse_args(&v[1..])))
+}
+
+/// `ipl-bench list`: every plugin, linked in or found on the search path, loaded or
+/// refused, with its capabilities or the reason.
+fn list() -> Res<()> {
+    println!(
+        "{:<10} {:<9} {:>8}  {:<52} origin",
+        "transport", "version", "priority", "capabilities"
+    );
+    for p in ipl::static_plugins() {
+        print_plugin(&p);
+    }
+    let found = ipl_transport_abi::loader::discover_default();
+    for p in &found.loaded {
+        print_plugin(p);
+    }
+    for (path, why) in &found.refused {
+        println!("refused    {}: {why}", path.display());
+    }
+    Ok(())
+}
+
+fn print_plugin(p: &ipl::Plugin) {
+    let avail = match p.availability() {
+        Ok(()) => String::new(),
+        Err(r) => format!("  UNAVAILABLE: {r}"),
+    };
+    println!(
+        "{:<10} {:<9} {:>8}  {:<52} {}{avail}",
+        p.name(),
+        p.version(),
+        p.priority(),
+        p.capabilities().to_string(),
+        p.origin()
+    );
+}
+
+fn port_type(a: &Args) -> Res<PortType> {
+    let mut caps = P::CONNECTION_ONE_TO_ONE
+        | P::RECEIVE_EXPLICIT
+        | P::RECEIVE_TIMEOUT
+        | P::SERIALIZATION_BYTE
+        | P::COMMUNICATION_RELIABLE
+        | P::COMMUNICATION_FIFO;
+    for r in &a.require {
+        match T::NAMED.iter().find(|(_, n)| n == r) {
+            // Transport properties beyond the port type's vocabulary (network,
+            // zero_copy, ...) select the transport by name below.
+            Some(_) => {}
+            None => {
+                if let Some(c) = ipl::PortCapabilities::from_name(r) {
+                    caps |= c;
+                } else {
+                    return Err(format!("unknown capability {r:?}").into());
+                }
+            }
         }
     }
+    Ok(PortType::new(caps)?)
 }
 
-fn port_type() -> ipl::Result<PortType> {
-    PortType::new(
-        P::CONNECTION_ONE_TO_ONE
-            | P::RECEIVE_EXPLICIT
-            | P::RECEIVE_POLL
-            | P::SERIALIZATION_BYTE
-            | P::COMMUNICATION_RELIABLE
-            | P::COMMUNICATION_FIFO,
-    )
+/// The transport to measure: by name, or the best plugin with the required
+/// transport properties.
+fn pick_transport(a: &Args) -> Res<String> {
+    if let Some(t) = &a.transport {
+        return Ok(t.clone());
+    }
+    let mut want = T::RELIABLE | T::FIFO;
+    for r in &a.require {
+        if let Some((c, _)) = T::NAMED.iter().find(|(_, n)| n == r) {
+            want = want | *c;
+        }
+    }
+    ipl::default_plugins()
+        .into_iter()
+        .filter(|p| p.availability().is_ok() && p.capabilities().contains(want))
+        .max_by_key(|p| p.priority())
+        .map(|p| p.name().to_string())
+        .ok_or_else(|| format!("no available transport provides {want}").into())
 }
 
-fn receive(port: &ipl::ReceivePort, mode: Mode) -> ipl::Result<ipl::ReadMessage> {
-    match mode {
-        Mode::Block => port.receive(),
-        Mode::Spin => loop {
-            if let Some(m) = port.poll()? {
-                return Ok(m);
-            }
-            std::hint::spin_loop();
-        },
+fn measure(a: &Args) -> Res<()> {
+    let transport = pick_transport(a)?;
+    let mut a = a.clone();
+    a.transport = Some(transport.clone());
+    if transport == "inproc" {
+        return inproc(&a);
+    }
+    // A registry server for a pool of two: us and a child copy of us.
+    let secret = ipl_auth::PoolSecret::generate()?;
+    let server =
+        ipl_registry::RegistryServer::bind("127.0.0.1:0", secret.clone())?.run_in_background()?;
+    let raw = TcpListener::bind("127.0.0.1:0")?;
+    let pool = format!("ipl-bench-{}", std::process::id());
+    let mut argv = vec!["__peer".to_string(), raw.local_addr()?.port().to_string()];
+    argv.extend(to_argv(&a));
+    let mut child = Command::new(std::env::current_exe()?)
+        .args(&argv)
+        .env("IPL_REGISTRY", server.local_addr().to_string())
+        .env("IPL_POOL", &pool)
+        .env("IPL_POOL_SIZE", "2")
+        .env("IPL_POOL_SECRET", secret.to_hex())
+        .env("IPL_RANK", "1")
+        .stdout(Stdio::piped())
+        .spawn()?;
+    let child_out = child.stdout.take().ok_or("no child stdout")?;
+    std::thread::spawn(move || {
+        for line in BufReader::new(child_out).lines().map_while(Result::ok) {
+            eprintln!("[peer] {line}");
+        }
+    });
+    // Raw baseline first, then the IPL, over the same two processes.
+    let (mut sock, _) = raw.accept()?;
+    sock.set_nodelay(true)?;
+    let mut figures = Vec::new();
+    let mut raw_results = Vec::new();
+    for &size in &a.sizes {
+        raw_results.push(if a.cmd == "latency" {
+            raw_latency(&mut sock, size, iters_for(&a, size))?
+        } else {
+            raw_throughput(&mut sock, size, count_for(&a, size))?
+        });
+    }
+    sock.write_all(&u32::MAX.to_le_bytes())?;
+    let t = port_type(&a)?;
+    let ibis = Ibis::builder()
+        .pool(pool.as_str())
+        .registry_backend(std::sync::Arc::new(ipl_registry::NetRegistry::connect(
+            server.local_addr(),
+            &secret,
+            WAIT,
+        )?))
+        .secret(secret.clone())
+        .capabilities(ipl::IbisCapabilities::CLOSED_WORLD | ipl::IbisCapabilities::ELECTIONS)
+        .pool_size(2)
+        .name("member-0")
+        .prefer_transport(transport.as_str())
+        .port_type(t)
+        .build()?;
+    let (rp, mut sp) = pair(&ibis, &t)?;
+    for (i, &size) in a.sizes.iter().enumerate() {
+        let tn = &transport;
+        if a.cmd == "latency" {
+            let mut samples = ipl_latency(&rp, &mut sp, size, iters_for(&a, size))?;
+            let ipl_s = stats(&mut samples);
+            let raw_s = raw_results[i];
+            figures.push(Figure {
+                name: format!("ipl.latency.{tn}.{size}B.rtt_us"),
+                value: us(ipl_s.median),
+                unit: "us",
+                what: format!(
+                    "IPL {tn} {size} B round trip (median; min {:.1})",
+                    us(ipl_s.min)
+                ),
+            });
+            figures.push(Figure {
+                name: format!("raw.latency.{tn}.{size}B.rtt_us"),
+                value: raw_s,
+                unit: "us",
+                what: format!("raw socket {size} B round trip (median)"),
+            });
+            figures.push(Figure {
+                name: format!("ratio.latency.{tn}.{size}B"),
+                value: us(ipl_s.median) / raw_s.max(1e-9),
+                unit: "x",
+                what: format!("IPL / raw, {size} B"),
+            });
+        } else {
+            let ipl_mbps = ipl_throughput(&rp, &mut sp, size, count_for(&a, size))?;
+            let raw_mbps = raw_results[i];
+            figures.push(Figure {
+                name: format!("ipl.throughput.{tn}.{size}B.MBps"),
+                value: ipl_mbps,
+                unit: "MB/s",
+                what: format!("IPL {tn} stream of {size} B messages"),
+            });
+            figures.push(Figure {
+                name: format!("raw.throughput.{tn}.{size}B.MBps"),
+                value: raw_mbps,
+                unit: "MB/s",
+                what: format!("raw socket stream of {size} B writes"),
+            });
+            figures.push(Figure {
+                name: format!("ratio.throughput.{tn}.{size}B"),
+                value: ipl_mbps / raw_mbps.max(1e-9),
+                unit: "x",
+                what: format!("IPL / raw, {size} B"),
+            });
+        }
+    }
+    sp.close();
+    let status = child.wait()?;
+    if !status.success() {
+        return Err(format!("peer process failed: {status}").into());
+    }
+    rp.close(Some(Duration::from_secs(1)));
+    ibis.end()?;
+    server.shutdown();
+    report(
+        &format!(
+            "ipl-bench {}: transport {transport}, two processes on this host over 127.0.0.1, \
+             placed by the OS; blocking receivers (IPL: poll {} us first); raw = plain TCP \
+             socket, blocking reads, TCP_NODELAY",
+            a.cmd,
+            std::env::var("IPL_SPIN_US").unwrap_or_else(|_| "50".into())
+        ),
+        &figures,
+    );
+    Ok(())
+}
+
+fn iters_for(a: &Args, size: usize) -> usize {
+    if size >= 1 << 16 {
+        (a.iters / 4).max(100)
+    } else {
+        a.iters
     }
 }
 
-/// IPL round trips over the in-process transport; returns per-iteration samples.
-fn ipl_pingpong(size: usize, iters: usize, mode: Mode) -> ipl::Result<Vec<Duration>> {
-    let t = port_type()?;
+fn count_for(a: &Args, size: usize) -> usize {
+    (a.mbytes << 20) / size.max(1)
+}
+
+/// Creates the receive port "in", and a send port connected to the other member's.
+fn pair(ibis: &Ibis, t: &PortType) -> Res<(ReceivePort, SendPort)> {
+    let rp = ibis.create_receive_port(t, "in")?;
+    rp.enable_connections();
+    ibis.registry().wait_until_pool_closed(Some(WAIT))?;
+    let other = ibis
+        .registry()
+        .members()?
+        .into_iter()
+        .find(|m| m != ibis.identifier())
+        .ok_or("no peer in the pool")?;
+    let mut sp = ibis.create_send_port(t, "out")?;
+    sp.connect_to(&other, "in", WAIT)?;
+    Ok((rp, sp))
+}
+
+fn ipl_latency(
+    rp: &ReceivePort,
+    sp: &mut SendPort,
+    size: usize,
+    iters: usize,
+) -> Res<Vec<Duration>> {
+    let payload = vec![7u8; size];
+    let mut back = vec![0u8; size];
+    let warm = iters / 10 + 10;
+    let mut samples = Vec::with_capacity(iters);
+    for i in 0..warm + iters {
+        let t0 = Instant::now();
+        let mut w = sp.new_message()?;
+        w.write_bytes(&payload)?;
+        w.finish()?;
+        let mut m = rp.receive_timeout(WAIT)?;
+        m.read_bytes(&mut back)?;
+        m.finish();
+        if i >= warm {
+            samples.push(t0.elapsed());
+        }
+    }
+    Ok(samples)
+}
+
+fn ipl_throughput(rp: &ReceivePort, sp: &mut SendPort, size: usize, count: usize) -> Res<f64> {
+    let payload = vec![7u8; size];
+    let t0 = Instant::now();
+    for _ in 0..count {
+        let mut w = sp.new_message()?;
+        w.write_bytes_borrowed(&payload)?;
+        w.finish()?;
+    }
+    let m = rp.receive_timeout(WAIT)?; // the peer's acknowledgement of the last one
+    m.finish();
+    Ok((size * count) as f64 / t0.elapsed().as_secs_f64() / 1e6)
+}
+
+fn raw_latency(s: &mut TcpStream, size: usize, iters: usize) -> Res<f64> {
+    let mut frame = (size as u32).to_le_bytes().to_vec();
+    frame.extend(std::iter::repeat_n(7u8, size));
+    let mut back = vec![0u8; 4 + size];
+    let warm = iters / 10 + 10;
+    let mut samples = Vec::with_capacity(iters);
+    for i in 0..warm + iters {
+        let t0 = Instant::now();
+        s.write_all(&frame)?;
+        s.read_exact(&mut back)?;
+        if i >= warm {
+            samples.push(t0.elapsed());
+        }
+    }
+    Ok(us(stats(&mut samples).median))
+}
+
+fn raw_throughput(s: &mut TcpStream, size: usize, count: usize) -> Res<f64> {
+    let payload = vec![7u8; size];
+    let t0 = Instant::now();
+    for _ in 0..count {
+        s.write_all(&(size as u32).to_le_bytes())?;
+        s.write_all(&payload)?;
+    }
+    let mut ack = [0u8; 1];
+    s.read_exact(&mut ack)?;
+    Ok((size * count) as f64 / t0.elapsed().as_secs_f64() / 1e6)
+}
+
+/// The child: echoes the raw phase, then the IPL phase, following the same schedule.
+fn peer(raw_port: u16, a: &Args) -> Res<()> {
+    let mut s = TcpStream::connect(("127.0.0.1", raw_port))?;
+    s.set_nodelay(true)?;
+    let mut hdr = [0u8; 4];
+    let mut buf = Vec::new();
+    for &size in &a.sizes {
+        if a.cmd == "latency" {
+            let n = iters_for(a, size) + iters_for(a, size) / 10 + 10;
+            buf.resize(4 + size, 0);
+            for _ in 0..n {
+                s.read_exact(&mut buf)?;
+                s.write_all(&buf)?;
+            }
+        } else {
+            buf.resize(size, 0);
+            for _ in 0..count_for(a, size) {
+                s.read_exact(&mut hdr)?;
+                s.read_exact(&mut buf)?;
+            }
+            s.write_all(&[1])?;
+        }
+    }
+    s.read_exact(&mut hdr)?; // end of the raw phase
+    let t = port_type(a)?;
+    let ibis = Ibis::builder()
+        .capabilities(ipl::IbisCapabilities::ELECTIONS)
+        .from_env()?
+        .prefer_transport(a.transport.clone().unwrap_or_default())
+        .port_type(t)
+        .build()?;
+    let (rp, mut sp) = pair(&ibis, &t)?;
+    let mut data = Vec::new();
+    for &size in &a.sizes {
+        data.resize(size, 0u8);
+        if a.cmd == "latency" {
+            let n = iters_for(a, size) + iters_for(a, size) / 10 + 10;
+            for _ in 0..n {
+                let mut m = rp.receive_timeout(WAIT)?;
+                m.read_bytes(&mut data)?;
+                m.finish();
+                let mut w = sp.new_message()?;
+                w.write_bytes(&data)?;
+                w.finish()?;
+            }
+        } else {
+            for _ in 0..count_for(a, size) {
+                // Read in place: the transport's buffer is the only copy (as the raw
+                // reader's buffer is).
+                let mut m = rp.receive_timeout(WAIT)?;
+                std::hint::black_box(m.read_bytes_ref(size)?);
+            }
+            let mut w = sp.new_message()?;
+            w.write_bytes(&[1])?;
+            w.finish()?;
+        }
+    }
+    // Wait for the measuring side to hang up, then leave.
+    while rp.receive_timeout(Duration::from_millis(100)).is_ok() {}
+    sp.close();
+    ibis.end()?;
+    println!("peer done");
+    Ok(())
+}
+
+// ---- the in-process transport: two threads ------------------------------------------
+
+fn inproc(a: &Args) -> Res<()> {
+    let t = port_type(a)?;
+    let mut figures = Vec::new();
+    for &size in &a.sizes {
+        let n = iters_for(a, size);
+        let ipl_s = stats(&mut inproc_pingpong(&t, size, n)?);
+        let raw_s = stats(&mut raw_thread_pingpong(size, n));
+        figures.push(Figure {
+            name: format!("ipl.latency.inproc.{size}B.rtt_us"),
+            value: us(ipl_s.median),
+            unit: "us",
+            what: format!(
+                "IPL inproc {size} B round trip (median; min {:.2})",
+                us(ipl_s.min)
+            ),
+        });
+        figures.push(Figure {
+            name: format!("raw.latency.inproc.{size}B.rtt_us"),
+            value: us(raw_s.median),
+            unit: "us",
+            what: format!(
+                "raw thread channel ping-pong {size} B (median; min {:.2})",
+                us(raw_s.min)
+            ),
+        });
+        figures.push(Figure {
+            name: format!("ratio.latency.inproc.{size}B"),
+            value: us(ipl_s.median) / us(raw_s.median).max(1e-9),
+            unit: "x",
+            what: format!("IPL / raw, {size} B"),
+        });
+    }
+    report(
+        "ipl-bench latency: transport inproc, two threads placed by the OS; blocking receivers \
+         (IPL: poll IPL_SPIN_US first); raw = std mpsc channels, one copy per message",
+        &figures,
+    );
+    Ok(())
+}
+
+fn inproc_pingpong(t: &PortType, size: usize, iters: usize) -> Res<Vec<Duration>> {
     let reg = EmbeddedRegistry::new();
     let a = Ibis::builder()
         .pool("bench")
         .registry(&reg)
-        .port_type(t)
+        .prefer_transport("inproc")
+        .port_type(*t)
         .build()?;
     let b = Ibis::builder()
         .pool("bench")
         .registry(&reg)
-        .port_type(t)
+        .prefer_transport("inproc")
+        .port_type(*t)
         .build()?;
-    let a_in = a.create_receive_port(&t, "in")?;
+    let a_in = a.create_receive_port(t, "in")?;
     a_in.enable_connections();
-    let b_in = b.create_receive_port(&t, "in")?;
+    let b_in = b.create_receive_port(t, "in")?;
     b_in.enable_connections();
-    let mut a_out = a.create_send_port(&t, "out")?;
-    a_out.connect(b_in.identifier(), Duration::from_secs(5))?;
-    let mut b_out = b.create_send_port(&t, "out")?;
-    b_out.connect(a_in.identifier(), Duration::from_secs(5))?;
-    let warm = iters / 10 + 10;
-    let total = warm + iters;
+    let mut a_out = a.create_send_port(t, "out")?;
+    a_out.connect(b_in.identifier(), WAIT)?;
+    let mut b_out = b.create_send_port(t, "out")?;
+    b_out.connect(a_in.identifier(), WAIT)?;
+    let total = iters + iters / 10 + 10;
     let server = std::thread::spawn(move || -> ipl::Result<()> {
         let mut buf = vec![0u8; size];
         for _ in 0..total {
-            let mut m = receive(&b_in, mode)?;
+            let mut m = b_in.receive_timeout(WAIT)?;
             m.read_bytes(&mut buf)?;
             m.finish();
             let mut w = b_out.new_message()?;
@@ -90,67 +576,32 @@ fn ipl_pingpong(size: usize, iters: usize, mode: Mode) -> ipl::Result<Vec<Durati
         }
         Ok(())
     });
-    let payload = vec![7u8; size];
-    let mut back = vec![0u8; size];
-    let mut samples = Vec::with_capacity(iters);
-    for i in 0..total {
-        let t0 = Instant::now();
-        let mut w = a_out.new_message()?;
-        w.write_bytes(&payload)?;
-        w.finish()?;
-        let mut m = receive(&a_in, mode)?;
-        m.read_bytes(&mut back)?;
-        m.finish();
-        if i >= warm {
-            samples.push(t0.elapsed());
-        }
-    }
-    server
-        .join()
-        .map_err(|_| ipl::IplError::Protocol("server thread panicked".into()))??;
+    let samples = ipl_latency(&a_in, &mut a_out, size, iters)?;
+    server.join().map_err(|_| "server thread panicked")??;
     Ok(samples)
 }
 
-fn raw_recv(rx: &mpsc::Receiver<Vec<u8>>, mode: Mode) -> Option<Vec<u8>> {
-    match mode {
-        Mode::Block => rx.recv().ok(),
-        Mode::Spin => loop {
-            match rx.try_recv() {
-                Ok(v) => return Some(v),
-                Err(mpsc::TryRecvError::Empty) => std::hint::spin_loop(),
-                Err(mpsc::TryRecvError::Disconnected) => return None,
-            }
-        },
-    }
-}
-
-/// The raw limit: a thread-to-thread ping-pong over std channels with one copy of the
-/// payload per message (as the in-process transport does).
-fn raw_pingpong(size: usize, iters: usize, mode: Mode) -> Vec<Duration> {
+fn raw_thread_pingpong(size: usize, iters: usize) -> Vec<Duration> {
     let (to_b, b_rx) = mpsc::channel::<Vec<u8>>();
     let (to_a, a_rx) = mpsc::channel::<Vec<u8>>();
-    let warm = iters / 10 + 10;
-    let total = warm + iters;
+    let total = iters + iters / 10 + 10;
     let server = std::thread::spawn(move || {
         for _ in 0..total {
-            let Some(v) = raw_recv(&b_rx, mode) else {
-                return;
-            };
+            let Ok(v) = b_rx.recv() else { return };
             if to_a.send(v.as_slice().to_vec()).is_err() {
                 return;
             }
         }
     });
     let payload = vec![7u8; size];
+    let warm = iters / 10 + 10;
     let mut samples = Vec::with_capacity(iters);
     for i in 0..total {
         let t0 = Instant::now();
         if to_b.send(payload.clone()).is_err() {
             break;
         }
-        let Some(v) = raw_recv(&a_rx, mode) else {
-            break;
-        };
+        let Ok(v) = a_rx.recv() else { break };
         std::hint::black_box(&v);
         if i >= warm {
             samples.push(t0.elapsed());
@@ -158,81 +609,4 @@ fn raw_pingpong(size: usize, iters: usize, mode: Mode) -> Vec<Duration> {
     }
     let _ = server.join();
     samples
-}
-
-fn parse_list(s: &str) -> Vec<usize> {
-    s.split(',').filter_map(|x| x.trim().parse().ok()).collect()
-}
-
-fn main() -> ipl::Result<()> {
-    ibis_examples::init_logging();
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let mut sizes = vec![1, 1024, 65536];
-    let mut iters = 20_000usize;
-    let mut cmd = "latency".to_string();
-    let mut i = 0;
-    while i < args.len() {
-        match args[i].as_str() {
-            "--sizes" if i + 1 < args.len() => {
-                sizes = parse_list(&args[i + 1]);
-                i += 1;
-            }
-            "--iters" if i + 1 < args.len() => {
-                iters = args[i + 1].parse().unwrap_or(iters);
-                i += 1;
-            }
-            "--transport" if i + 1 < args.len() => {
-                if args[i + 1] != "inproc" {
-                    eprintln!("only the inproc transport exists in this build");
-                    std::process::exit(2);
-                }
-                i += 1;
-            }
-            "latency" => cmd = "latency".into(),
-            other => {
-                eprintln!("usage: ipl-bench latency [--transport inproc] [--sizes 1,1024] [--iters N]\nunknown argument {other}");
-                std::process::exit(2);
-            }
-        }
-        i += 1;
-    }
-    let _ = cmd;
-    let mut figures = Vec::new();
-    for &size in &sizes {
-        for mode in [Mode::Block, Mode::Spin] {
-            let n = if size > 16384 { iters / 4 } else { iters }.max(100);
-            let ipl_s = stats(&mut ipl_pingpong(size, n, mode)?);
-            let raw_s = stats(&mut raw_pingpong(size, n, mode));
-            let m = mode.name();
-            figures.push(Figure {
-                name: format!("ipl.latency.inproc.{size}B.{m}.rtt_us"),
-                value: us(ipl_s.median),
-                unit: "us",
-                what: format!(
-                    "IPL inproc {size} B round trip, {m} (median; min {:.2})",
-                    us(ipl_s.min)
-                ),
-            });
-            figures.push(Figure {
-                name: format!("raw.latency.inproc.{size}B.{m}.rtt_us"),
-                value: us(raw_s.median),
-                unit: "us",
-                what: format!(
-                    "raw thread ping-pong {size} B, {m} (median; min {:.2})",
-                    us(raw_s.min)
-                ),
-            });
-            figures.push(Figure {
-                name: format!("ratio.latency.inproc.{size}B.{m}"),
-                value: us(ipl_s.median) / us(raw_s.median).max(1e-9),
-                unit: "x",
-                what: format!("IPL / raw, {size} B, {m}"),
-            });
-        }
-    }
-    report(
-        "ipl-bench latency: in-process transport, 2 threads placed by the OS",
-        &figures,
-    );
-    Ok(())
 }

@@ -61,6 +61,7 @@ pub mod ffi;
 pub mod host;
 pub mod loader;
 pub mod plugin;
+pub mod pool;
 
 pub use capabilities::TransportCapabilities;
 pub use error::{LoadError, TransportError};
@@ -69,6 +70,7 @@ pub use loader::{
     discover, discover_default, load_file, search_path, Discovery, PLUGIN_PATH_VAR, PLUGIN_PREFIX,
 };
 pub use plugin::{HostSink, TransportPlugin};
+pub use pool::BufferPool;
 
 /// The README example, compiled and run as a doc test.
 #[cfg(doctest)]

@@ -11,7 +11,9 @@ use std::time::{Duration, Instant};
 
 use ipl_auth::{AuthError, Initiator, Responder, CHALLENGE_LEN, FINISH_LEN, HELLO_LEN};
 use ipl_transport_abi::ffi::CloseCode;
-use ipl_transport_abi::{HostSink, TransportCapabilities, TransportError, TransportPlugin};
+use ipl_transport_abi::{
+    BufferPool, HostSink, TransportCapabilities, TransportError, TransportPlugin,
+};
 use socket2::{SockAddr, Socket};
 
 use crate::address::Address;
@@ -117,6 +119,8 @@ struct Inner {
     /// The address the listener is bound to.
     bound: SocketAddr,
     host: HostSink,
+    /// Receive buffers, recycled when the host releases them.
+    pool: BufferPool,
     gate: Gate,
     stopping: AtomicBool,
     next_channel: AtomicU64,
@@ -418,14 +422,15 @@ impl Inner {
                             self.cfg.max_message
                         )));
                     }
-                    let data = net::read_payload(&mut r, len as usize).map_err(io)?;
+                    let mut data = self.pool.take();
+                    net::read_payload_into(&mut r, &mut data, len as usize).map_err(io)?;
                     let local = lock(&conn.chans)
                         .as_ref()
                         .and_then(|m| m.get(&wire_id).copied());
                     // A message for a channel we closed locally is dropped.
                     if let Some(local) = local {
                         if let Some(_e) = self.gate.enter() {
-                            self.host.message_owned(local, data);
+                            self.pool.deliver(&self.host, local, data);
                         }
                     }
                 }
@@ -658,6 +663,7 @@ impl TransportPlugin for TcpTransport {
             address,
             bound,
             host,
+            pool: BufferPool::new(16, 64 << 20),
             gate: Gate::new(),
             stopping: AtomicBool::new(false),
             next_channel: AtomicU64::new(1),

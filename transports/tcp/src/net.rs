@@ -100,25 +100,32 @@ pub(crate) fn read_exact_or_eof(r: &mut impl Read, buf: &mut [u8]) -> io::Result
 /// Largest piece of a payload allocated before its bytes have arrived.
 pub(crate) const READ_CHUNK: usize = 64 << 10;
 
-/// Reads a payload of `len` bytes (already checked against `max_message`) into a vector
-/// of exactly that length. Small payloads are read in one go; a large one grows the
-/// vector as its bytes arrive (at most doubling what has been received, starting with
+/// Reads a payload of `len` bytes (already checked against `max_message`) into `v`
+/// (a recycled buffer whose old contents are overwritten), leaving it exactly `len`
+/// long. Small payloads are read in one go; a large one grows the vector only as its
+/// bytes arrive (at most doubling what has been received, starting with
 /// [`READ_CHUNK`]), so a peer that announces a huge message and sends little costs
-/// little memory.
+/// little memory. Capacity the buffer already has is reused without clearing it.
+pub(crate) fn read_payload_into(r: &mut impl Read, v: &mut Vec<u8>, len: usize) -> io::Result<()> {
+    let mut have = 0;
+    while have < len {
+        let step = (len - have).min(have.max(READ_CHUNK));
+        let want = have + step;
+        if v.len() < want {
+            v.resize(want, 0);
+        }
+        r.read_exact(&mut v[have..want])?;
+        have = want;
+    }
+    v.truncate(len);
+    Ok(())
+}
+
+/// [`read_payload_into`] a fresh vector.
+#[cfg(test)]
 pub(crate) fn read_payload(r: &mut impl Read, len: usize) -> io::Result<Vec<u8>> {
-    if len <= READ_CHUNK {
-        let mut v = vec![0u8; len];
-        r.read_exact(&mut v)?;
-        return Ok(v);
-    }
-    let mut v: Vec<u8> = Vec::new();
-    while v.len() < len {
-        let old = v.len();
-        let chunk = (len - old).min(old.max(READ_CHUNK));
-        v.reserve_exact(chunk);
-        v.resize(old + chunk, 0);
-        r.read_exact(&mut v[old..])?;
-    }
+    let mut v = Vec::new();
+    read_payload_into(r, &mut v, len)?;
     Ok(v)
 }
 
