@@ -12,6 +12,12 @@
 //! - `kill`: member 1 connects to the root, sends, and aborts; the root and the others
 //!   must see it die (registry), and the root must see its connection lost.
 //!
+//! - `stranger-join`: run with a wrong `IPL_POOL_SECRET`; passes if the registry
+//!   refuses the join;
+//! - `stranger-connect`: run with a wrong secret and `IPL_TARGET` (a member's identifier,
+//!   postcard in hex) outside the pool; passes if connecting to the member's port
+//!   `inbox` over TCP is refused for the secret.
+//!
 //! Exits 0 when the checks pass, 1 with a message otherwise.
 
 use std::collections::HashMap;
@@ -60,6 +66,9 @@ fn main() {
 }
 
 fn run(scenario: &str) -> Res<()> {
+    if scenario == "stranger-join" || scenario == "stranger-connect" {
+        return stranger(scenario);
+    }
     let req = object_type(P::CONNECTION_MANY_TO_ONE | P::RECEIVE_AUTO_UPCALLS)?;
     let rep = object_type(P::CONNECTION_ONE_TO_ONE | P::RECEIVE_EXPLICIT | P::RECEIVE_TIMEOUT)?;
     let mc = PortType::new(
@@ -369,4 +378,45 @@ fn kill(ibis: &Ibis, is_root: bool, root: &IbisIdentifier, sink: PortType) -> Re
         }
     }
     Ok(())
+}
+
+/// A process without the pool's secret: it must not get in.
+fn stranger(scenario: &str) -> Res<()> {
+    let t = object_type(P::CONNECTION_MANY_TO_ONE | P::RECEIVE_EXPLICIT)?;
+    if scenario == "stranger-join" {
+        return match Ibis::builder()
+            .from_env()
+            .and_then(|b| b.port_type(t).build())
+        {
+            Ok(_) => Err(fail("a stranger joined the pool".into())),
+            Err(e) if e.to_string().contains("secret") => {
+                println!("join refused: {e}");
+                Ok(())
+            }
+            Err(e) => Err(fail(format!("join failed, but not for the secret: {e}"))),
+        };
+    }
+    // Outside the pool: an embedded registry of its own, the wrong secret, TCP only.
+    let hex = std::env::var("IPL_TARGET").map_err(|_| fail("IPL_TARGET not set".into()))?;
+    let bytes: Vec<u8> = (0..hex.len() / 2)
+        .map(|i| u8::from_str_radix(&hex[2 * i..2 * i + 2], 16))
+        .collect::<Result<_, _>>()?;
+    let target: IbisIdentifier = postcard::from_bytes(&bytes)?;
+    let secret = ipl_auth::PoolSecret::from_env()?;
+    let reg = ipl::EmbeddedRegistry::new();
+    let ibis = Ibis::builder()
+        .registry(&reg)
+        .secret(secret)
+        .prefer_transport("tcp")
+        .port_type(t)
+        .build()?;
+    let mut sp = ibis.create_send_port(&t, "intruder")?;
+    match sp.connect_to(&target, "inbox", Duration::from_secs(10)) {
+        Ok(_) => Err(fail("a stranger connected to a member".into())),
+        Err(e) if e.to_string().contains("secret") => {
+            println!("connect refused: {e}");
+            Ok(())
+        }
+        Err(e) => Err(fail(format!("connect failed, but not for the secret: {e}"))),
+    }
 }
