@@ -90,6 +90,8 @@ pub(crate) struct PortShared {
     /// Mirrors "a receive would return now" (a message is deliverable, or the port is
     /// closed), so that poll and the spin phase of receive need not take the lock.
     ready: AtomicBool,
+    /// The current poll budget of a blocking receive, in ns (adaptive, see `next`).
+    spin_ns: std::sync::atomic::AtomicU64,
     connect_upcall: Option<Box<dyn ReceivePortConnectUpcall>>,
 }
 
@@ -125,6 +127,7 @@ impl PortShared {
             state: Mutex::new(PortState::default()),
             cond: Condvar::new(),
             ready: AtomicBool::new(false),
+            spin_ns: std::sync::atomic::AtomicU64::new(spin_budget().as_nanos() as u64),
             connect_upcall,
         }
     }
@@ -270,16 +273,34 @@ impl PortShared {
 
     /// Waits for the next message up to `deadline` (None: forever).
     fn next(self: &Arc<Self>, deadline: Option<Instant>) -> Result<Option<ReadMessage>> {
+        // Poll (yielding the CPU between polls) for an adaptive budget before sleeping.
+        // When a message comes within the maximum budget, the budget goes back to the
+        // maximum; when it comes later (or not at all), the budget halves, so a port
+        // whose messages come far apart (a stream, an idle server) soon stops taking
+        // CPU that senders and transport threads need.
+        let start = Instant::now();
+        let max = spin_budget();
         if !self.ready.load(Ordering::Acquire) {
-            let spin_until = Instant::now() + spin_budget();
-            let spin_until = deadline.map_or(spin_until, |d| d.min(spin_until));
+            let budget = Duration::from_nanos(self.spin_ns.load(Ordering::Relaxed)).min(max);
+            let spin_until = deadline.map_or(start + budget, |d| d.min(start + budget));
             while !self.ready.load(Ordering::Acquire) && Instant::now() < spin_until {
                 std::thread::yield_now();
             }
         }
+        let adapt = |got: bool| {
+            let budget = Duration::from_nanos(self.spin_ns.load(Ordering::Relaxed));
+            let next = if got && start.elapsed() <= max {
+                max
+            } else {
+                (budget / 2).max(Duration::from_micros(1))
+            };
+            self.spin_ns
+                .store(next.as_nanos() as u64, Ordering::Relaxed);
+        };
         let mut st = lock(&self.state);
         loop {
             if let Some(r) = self.take_locked(&mut st) {
+                adapt(true);
                 return r.map(Some);
             }
             match deadline {
@@ -287,6 +308,7 @@ impl PortShared {
                 Some(d) => {
                     let now = Instant::now();
                     if now >= d {
+                        adapt(false);
                         return Ok(None);
                     }
                     st = self

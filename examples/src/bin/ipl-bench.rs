@@ -3,8 +3,8 @@
 //!
 //! ```text
 //! ipl-bench list
-//! ipl-bench latency    --transport tcp    --sizes 1,1024,65536     [--iters N]
-//! ipl-bench throughput --transport tcp    --sizes 65536,1048576    [--mbytes M]
+//! ipl-bench latency    --transport tcp    --sizes 1,1024,65536     [--iters N] [--repeat R]
+//! ipl-bench throughput --transport tcp    --sizes 65536,1048576    [--mbytes M] [--repeat R]
 //! ipl-bench latency    --transport inproc --sizes 1,1024
 //! ipl-bench latency    --require reliable,fifo,network   (choose by properties)
 //! ```
@@ -46,12 +46,13 @@ struct Args {
     sizes: Vec<usize>,
     iters: usize,
     mbytes: usize,
+    repeat: usize,
 }
 
 fn usage() -> ! {
     eprintln!(
         "usage: ipl-bench list | latency|throughput [--transport NAME | --require CAP,CAP] \
-         [--sizes 1,1024] [--iters N] [--mbytes M]"
+         [--sizes 1,1024] [--iters N] [--mbytes M] [--repeat R]"
     );
     std::process::exit(2)
 }
@@ -62,8 +63,9 @@ fn parse_args(v: &[String]) -> Args {
         transport: None,
         require: Vec::new(),
         sizes: Vec::new(),
-        iters: 10_000,
-        mbytes: 512,
+        iters: 5_000,
+        mbytes: 256,
+        repeat: 5,
     };
     let mut i = 1;
     while i < v.len() {
@@ -78,6 +80,9 @@ fn parse_args(v: &[String]) -> Args {
             }
             ("--iters", Some(n)) => a.iters = n.parse().unwrap_or_else(|_| usage()),
             ("--mbytes", Some(n)) => a.mbytes = n.parse().unwrap_or_else(|_| usage()),
+            ("--repeat", Some(n)) => {
+                a.repeat = n.parse::<usize>().unwrap_or_else(|_| usage()).max(1)
+            }
             _ => usage(),
         }
         i += 2;
@@ -104,6 +109,7 @@ fn to_argv(a: &Args) -> Vec<String> {
     v.extend(["--sizes".into(), sizes.join(",")]);
     v.extend(["--iters".into(), a.iters.to_string()]);
     v.extend(["--mbytes".into(), a.mbytes.to_string()]);
+    v.extend(["--repeat".into(), a.repeat.to_string()]);
     v
 }
 
@@ -239,19 +245,8 @@ fn measure(a: &Args) -> Res<()> {
             eprintln!("[peer] {line}");
         }
     });
-    // Raw baseline first, then the IPL, over the same two processes.
     let (mut sock, _) = raw.accept()?;
     sock.set_nodelay(true)?;
-    let mut figures = Vec::new();
-    let mut raw_results = Vec::new();
-    for &size in &a.sizes {
-        raw_results.push(if a.cmd == "latency" {
-            raw_latency(&mut sock, size, iters_for(&a, size))?
-        } else {
-            raw_throughput(&mut sock, size, count_for(&a, size))?
-        });
-    }
-    sock.write_all(&u32::MAX.to_le_bytes())?;
     let t = port_type(&a)?;
     let ibis = Ibis::builder()
         .pool(pool.as_str())
@@ -268,56 +263,75 @@ fn measure(a: &Args) -> Res<()> {
         .port_type(t)
         .build()?;
     let (rp, mut sp) = pair(&ibis, &t)?;
-    for (i, &size) in a.sizes.iter().enumerate() {
-        let tn = &transport;
-        if a.cmd == "latency" {
-            let mut samples = ipl_latency(&rp, &mut sp, size, iters_for(&a, size))?;
-            let ipl_s = stats(&mut samples);
-            let raw_s = raw_results[i];
-            figures.push(Figure {
-                name: format!("ipl.latency.{tn}.{size}B.rtt_us"),
-                value: us(ipl_s.median),
-                unit: "us",
-                what: format!(
-                    "IPL {tn} {size} B round trip (median; min {:.1})",
-                    us(ipl_s.min)
-                ),
-            });
-            figures.push(Figure {
-                name: format!("raw.latency.{tn}.{size}B.rtt_us"),
-                value: raw_s,
-                unit: "us",
-                what: format!("raw socket {size} B round trip (median)"),
-            });
-            figures.push(Figure {
-                name: format!("ratio.latency.{tn}.{size}B"),
-                value: us(ipl_s.median) / raw_s.max(1e-9),
-                unit: "x",
-                what: format!("IPL / raw, {size} B"),
-            });
-        } else {
-            let ipl_mbps = ipl_throughput(&rp, &mut sp, size, count_for(&a, size))?;
-            let raw_mbps = raw_results[i];
-            figures.push(Figure {
-                name: format!("ipl.throughput.{tn}.{size}B.MBps"),
-                value: ipl_mbps,
-                unit: "MB/s",
-                what: format!("IPL {tn} stream of {size} B messages"),
-            });
-            figures.push(Figure {
-                name: format!("raw.throughput.{tn}.{size}B.MBps"),
-                value: raw_mbps,
-                unit: "MB/s",
-                what: format!("raw socket stream of {size} B writes"),
-            });
-            figures.push(Figure {
-                name: format!("ratio.throughput.{tn}.{size}B"),
-                value: ipl_mbps / raw_mbps.max(1e-9),
-                unit: "x",
-                what: format!("IPL / raw, {size} B"),
-            });
+    // Repetitions alternate raw and IPL phases for every size, so that both see the
+    // same machine state; each figure is the median over the repetitions, and each
+    // ratio the median of the per-repetition ratios.
+    let n = a.sizes.len();
+    let mut raw_v = vec![Vec::new(); n];
+    let mut ipl_v = vec![Vec::new(); n];
+    let mut ratio_v = vec![Vec::new(); n];
+    for _ in 0..a.repeat {
+        for (i, &size) in a.sizes.iter().enumerate() {
+            let (r, x) = if a.cmd == "latency" {
+                let r = raw_latency(&mut sock, size, iters_for(&a, size))?;
+                let x =
+                    us(stats(&mut ipl_latency(&rp, &mut sp, size, iters_for(&a, size))?).median);
+                (r, x)
+            } else {
+                let r = raw_throughput(&mut sock, size, count_for(&a, size))?;
+                let x = ipl_throughput(&rp, &mut sp, size, count_for(&a, size))?;
+                (r, x)
+            };
+            raw_v[i].push(r);
+            ipl_v[i].push(x);
+            ratio_v[i].push(x / r.max(1e-9));
         }
     }
+    let mut figures = Vec::new();
+    for (i, &size) in a.sizes.iter().enumerate() {
+        let tn = &transport;
+        let (raw_m, ipl_m, ratio_m) = (median(&raw_v[i]), median(&ipl_v[i]), median(&ratio_v[i]));
+        let spread = |v: &[f64]| {
+            let lo = v.iter().cloned().fold(f64::INFINITY, f64::min);
+            let hi = v.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+            format!("{lo:.2}..{hi:.2}")
+        };
+        let (kind, unit, what_ipl, what_raw) = if a.cmd == "latency" {
+            (
+                "latency",
+                "us",
+                format!("IPL {tn} {size} B round trip"),
+                format!("raw socket {size} B round trip"),
+            )
+        } else {
+            (
+                "throughput",
+                "MB/s",
+                format!("IPL {tn} stream of {size} B messages"),
+                format!("raw socket stream of {size} B writes"),
+            )
+        };
+        let suffix = if a.cmd == "latency" { "rtt_us" } else { "MBps" };
+        figures.push(Figure {
+            name: format!("ipl.{kind}.{tn}.{size}B.{suffix}"),
+            value: ipl_m,
+            unit,
+            what: format!("{what_ipl} (range {})", spread(&ipl_v[i])),
+        });
+        figures.push(Figure {
+            name: format!("raw.{kind}.{tn}.{size}B.{suffix}"),
+            value: raw_m,
+            unit,
+            what: format!("{what_raw} (range {})", spread(&raw_v[i])),
+        });
+        figures.push(Figure {
+            name: format!("ratio.{kind}.{tn}.{size}B"),
+            value: ratio_m,
+            unit: "x",
+            what: format!("IPL / raw, {size} B (range {})", spread(&ratio_v[i])),
+        });
+    }
+    sock.write_all(&u32::MAX.to_le_bytes())?;
     sp.close();
     let status = child.wait()?;
     if !status.success() {
@@ -329,14 +343,22 @@ fn measure(a: &Args) -> Res<()> {
     report(
         &format!(
             "ipl-bench {}: transport {transport}, two processes on this host over 127.0.0.1, \
-             placed by the OS; blocking receivers (IPL: poll {} us first); raw = plain TCP \
-             socket, blocking reads, TCP_NODELAY",
+             placed by the OS; blocking receivers (IPL: polls up to {} us, yielding, then \
+             sleeps); raw = plain TCP socket, blocking reads, TCP_NODELAY; median of {} \
+             alternating repetitions",
             a.cmd,
-            std::env::var("IPL_SPIN_US").unwrap_or_else(|_| "50".into())
+            std::env::var("IPL_SPIN_US").unwrap_or_else(|_| "50".into()),
+            a.repeat
         ),
         &figures,
     );
     Ok(())
+}
+
+fn median(v: &[f64]) -> f64 {
+    let mut v = v.to_vec();
+    v.sort_by(|a, b| a.total_cmp(b));
+    v.get(v.len() / 2).copied().unwrap_or(0.0)
 }
 
 fn iters_for(a: &Args, size: usize) -> usize {
@@ -374,16 +396,15 @@ fn ipl_latency(
     iters: usize,
 ) -> Res<Vec<Duration>> {
     let payload = vec![7u8; size];
-    let mut back = vec![0u8; size];
     let warm = iters / 10 + 10;
     let mut samples = Vec::with_capacity(iters);
     for i in 0..warm + iters {
         let t0 = Instant::now();
         let mut w = sp.new_message()?;
-        w.write_bytes(&payload)?;
+        w.write_bytes_borrowed(&payload)?;
         w.finish()?;
         let mut m = rp.receive_timeout(WAIT)?;
-        m.read_bytes(&mut back)?;
+        std::hint::black_box(m.read_bytes_ref(size)?);
         m.finish();
         if i >= warm {
             samples.push(t0.elapsed());
@@ -438,26 +459,6 @@ fn raw_throughput(s: &mut TcpStream, size: usize, count: usize) -> Res<f64> {
 fn peer(raw_port: u16, a: &Args) -> Res<()> {
     let mut s = TcpStream::connect(("127.0.0.1", raw_port))?;
     s.set_nodelay(true)?;
-    let mut hdr = [0u8; 4];
-    let mut buf = Vec::new();
-    for &size in &a.sizes {
-        if a.cmd == "latency" {
-            let n = iters_for(a, size) + iters_for(a, size) / 10 + 10;
-            buf.resize(4 + size, 0);
-            for _ in 0..n {
-                s.read_exact(&mut buf)?;
-                s.write_all(&buf)?;
-            }
-        } else {
-            buf.resize(size, 0);
-            for _ in 0..count_for(a, size) {
-                s.read_exact(&mut hdr)?;
-                s.read_exact(&mut buf)?;
-            }
-            s.write_all(&[1])?;
-        }
-    }
-    s.read_exact(&mut hdr)?; // end of the raw phase
     let t = port_type(a)?;
     let ibis = Ibis::builder()
         .capabilities(ipl::IbisCapabilities::ELECTIONS)
@@ -466,32 +467,52 @@ fn peer(raw_port: u16, a: &Args) -> Res<()> {
         .port_type(t)
         .build()?;
     let (rp, mut sp) = pair(&ibis, &t)?;
-    let mut data = Vec::new();
-    for &size in &a.sizes {
-        data.resize(size, 0u8);
-        if a.cmd == "latency" {
-            let n = iters_for(a, size) + iters_for(a, size) / 10 + 10;
-            for _ in 0..n {
-                let mut m = rp.receive_timeout(WAIT)?;
-                m.read_bytes(&mut data)?;
-                m.finish();
+    let mut hdr = [0u8; 4];
+    let mut buf = Vec::new();
+    for _ in 0..a.repeat {
+        for &size in &a.sizes {
+            // The raw phase of this size...
+            if a.cmd == "latency" {
+                let n = iters_for(a, size) + iters_for(a, size) / 10 + 10;
+                buf.resize(4 + size, 0);
+                for _ in 0..n {
+                    s.read_exact(&mut buf)?;
+                    s.write_all(&buf)?;
+                }
+            } else {
+                buf.resize(size, 0);
+                for _ in 0..count_for(a, size) {
+                    s.read_exact(&mut hdr)?;
+                    s.read_exact(&mut buf)?;
+                }
+                s.write_all(&[1])?;
+            }
+            // ...then the IPL phase.
+            if a.cmd == "latency" {
+                let n = iters_for(a, size) + iters_for(a, size) / 10 + 10;
+                for _ in 0..n {
+                    // Echo in place: the received buffer goes straight back out (as the
+                    // raw peer echoes its read buffer).
+                    let mut m = rp.receive_timeout(WAIT)?;
+                    let body = m.read_bytes_ref(size)?;
+                    let mut w = sp.new_message()?;
+                    w.write_bytes_borrowed(body)?;
+                    w.finish()?;
+                }
+            } else {
+                for _ in 0..count_for(a, size) {
+                    // Read in place: the transport's buffer is the only copy (as the raw
+                    // reader's buffer is).
+                    let mut m = rp.receive_timeout(WAIT)?;
+                    std::hint::black_box(m.read_bytes_ref(size)?);
+                }
                 let mut w = sp.new_message()?;
-                w.write_bytes(&data)?;
+                w.write_bytes(&[1])?;
                 w.finish()?;
             }
-        } else {
-            for _ in 0..count_for(a, size) {
-                // Read in place: the transport's buffer is the only copy (as the raw
-                // reader's buffer is).
-                let mut m = rp.receive_timeout(WAIT)?;
-                std::hint::black_box(m.read_bytes_ref(size)?);
-            }
-            let mut w = sp.new_message()?;
-            w.write_bytes(&[1])?;
-            w.finish()?;
         }
     }
-    // Wait for the measuring side to hang up, then leave.
+    s.read_exact(&mut hdr)?; // the measuring side is done
     while rp.receive_timeout(Duration::from_millis(100)).is_ok() {}
     sp.close();
     ibis.end()?;
