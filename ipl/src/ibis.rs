@@ -752,6 +752,17 @@ impl Ibis {
             .transport_name(slots.first().copied().unwrap_or(usize::MAX)))
     }
 
+    /// Every transport eligible for a declared port type, best first; a connection
+    /// uses the first one that reaches its target.
+    pub fn transports_for(&self, t: &PortType) -> Result<Vec<&'static str>> {
+        Ok(self
+            .shared
+            .slots_for(t)?
+            .into_iter()
+            .map(|s| self.shared.transport_name(s))
+            .collect())
+    }
+
     /// Creates a send port of a declared type; `name` must be unique in this instance.
     pub fn create_send_port(&self, t: &PortType, name: &str) -> Result<SendPort> {
         self.make_send_port(t, name, None)

@@ -103,12 +103,12 @@ fn run(scenario: &str) -> Res<()> {
     let is_root = root == me;
     let others: Vec<IbisIdentifier> = members.iter().filter(|m| **m != root).cloned().collect();
     println!(
-        "{} in cluster {} of a pool of {}; root {}; transport {}",
+        "{} in cluster {} of a pool of {}; root {}; transports {}",
         me,
         me.cluster(),
         members.len(),
         root,
-        ibis.transport_for(&req)?
+        ibis.transports_for(&req)?.join(",")
     );
     match scenario {
         "rpc" => rpc(&ibis, is_root, &root, others.len(), req, rep)?,
