@@ -58,6 +58,7 @@
 pub mod capabilities;
 pub mod error;
 pub mod ffi;
+pub mod gate;
 pub mod host;
 pub mod loader;
 pub mod plugin;
@@ -65,6 +66,7 @@ pub mod pool;
 
 pub use capabilities::TransportCapabilities;
 pub use error::{LoadError, TransportError};
+pub use gate::Gate;
 pub use host::{ChannelClosed, Plugin, ReceivedBuffer, TransportEvents, TransportInstance};
 pub use loader::{
     discover, discover_default, load_file, search_path, Discovery, PLUGIN_PATH_VAR, PLUGIN_PREFIX,

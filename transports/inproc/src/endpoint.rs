@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 use std::time::Duration;
 
 use ipl_transport_abi::ffi::CloseCode;
-use ipl_transport_abi::{HostSink, TransportCapabilities, TransportError, TransportPlugin};
+use ipl_transport_abi::{Gate, HostSink, TransportCapabilities, TransportError, TransportPlugin};
 
 /// Endpoint ids are unique for the life of the process, so a stale address never reaches
 /// a newer endpoint.
@@ -34,45 +34,24 @@ struct Shared {
     channels: Mutex<HashMap<u64, Peer>>,
     next_channel: AtomicU64,
     alive: std::sync::atomic::AtomicBool,
-    /// Host callbacks currently running on this endpoint; `shutdown` waits for zero so
-    /// that no callback runs after `destroy` returns (ABI contract).
-    in_flight: AtomicU64,
-    drained: (Mutex<()>, std::sync::Condvar),
-}
-
-/// Proof that a host callback may run on an endpoint: it was alive when we entered, and
-/// `shutdown` waits for us to leave.
-struct Entered<'a>(&'a Shared);
-
-impl Drop for Entered<'_> {
-    fn drop(&mut self) {
-        if self.0.in_flight.fetch_sub(1, Ordering::SeqCst) == 1 {
-            let _g = lock(&self.0.drained.0);
-            self.0.drained.1.notify_all();
-        }
-    }
+    /// Host callbacks run inside this gate; `shutdown` closes it.
+    gate: Gate,
 }
 
 impl Shared {
     /// Enters the endpoint for a host callback, unless it is shutting down.
-    fn enter(&self) -> Option<Entered<'_>> {
-        self.in_flight.fetch_add(1, Ordering::SeqCst);
-        let e = Entered(self);
-        self.alive.load(Ordering::SeqCst).then_some(e)
+    fn enter(&self) -> Option<ipl_transport_abi::gate::Entered<'_>> {
+        if self.alive.load(Ordering::SeqCst) {
+            self.gate.enter()
+        } else {
+            None
+        }
     }
 
     /// Marks the endpoint dead and waits until no host callback runs on it.
     fn close_gate(&self) {
         self.alive.store(false, Ordering::SeqCst);
-        let mut g = lock(&self.drained.0);
-        while self.in_flight.load(Ordering::SeqCst) != 0 {
-            g = self
-                .drained
-                .1
-                .wait_timeout(g, Duration::from_millis(10))
-                .map(|(g, _)| g)
-                .unwrap_or_else(|p| p.into_inner().0);
-        }
+        self.gate.close();
     }
 
     fn add_channel(&self, peer: Peer) -> u64 {
@@ -137,8 +116,7 @@ impl TransportPlugin for InProcTransport {
             channels: Mutex::new(HashMap::new()),
             next_channel: AtomicU64::new(1),
             alive: std::sync::atomic::AtomicBool::new(true),
-            in_flight: AtomicU64::new(0),
-            drained: (Mutex::new(()), std::sync::Condvar::new()),
+            gate: Gate::new(),
         });
         lock(directory()).insert(id, Arc::downgrade(&shared));
         tracing::debug!(endpoint = id, "inproc endpoint created");

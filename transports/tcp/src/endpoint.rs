@@ -12,13 +12,12 @@ use std::time::{Duration, Instant};
 use ipl_auth::{AuthError, Initiator, Responder, CHALLENGE_LEN, FINISH_LEN, HELLO_LEN};
 use ipl_transport_abi::ffi::CloseCode;
 use ipl_transport_abi::{
-    BufferPool, HostSink, TransportCapabilities, TransportError, TransportPlugin,
+    BufferPool, Gate, HostSink, TransportCapabilities, TransportError, TransportPlugin,
 };
 use socket2::{SockAddr, Socket};
 
 use crate::address::Address;
 use crate::config::Config;
-use crate::gate::Gate;
 use crate::net;
 use crate::wire::{self, HEADER_LEN, KIND_CLOSE, KIND_DATA, KIND_OPEN, MAGIC, OPENED_BY_SENDER};
 use crate::{lock, read_lock, write_lock};

@@ -48,7 +48,6 @@
 mod address;
 mod config;
 mod endpoint;
-mod gate;
 mod net;
 pub mod wire;
 

@@ -5,27 +5,32 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex};
 use std::time::Duration;
 
-use crate::lock;
-
-pub(crate) struct Gate {
+/// Guards host callbacks of one transport instance. Every callback runs inside
+/// [`enter`](Gate::enter); [`close`](Gate::close) (called from `shutdown`) refuses new
+/// entries and waits for the running ones, which is what the ABI's "no callback after
+/// `destroy` returns" needs.
+#[derive(Debug)]
+pub struct Gate {
     open: AtomicBool,
     in_flight: AtomicU64,
     drained: (Mutex<()>, Condvar),
 }
 
 /// Proof that a host callback may run now; `close` waits for it to be dropped.
-pub(crate) struct Entered<'a>(&'a Gate);
+#[derive(Debug)]
+pub struct Entered<'a>(&'a Gate);
 
 impl Drop for Entered<'_> {
     fn drop(&mut self) {
         if self.0.in_flight.fetch_sub(1, Ordering::SeqCst) == 1 {
-            let _g = lock(&self.0.drained.0);
+            let _g = self.0.drained.0.lock().unwrap_or_else(|p| p.into_inner());
             self.0.drained.1.notify_all();
         }
     }
 }
 
 impl Gate {
+    /// An open gate.
     pub fn new() -> Self {
         Gate {
             open: AtomicBool::new(true),
@@ -44,7 +49,7 @@ impl Gate {
     /// Closes the gate and waits until no callback is running.
     pub fn close(&self) {
         self.open.store(false, Ordering::SeqCst);
-        let mut g = lock(&self.drained.0);
+        let mut g = self.drained.0.lock().unwrap_or_else(|p| p.into_inner());
         while self.in_flight.load(Ordering::SeqCst) != 0 {
             g = self
                 .drained
@@ -53,5 +58,11 @@ impl Gate {
                 .map(|(g, _)| g)
                 .unwrap_or_else(|p| p.into_inner().0);
         }
+    }
+}
+
+impl Default for Gate {
+    fn default() -> Self {
+        Self::new()
     }
 }
