@@ -178,6 +178,15 @@ impl IbisShared {
                     l.reply(c);
                 }
             }
+            Frame::Control(Control::Credit { bytes }) => {
+                let link = match lock(&self.routes).get(&key) {
+                    Some(Role::Outgoing(l)) => Some(Arc::clone(l)),
+                    _ => None,
+                };
+                if let Some(l) = link {
+                    l.credit(bytes);
+                }
+            }
             Frame::Control(Control::Disconnect) => {
                 let port = match lock(&self.routes).get_mut(&key) {
                     Some(Role::Incoming(p)) => p.take(),

@@ -126,6 +126,7 @@ impl Drop for WriteMessage<'_, '_> {
 /// are read in place; [`finish`](Self::finish) (or dropping the message) gives them back
 /// and lets the port deliver its next message.
 pub struct ReadMessage {
+    pub(crate) key: crate::ibis::ChannelKey,
     pub(crate) port: Arc<PortShared>,
     pub(crate) reader: MessageReader<ReceivedBuffer>,
     pub(crate) origin: Arc<SendPortIdentifier>,
@@ -216,7 +217,8 @@ impl ReadMessage {
     fn finish_inner(&mut self) {
         if !self.finished {
             self.finished = true;
-            self.port.message_finished();
+            let cost = crate::protocol::cost(self.reader.get_ref().len());
+            self.port.message_finished(self.key, cost);
         }
     }
 }

@@ -89,6 +89,39 @@ pub enum Control {
     Reject(RejectReason),
     /// Sender to receiver: the connection ends; every earlier message was sent.
     Disconnect,
+    /// Receiver to sender: this many more bytes may be sent (flow control: the receiver
+    /// finished messages of that cost). A sender starts with [`window`] at `Accept`.
+    Credit {
+        /// Bytes granted.
+        bytes: u64,
+    },
+}
+
+/// How many bytes of messages a sender may have on one connection that the receiver has
+/// not finished yet, so that the receive side's queue is bounded per connection (each
+/// message costs its frame size, at least [`MIN_COST`]). A message larger than the whole
+/// window may go when nothing else is in flight. The receiver returns credits once half
+/// the window is finished. `IPL_WINDOW_BYTES` overrides it; a pool must agree on it.
+pub fn window() -> u64 {
+    static W: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *W.get_or_init(|| {
+        std::env::var("IPL_WINDOW_BYTES")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .filter(|w: &u64| *w >= 2 * MIN_COST)
+            .unwrap_or(WINDOW)
+    })
+}
+
+/// The default window: 64 MiB.
+pub const WINDOW: u64 = 64 << 20;
+
+/// The least a message costs against the window (bounds the number of small messages).
+pub const MIN_COST: u64 = 256;
+
+/// What a message of `frame_len` bytes costs against the window.
+pub fn cost(frame_len: usize) -> u64 {
+    (frame_len as u64).max(MIN_COST)
 }
 
 /// A decoded frame.

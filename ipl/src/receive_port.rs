@@ -63,6 +63,7 @@ impl<F: FnMut(ReadMessage) + Send + 'static> MessageUpcall for F {
 }
 
 pub(crate) struct Incoming {
+    key: ChannelKey,
     origin: Arc<SendPortIdentifier>,
     seq: u64,
     buf: ReceivedBuffer,
@@ -79,6 +80,8 @@ struct PortState {
     pending: Vec<(ChannelKey, Arc<SendPortIdentifier>)>,
     lost: Vec<(SendPortIdentifier, Disconnect)>,
     wakers: Vec<Waker>,
+    /// Bytes of messages finished per connection since credits were last returned.
+    finished: HashMap<ChannelKey, u64>,
 }
 
 pub(crate) struct PortShared {
@@ -202,7 +205,12 @@ impl PortShared {
         if st.closed {
             return;
         }
-        st.queue.push_back(Incoming { origin, seq, buf });
+        st.queue.push_back(Incoming {
+            key,
+            origin,
+            seq,
+            buf,
+        });
         self.notify(&mut st);
     }
 
@@ -210,6 +218,7 @@ impl PortShared {
     pub(crate) fn connection_ended(&self, key: ChannelKey, why: Disconnect) {
         let origin = {
             let mut st = lock(&self.state);
+            st.finished.remove(&key);
             let origin = st.connections.remove(&key).or_else(|| {
                 let i = st.pending.iter().position(|(k, _)| *k == key)?;
                 Some(st.pending.remove(i).1)
@@ -228,17 +237,31 @@ impl PortShared {
     }
 
     /// The outstanding message was finished: deliver the next, accept waiting connects.
-    pub(crate) fn message_finished(&self) {
-        let pending = {
+    pub(crate) fn message_finished(&self, from: ChannelKey, cost: u64) {
+        let (pending, credit) = {
             let mut st = lock(&self.state);
             st.outstanding = false;
+            // Flow control: return credits in batches of half the window.
+            let credit = if st.connections.contains_key(&from) {
+                let n = st.finished.entry(from).or_insert(0);
+                *n += cost;
+                (*n >= protocol::window() / 2).then(|| std::mem::take(n))
+            } else {
+                None
+            };
             let pending = std::mem::take(&mut st.pending);
             for (k, o) in &pending {
                 st.connections.insert(*k, o.clone());
             }
             self.notify(&mut st);
-            pending
+            (pending, credit)
         };
+        if let Some(n) = credit {
+            if let Some(ibis) = self.ibis.upgrade() {
+                let c = protocol::encode_control(&Control::Credit { bytes: n });
+                ibis.send_raw(from, &[&c]);
+            }
+        }
         if !pending.is_empty() {
             if let Some(ibis) = self.ibis.upgrade() {
                 let accept = protocol::encode_control(&Control::Accept {
@@ -262,6 +285,7 @@ impl PortShared {
         st.outstanding = true;
         self.sync_ready(st);
         Some(Ok(ReadMessage {
+            key: inc.key,
             port: Arc::clone(self),
             reader: MessageReader::with_offset(inc.buf, protocol::HEADER_LEN),
             origin: inc.origin,
@@ -375,6 +399,12 @@ impl ReceivePort {
             .values()
             .map(|o| (**o).clone())
             .collect()
+    }
+
+    /// Messages that arrived and wait to be received (bounded per connection by the
+    /// flow-control window).
+    pub fn queued(&self) -> usize {
+        lock(&self.shared.state).queue.len()
     }
 
     /// Connections lost (not closed in an orderly way) since the last call.

@@ -43,6 +43,8 @@ pub(crate) struct OutLink {
 struct LinkState {
     reply: Option<Control>,
     lost: Option<String>,
+    /// Bytes the receiver still accepts (flow control).
+    credits: u64,
 }
 
 impl OutLink {
@@ -56,8 +58,42 @@ impl OutLink {
 
     /// The receiver answered the handshake.
     pub(crate) fn reply(&self, c: Control) {
-        lock(&self.state).reply = Some(c);
+        let mut st = lock(&self.state);
+        if matches!(c, Control::Accept { .. }) {
+            st.credits = protocol::window();
+        }
+        st.reply = Some(c);
+        drop(st);
         self.cond.notify_all();
+    }
+
+    /// The receiver finished messages costing `n` more bytes.
+    pub(crate) fn credit(&self, n: u64) {
+        let mut st = lock(&self.state);
+        st.credits = st.credits.saturating_add(n);
+        drop(st);
+        self.cond.notify_all();
+    }
+
+    /// Takes the credit for a message of this cost, waiting while the receiver's window
+    /// is full (a message larger than the window waits until nothing is in flight).
+    /// Returns false if the connection was lost meanwhile.
+    fn take_credit(&self, cost: u64) -> bool {
+        let mut st = lock(&self.state);
+        loop {
+            if st.lost.is_some() {
+                return false;
+            }
+            if st.credits >= cost || st.credits >= protocol::window() {
+                st.credits = st.credits.saturating_sub(cost);
+                return true;
+            }
+            st = self
+                .cond
+                .wait_timeout(st, Duration::from_millis(100))
+                .map(|(g, _)| g)
+                .unwrap_or_else(|p| p.into_inner().0);
+        }
     }
 
     /// The channel closed or was lost.
@@ -102,6 +138,7 @@ impl OutLink {
 struct Connection {
     key: ChannelKey,
     receiver: ReceivePortIdentifier,
+    link: Arc<OutLink>,
 }
 
 pub(crate) struct SendShared {
@@ -145,7 +182,7 @@ pub struct SendPort {
     slots: Vec<usize>,
     seq: u64,
     spare: Vec<u8>,
-    keys: Vec<ChannelKey>,
+    keys: Vec<(ChannelKey, Arc<OutLink>)>,
     closed: bool,
 }
 
@@ -282,6 +319,7 @@ impl SendPort {
                     lock(&self.shared.connections).push(Connection {
                         key,
                         receiver: target.clone(),
+                        link: Arc::clone(&link),
                     });
                     tracing::debug!(port = %self.shared.ident, to = %target, "connected");
                     return Ok(());
@@ -374,7 +412,7 @@ impl SendPort {
         keys.clear();
         let mut lost: Vec<ReceivePortIdentifier> = {
             let conns = lock(&self.shared.connections);
-            keys.extend(conns.iter().map(|c| c.key));
+            keys.extend(conns.iter().map(|c| (c.key, Arc::clone(&c.link))));
             std::mem::take(&mut *lock(&self.shared.unreported))
                 .into_iter()
                 .map(|(_, r)| r)
@@ -382,12 +420,18 @@ impl SendPort {
         };
         let any = !keys.is_empty() || !lost.is_empty();
         let mut failed = Vec::new();
-        for &key in &keys {
+        for (key, link) in &keys {
+            let key = *key;
+            // Flow control: wait while this receiver's window is full.
+            if !link.take_credit(protocol::cost(len + protocol::HEADER_LEN)) {
+                continue; // lost meanwhile: reported by the next finish
+            }
             if let Err(e) = self.ibis.send_on(key, &slices) {
                 tracing::debug!(error = %e, "send failed");
                 failed.push((key, e.to_string()));
             }
         }
+        keys.clear();
         self.keys = keys;
         drop(slices);
         self.spare = writer.into_buffer();

@@ -1,0 +1,60 @@
+//! Flow control: a receiver that does not keep up bounds what waits for it; the sender
+//! blocks instead of growing the receiver's memory, and resumes as messages are finished.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+use ipl::{EmbeddedRegistry, PortCapabilities as P, PortType};
+
+#[test]
+fn a_slow_receiver_bounds_the_queue_and_the_sender_waits() {
+    let t = PortType::new(
+        P::CONNECTION_ONE_TO_ONE
+            | P::RECEIVE_TIMEOUT
+            | P::SERIALIZATION_BYTE
+            | P::COMMUNICATION_RELIABLE
+            | P::COMMUNICATION_FIFO,
+    )
+    .unwrap();
+    let reg = EmbeddedRegistry::new();
+    let p = pool("flow");
+    let a = ibis(&reg, &p, &[t]);
+    let b = ibis(&reg, &p, &[t]);
+    let rp = b.create_receive_port(&t, "in").unwrap();
+    rp.enable_connections();
+    let mut sp = a.create_send_port(&t, "out").unwrap();
+    sp.connect(rp.identifier(), LONG).unwrap();
+    const MSG: usize = 1 << 20;
+    const COUNT: usize = 200; // 200 MiB: three times the default 64 MiB window
+    let sender = std::thread::spawn(move || {
+        let data = vec![5u8; MSG];
+        for _ in 0..COUNT {
+            let mut m = sp.new_message().unwrap();
+            m.write_bytes_borrowed(&data).unwrap();
+            m.finish().unwrap();
+        }
+        sp
+    });
+    // Wait until the window is full (or a generous deadline passes).
+    let window = (ipl::protocol::window() / (MSG as u64 + 16)) as usize;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while rp.queued() < window && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    std::thread::sleep(Duration::from_millis(50));
+    // Nothing was finished, so at most one window of messages can be here, and the
+    // sender cannot be done.
+    assert!(
+        rp.queued() <= window + 1,
+        "queued {} > window {window}",
+        rp.queued()
+    );
+    assert!(!sender.is_finished());
+    for _ in 0..COUNT {
+        let mut m = rp.receive_timeout(LONG).unwrap();
+        assert_eq!(m.read_bytes_ref(MSG).unwrap()[MSG - 1], 5);
+    }
+    let _sp = sender.join().unwrap();
+}
