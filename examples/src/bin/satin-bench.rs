@@ -1,0 +1,195 @@
+//! Satin micro-benchmark: the cost of spawn+sync and the Fibonacci overhead factor,
+//! against `rayon::join` measured in the same run, with the same loop shapes.
+//!
+//! ```text
+//! satin-bench [--iters N] [--fib N] [--repeat R]
+//! ```
+//!
+//! Everything runs on ONE worker thread (a Satin pool with `workers(1)`, a rayon pool
+//! with `num_threads(1)`), placed by the OS; the sequential baseline runs on the main
+//! thread. Each figure is the best of `--repeat` runs.
+//!
+//! - `satin.spawn_sync_ns`: a loop of frames, each spawning one trivial job and syncing
+//!   it (one spawn+sync pair per iteration).
+//! - `satin.spawn2_sync_ns`: frames spawning two trivial jobs then syncing, per frame:
+//!   the shape of `rayon::join` (one child goes through the deque, one is run by sync).
+//! - `rayon.join_ns`: `rayon::join` of two trivial closures per iteration.
+//! - `satin.fib_overhead` / `rayon.fib_overhead`: fib(N) with every call spawning
+//!   (Satin: two spawns and a sync; rayon: a join) over the plain sequential fib(N).
+
+use ibis_examples::{report, Figure};
+use satin::apps::fib::{fib_seq, Fib};
+use satin::{Ctx, Job, Satin};
+use std::hint::black_box;
+use std::time::{Duration, Instant};
+
+struct Triv(u64);
+impl Job for Triv {
+    type Output = u64;
+    fn run(self, _ctx: &mut Ctx) -> u64 {
+        black_box(self.0)
+    }
+}
+
+struct Loop1(u64);
+impl Job for Loop1 {
+    type Output = u64;
+    fn run(self, ctx: &mut Ctx) -> u64 {
+        let mut s = 0;
+        for i in 0..self.0 {
+            let mut f = ctx.frame();
+            let a = f.spawn(Triv(i));
+            let r = f.sync();
+            s += r.get(a);
+        }
+        s
+    }
+}
+
+struct Loop2(u64);
+impl Job for Loop2 {
+    type Output = u64;
+    fn run(self, ctx: &mut Ctx) -> u64 {
+        let mut s = 0;
+        for i in 0..self.0 {
+            let mut f = ctx.frame();
+            let a = f.spawn(Triv(i));
+            let b = f.spawn(Triv(i + 1));
+            let r = f.sync();
+            s += r.get(a) + r.get(b);
+        }
+        s
+    }
+}
+
+fn fib_rayon(n: u32) -> u64 {
+    if n < 2 {
+        return n as u64;
+    }
+    let (a, b) = rayon::join(|| fib_rayon(n - 1), || fib_rayon(n - 2));
+    a + b
+}
+
+fn best<F: FnMut() -> u64>(repeat: usize, mut f: F) -> Duration {
+    (0..repeat)
+        .map(|_| {
+            let t = Instant::now();
+            black_box(f());
+            t.elapsed()
+        })
+        .min()
+        .unwrap_or_default()
+}
+
+fn arg(args: &[String], name: &str, default: u64) -> u64 {
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let iters = arg(&args, "--iters", 20_000_000);
+    let n = arg(&args, "--fib", 32) as u32;
+    let repeat = arg(&args, "--repeat", 5) as usize;
+
+    let satin = Satin::builder().workers(1).build().expect("satin");
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(1)
+        .build()
+        .expect("rayon");
+
+    let t1 = best(repeat, || satin.run(Loop1(iters)));
+    let t2 = best(repeat, || satin.run(Loop2(iters)));
+    let tj = best(repeat, || {
+        pool.install(|| {
+            let mut s = 0u64;
+            for i in 0..iters {
+                let (a, b) = rayon::join(|| black_box(i), || black_box(i + 1));
+                s += a + b;
+            }
+            s
+        })
+    });
+    let ts = best(repeat, || fib_seq(black_box(n)));
+    let tf = best(repeat, || {
+        satin.run(Fib {
+            n: black_box(n),
+            threshold: 0,
+        })
+    });
+    let tr = best(repeat, || pool.install(|| fib_rayon(black_box(n))));
+    assert_eq!(satin.run(Fib { n, threshold: 0 }), fib_seq(n));
+
+    let ns = |d: Duration| d.as_secs_f64() * 1e9 / iters as f64;
+    let sf = tf.as_secs_f64() / ts.as_secs_f64();
+    let rf = tr.as_secs_f64() / ts.as_secs_f64();
+    let figs = vec![
+        Figure {
+            name: "satin.spawn_sync_ns".into(),
+            value: ns(t1),
+            unit: "ns",
+            what: "satin: frame + 1 spawn + sync (1 worker)".into(),
+        },
+        Figure {
+            name: "satin.spawn2_sync_ns".into(),
+            value: ns(t2),
+            unit: "ns",
+            what: "satin: frame + 2 spawns + sync (join shape)".into(),
+        },
+        Figure {
+            name: "rayon.join_ns".into(),
+            value: ns(tj),
+            unit: "ns",
+            what: "rayon: join of 2 trivial closures (1 thread)".into(),
+        },
+        Figure {
+            name: "ratio.spawn2_sync_vs_join".into(),
+            value: ns(t2) / ns(tj),
+            unit: "x",
+            what: "satin 2-spawn frame / rayon join".into(),
+        },
+        Figure {
+            name: "seq.fib_ms".into(),
+            value: ts.as_secs_f64() * 1e3,
+            unit: "ms",
+            what: format!("sequential fib({n})"),
+        },
+        Figure {
+            name: "satin.fib_ms".into(),
+            value: tf.as_secs_f64() * 1e3,
+            unit: "ms",
+            what: format!("satin fib({n}), all spawn, 1 worker"),
+        },
+        Figure {
+            name: "rayon.fib_ms".into(),
+            value: tr.as_secs_f64() * 1e3,
+            unit: "ms",
+            what: format!("rayon fib({n}), join per call, 1 thread"),
+        },
+        Figure {
+            name: "satin.fib_overhead".into(),
+            value: sf,
+            unit: "x",
+            what: "satin fib / sequential fib".into(),
+        },
+        Figure {
+            name: "rayon.fib_overhead".into(),
+            value: rf,
+            unit: "x",
+            what: "rayon fib / sequential fib".into(),
+        },
+        Figure {
+            name: "ratio.fib_overhead_vs_rayon".into(),
+            value: sf / rf,
+            unit: "x",
+            what: "satin fib overhead / rayon fib overhead".into(),
+        },
+    ];
+    report(
+        &format!("satin-bench: 1 worker, {iters} iterations, fib({n}), best of {repeat}"),
+        &figs,
+    );
+}

@@ -1,0 +1,41 @@
+//! Fibonacci, the worst case for spawn overhead: `fib(n-1)` and `fib(n-2)` spawned.
+
+use crate::{Ctx, Job};
+use serde::{Deserialize, Serialize};
+
+/// The sequential doubly recursive Fibonacci.
+pub fn fib_seq(n: u32) -> u64 {
+    if n < 2 {
+        n as u64
+    } else {
+        fib_seq(n - 1) + fib_seq(n - 2)
+    }
+}
+
+/// `fib(n)`; calls with `n < threshold` run sequentially (threshold 0: all spawn).
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+pub struct Fib {
+    /// The argument.
+    pub n: u32,
+    /// Below this `n`, recursion is sequential.
+    pub threshold: u32,
+}
+
+#[crate::job(name = "satin::apps::fib::Fib")]
+impl Job for Fib {
+    type Output = u64;
+    fn run(self, ctx: &mut Ctx) -> u64 {
+        let n = self.n;
+        if n < 2 {
+            return n as u64;
+        }
+        if n < self.threshold {
+            return fib_seq(n);
+        }
+        let mut f = ctx.frame();
+        let a = f.spawn(Fib { n: n - 1, ..self });
+        let b = f.spawn(Fib { n: n - 2, ..self });
+        let r = f.sync();
+        r.get(a) + r.get(b)
+    }
+}

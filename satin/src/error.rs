@@ -1,0 +1,35 @@
+//! Errors of the Satin runtime.
+
+/// What can go wrong in the Satin runtime.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SatinError {
+    /// A job type name from the wire is not registered in this process.
+    #[error("unknown job type `{0}`")]
+    UnknownJobType(String),
+    /// The job type is not registered as remote-capable (`#[satin::job]`).
+    #[error("job type is not remote-capable")]
+    NotRemote,
+    /// Serializing a job or result failed.
+    #[error("serialization failed: {0}")]
+    Serialize(String),
+    /// Deserializing a job or result failed.
+    #[error("deserialization failed: {0}")]
+    Deserialize(String),
+    /// A job panicked; the message of the panic.
+    #[error("job panicked: {0}")]
+    JobPanicked(String),
+    /// The worker threads could not be started.
+    #[error("could not start worker threads: {0}")]
+    Spawn(String),
+}
+
+/// The message of a panic payload (`&str` or `String`), or a placeholder.
+pub(crate) fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
+    if let Some(s) = p.downcast_ref::<&str>() {
+        (*s).to_string()
+    } else if let Some(s) = p.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "(non-string panic payload)".to_string()
+    }
+}

@@ -1,0 +1,238 @@
+//! Statistics per worker and in total, printed in the style of Java Satin.
+
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+/// Counters a worker keeps without atomics; flushed into [`SharedStats`].
+#[derive(Default, Debug, Clone, Copy)]
+pub(crate) struct LocalStats {
+    pub spawns: u64,
+    pub syncs: u64,
+    pub steal_attempts: u64,
+    pub steal_successes: u64,
+    pub stolen_executed: u64,
+    pub steal_nanos: u64,
+}
+
+/// The flushed counters of one worker.
+#[derive(Default, Debug)]
+pub(crate) struct SharedStats {
+    spawns: AtomicU64,
+    syncs: AtomicU64,
+    steal_attempts: AtomicU64,
+    steal_successes: AtomicU64,
+    stolen_executed: AtomicU64,
+    steal_nanos: AtomicU64,
+}
+
+impl SharedStats {
+    pub(crate) fn add(&self, s: &LocalStats) {
+        self.spawns.fetch_add(s.spawns, Relaxed);
+        self.syncs.fetch_add(s.syncs, Relaxed);
+        self.steal_attempts.fetch_add(s.steal_attempts, Relaxed);
+        self.steal_successes.fetch_add(s.steal_successes, Relaxed);
+        self.stolen_executed.fetch_add(s.stolen_executed, Relaxed);
+        self.steal_nanos.fetch_add(s.steal_nanos, Relaxed);
+    }
+
+    pub(crate) fn snapshot(&self) -> WorkerStats {
+        WorkerStats {
+            spawns: self.spawns.load(Relaxed),
+            syncs: self.syncs.load(Relaxed),
+            steal_attempts: self.steal_attempts.load(Relaxed),
+            steal_successes: self.steal_successes.load(Relaxed),
+            stolen_executed: self.stolen_executed.load(Relaxed),
+            steal_nanos: self.steal_nanos.load(Relaxed),
+        }
+    }
+
+    pub(crate) fn reset(&self) {
+        for a in [
+            &self.spawns,
+            &self.syncs,
+            &self.steal_attempts,
+            &self.steal_successes,
+            &self.stolen_executed,
+            &self.steal_nanos,
+        ] {
+            a.store(0, Relaxed);
+        }
+    }
+}
+
+/// Counters of the distributed layer (filled in by it; zero inside one process).
+#[derive(Default, Debug)]
+pub struct NetCounters {
+    /// Messages sent to nodes of the same cluster.
+    pub intra_messages: AtomicU64,
+    /// Bytes sent to nodes of the same cluster.
+    pub intra_bytes: AtomicU64,
+    /// Messages sent to nodes of other clusters.
+    pub inter_messages: AtomicU64,
+    /// Bytes sent to nodes of other clusters.
+    pub inter_bytes: AtomicU64,
+    /// Time spent serializing jobs and results, in nanoseconds.
+    pub serialize_nanos: AtomicU64,
+    /// Time spent deserializing jobs and results, in nanoseconds.
+    pub deserialize_nanos: AtomicU64,
+    /// Remote steal attempts.
+    pub remote_steal_attempts: AtomicU64,
+    /// Successful remote steals.
+    pub remote_steal_successes: AtomicU64,
+}
+
+impl NetCounters {
+    fn snapshot(&self) -> NetStats {
+        NetStats {
+            intra_messages: self.intra_messages.load(Relaxed),
+            intra_bytes: self.intra_bytes.load(Relaxed),
+            inter_messages: self.inter_messages.load(Relaxed),
+            inter_bytes: self.inter_bytes.load(Relaxed),
+            serialize_nanos: self.serialize_nanos.load(Relaxed),
+            deserialize_nanos: self.deserialize_nanos.load(Relaxed),
+            remote_steal_attempts: self.remote_steal_attempts.load(Relaxed),
+            remote_steal_successes: self.remote_steal_successes.load(Relaxed),
+        }
+    }
+
+    pub(crate) fn reset(&self) {
+        for a in [
+            &self.intra_messages,
+            &self.intra_bytes,
+            &self.inter_messages,
+            &self.inter_bytes,
+            &self.serialize_nanos,
+            &self.deserialize_nanos,
+            &self.remote_steal_attempts,
+            &self.remote_steal_successes,
+        ] {
+            a.store(0, Relaxed);
+        }
+    }
+}
+
+/// A snapshot of [`NetCounters`].
+#[derive(Default, Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NetStats {
+    /// Messages sent to nodes of the same cluster.
+    pub intra_messages: u64,
+    /// Bytes sent to nodes of the same cluster.
+    pub intra_bytes: u64,
+    /// Messages sent to nodes of other clusters.
+    pub inter_messages: u64,
+    /// Bytes sent to nodes of other clusters.
+    pub inter_bytes: u64,
+    /// Time spent serializing, in nanoseconds.
+    pub serialize_nanos: u64,
+    /// Time spent deserializing, in nanoseconds.
+    pub deserialize_nanos: u64,
+    /// Remote steal attempts.
+    pub remote_steal_attempts: u64,
+    /// Successful remote steals.
+    pub remote_steal_successes: u64,
+}
+
+/// The counters of one worker thread.
+#[derive(Default, Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WorkerStats {
+    /// Jobs spawned by jobs running on this worker.
+    pub spawns: u64,
+    /// Syncs (explicit and implicit) executed on this worker.
+    pub syncs: u64,
+    /// Local steal attempts (one per victim tried).
+    pub steal_attempts: u64,
+    /// Successful local steals.
+    pub steal_successes: u64,
+    /// Jobs this worker ran that were spawned elsewhere (stolen or given back).
+    pub stolen_executed: u64,
+    /// Time spent stealing, in nanoseconds.
+    pub steal_nanos: u64,
+}
+
+impl WorkerStats {
+    fn add(&mut self, o: &WorkerStats) {
+        self.spawns += o.spawns;
+        self.syncs += o.syncs;
+        self.steal_attempts += o.steal_attempts;
+        self.steal_successes += o.steal_successes;
+        self.stolen_executed += o.stolen_executed;
+        self.steal_nanos += o.steal_nanos;
+    }
+}
+
+/// Statistics of a Satin instance: per worker, total, and the network counters.
+#[derive(Default, Debug, Clone, PartialEq, Eq)]
+pub struct Stats {
+    /// One entry per worker thread.
+    pub workers: Vec<WorkerStats>,
+    /// The sum over all workers.
+    pub total: WorkerStats,
+    /// The distributed layer's counters.
+    pub net: NetStats,
+}
+
+impl Stats {
+    pub(crate) fn collect(per: &[SharedStats], net: &NetCounters) -> Stats {
+        let workers: Vec<WorkerStats> = per.iter().map(|s| s.snapshot()).collect();
+        let mut total = WorkerStats::default();
+        for w in &workers {
+            total.add(w);
+        }
+        Stats {
+            workers,
+            total,
+            net: net.snapshot(),
+        }
+    }
+}
+
+fn pct(a: u64, b: u64) -> f64 {
+    if b == 0 {
+        0.0
+    } else {
+        100.0 * a as f64 / b as f64
+    }
+}
+
+fn line(f: &mut fmt::Formatter<'_>, who: &str, w: &WorkerStats) -> fmt::Result {
+    writeln!(
+        f,
+        "SATIN '{who}': SPAWN_SYNC: spawns = {} syncs = {}",
+        w.spawns, w.syncs
+    )?;
+    writeln!(
+        f,
+        "SATIN '{who}': LOCAL_STEAL: attempts = {} success = {} ({:.1} %) executed = {} time = {:.3} ms",
+        w.steal_attempts,
+        w.steal_successes,
+        pct(w.steal_successes, w.steal_attempts),
+        w.stolen_executed,
+        w.steal_nanos as f64 / 1e6
+    )
+}
+
+impl fmt::Display for Stats {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, w) in self.workers.iter().enumerate() {
+            line(f, &format!("worker {i}"), w)?;
+        }
+        line(f, "total", &self.total)?;
+        let n = &self.net;
+        writeln!(
+            f,
+            "SATIN 'total': REMOTE_STEAL: attempts = {} success = {}",
+            n.remote_steal_attempts, n.remote_steal_successes
+        )?;
+        writeln!(
+            f,
+            "SATIN 'total': MESSAGES: intra = {} msgs, {} bytes; inter = {} msgs, {} bytes",
+            n.intra_messages, n.intra_bytes, n.inter_messages, n.inter_bytes
+        )?;
+        writeln!(
+            f,
+            "SATIN 'total': SERIALIZATION: serialize = {:.3} ms deserialize = {:.3} ms",
+            n.serialize_nanos as f64 / 1e6,
+            n.deserialize_nanos as f64 / 1e6
+        )
+    }
+}

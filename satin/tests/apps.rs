@@ -1,0 +1,94 @@
+//! Every application's Satin version gives the sequential answer with 1 and several
+//! workers.
+
+use satin::apps::{fib, integrate, knapsack, matmul, noverk, nqueens, primes};
+use satin::Satin;
+use std::sync::Arc;
+
+fn pools() -> Vec<Satin> {
+    [1, 2, 4]
+        .iter()
+        .map(|&n| Satin::builder().workers(n).build().unwrap())
+        .collect()
+}
+
+#[test]
+fn fib_all_spawn_and_threshold() {
+    for s in pools() {
+        assert_eq!(
+            s.run(fib::Fib {
+                n: 22,
+                threshold: 0
+            }),
+            fib::fib_seq(22)
+        );
+        assert_eq!(
+            s.run(fib::Fib {
+                n: 25,
+                threshold: 12
+            }),
+            fib::fib_seq(25)
+        );
+    }
+}
+
+#[test]
+fn nqueens_counts() {
+    for s in pools() {
+        assert_eq!(s.run(nqueens::NQueens::new(8)), 92);
+        assert_eq!(s.run(nqueens::NQueens::new(9)), nqueens::nqueens_seq(9));
+    }
+}
+
+#[test]
+fn integrate_bitwise_equal() {
+    let want = integrate::integrate(0.0, 2000.0, 1e-3);
+    for s in pools() {
+        let got = s.run(integrate::Integrate::new(0.0, 2000.0, 1e-3));
+        assert_eq!(got.to_bits(), want.to_bits());
+    }
+}
+
+#[test]
+fn knapsack_best_value() {
+    let (items, cap) = knapsack::instance(18);
+    let want = knapsack::knapsack_seq(&items, cap);
+    let items = Arc::new(items);
+    for s in pools() {
+        assert_eq!(
+            s.run(knapsack::Knapsack {
+                items: items.clone(),
+                i: 0,
+                cap
+            }),
+            want
+        );
+    }
+}
+
+#[test]
+fn noverk_binomial() {
+    for s in pools() {
+        assert_eq!(s.run(noverk::NOverK { n: 24, k: 12 }), 2_704_156);
+    }
+}
+
+#[test]
+fn primes_factorization() {
+    let n = 2 * 3 * 3 * 5 * 7 * 1009u64;
+    let want = primes::primes_seq(n);
+    assert_eq!(want.iter().product::<u64>(), n);
+    for s in pools() {
+        assert_eq!(s.run(primes::Primes::new(n)), want);
+    }
+}
+
+#[test]
+fn matmul_product() {
+    let a = Arc::new(matmul::Mat::random(256, 1));
+    let b = Arc::new(matmul::Mat::random(256, 2));
+    let want = matmul::matmul_seq(&a, &b);
+    for s in pools() {
+        assert_eq!(s.run(matmul::MatMul::new(a.clone(), b.clone())), want.d);
+    }
+}

@@ -1,0 +1,331 @@
+//! Sync semantics, stealing, serialization on demand and panics.
+
+use satin::{Ctx, Job, Satin, SatinError};
+use serde::{Deserialize, Serialize};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{mpsc, Arc, Mutex};
+use std::time::Duration;
+
+/// Runs `f` on a thread and fails the test if it takes longer than a minute.
+fn bounded<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    rx.recv_timeout(Duration::from_secs(60))
+        .expect("test timed out (hang?)")
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+struct Fib(u32);
+
+#[satin::job]
+impl Job for Fib {
+    type Output = u64;
+    fn run(self, ctx: &mut Ctx) -> u64 {
+        if self.0 < 2 {
+            return self.0 as u64;
+        }
+        let mut f = ctx.frame();
+        let a = f.spawn(Fib(self.0 - 1));
+        let b = f.spawn(Fib(self.0 - 2));
+        let r = f.sync();
+        r.get(a) + r.get(b)
+    }
+}
+
+/// Records the order in which leaves run.
+struct Leaf(u32, Arc<Mutex<Vec<u32>>>);
+impl Job for Leaf {
+    type Output = u32;
+    fn run(self, _ctx: &mut Ctx) -> u32 {
+        self.1.lock().unwrap().push(self.0);
+        self.0 * 10
+    }
+}
+
+struct Order(Arc<Mutex<Vec<u32>>>);
+impl Job for Order {
+    type Output = (u32, u32, u32);
+    fn run(self, ctx: &mut Ctx) -> (u32, u32, u32) {
+        let mut f = ctx.frame();
+        let a = f.spawn(Leaf(1, self.0.clone()));
+        let b = f.spawn(Leaf(2, self.0.clone()));
+        let c = f.spawn(Leaf(3, self.0.clone()));
+        assert!(
+            self.0.lock().unwrap().is_empty(),
+            "nothing runs before sync on 1 worker"
+        );
+        let r = f.sync();
+        (r.get(a), r.get(b), r.get(c))
+    }
+}
+
+#[test]
+fn one_worker_runs_children_at_sync_newest_first() {
+    bounded(|| {
+        let s = Satin::builder().workers(1).build().unwrap();
+        let log = Arc::new(Mutex::new(Vec::new()));
+        assert_eq!(s.run(Order(log.clone())), (10, 20, 30));
+        assert_eq!(*log.lock().unwrap(), vec![3, 2, 1]);
+    })
+}
+
+struct Count(Arc<AtomicUsize>);
+impl Job for Count {
+    type Output = ();
+    fn run(self, _ctx: &mut Ctx) {
+        std::thread::sleep(Duration::from_millis(1));
+        self.0.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+struct ImplicitSync(Arc<AtomicUsize>);
+impl Job for ImplicitSync {
+    type Output = usize;
+    fn run(self, ctx: &mut Ctx) -> usize {
+        {
+            let mut f = ctx.frame();
+            for _ in 0..10 {
+                let _ = f.spawn(Count(self.0.clone()));
+            }
+            // dropped without sync: waits for all ten
+        }
+        self.0.load(Ordering::SeqCst)
+    }
+}
+
+#[test]
+fn dropping_a_frame_is_an_implicit_sync() {
+    bounded(|| {
+        for w in [1, 3] {
+            let s = Satin::builder().workers(w).build().unwrap();
+            let n = Arc::new(AtomicUsize::new(0));
+            assert_eq!(s.run(ImplicitSync(n)), 10);
+        }
+    })
+}
+
+struct Nested(u32);
+impl Job for Nested {
+    type Output = u64;
+    fn run(self, ctx: &mut Ctx) -> u64 {
+        // two frames in sequence, the second using the first's results, plus a
+        // nested frame opened through the outer frame's context
+        let mut f = ctx.frame();
+        let a = f.spawn(Fib(self.0));
+        let inner = {
+            let mut g = f.ctx().frame();
+            let x = g.spawn(Fib(5));
+            let r = g.sync();
+            r.get(x)
+        };
+        let r = f.sync();
+        let first = r.get(a);
+        let mut f2 = ctx.frame();
+        let b = f2.spawn(Fib(self.0 + 1));
+        let seq = Fib(3).run(f2.ctx());
+        let r2 = f2.sync();
+        first + r2.get(b) + inner + seq
+    }
+}
+
+#[test]
+fn nested_and_sequential_frames() {
+    bounded(|| {
+        for w in [1, 2] {
+            let s = Satin::builder().workers(w).build().unwrap();
+            assert_eq!(s.run(Nested(15)), 610 + 987 + 5 + 2);
+        }
+    })
+}
+
+struct Wide(u32);
+impl Job for Wide {
+    type Output = u64;
+    fn run(self, ctx: &mut Ctx) -> u64 {
+        if self.0 == 0 {
+            let mut x = 0u64;
+            for i in 0..20_000u64 {
+                x = x.wrapping_mul(31).wrapping_add(std::hint::black_box(i));
+            }
+            return x & 1;
+        }
+        let mut f = ctx.frame();
+        let t: Vec<_> = (0..4).map(|_| f.spawn(Wide(self.0 - 1))).collect();
+        let r = f.sync();
+        t.into_iter().map(|t| r.get(t)).sum()
+    }
+}
+
+#[test]
+fn stealing_happens_with_several_workers() {
+    bounded(|| {
+        let s = Satin::builder().workers(3).build().unwrap();
+        let one = Satin::builder().workers(1).build().unwrap();
+        assert_eq!(s.run(Wide(6)), one.run(Wide(6)));
+        let st = s.stats();
+        assert!(st.total.steal_successes > 0, "{st}");
+        assert!(st.total.stolen_executed > 0, "{st}");
+        assert_eq!(st.total.spawns, (1..=6).map(|d| 4u64.pow(d)).sum::<u64>());
+        assert_eq!(st.workers.len(), 3);
+        let text = st.to_string();
+        assert!(
+            text.contains("SATIN 'total': SPAWN_SYNC: spawns = 5460"),
+            "{text}"
+        );
+    })
+}
+
+#[test]
+fn wire_round_trip_and_unknown_type() {
+    let s = Satin::builder().workers(1).build().unwrap();
+    let (name, bytes) = satin::to_wire(&Fib(20)).expect("Fib is remote-capable");
+    assert!(name.ends_with("::Fib"), "{name}");
+    assert!(s.registry().contains(name));
+    let job = s.from_wire(name, &bytes).unwrap();
+    assert_eq!(job.name(), name);
+    let (tx, rx) = mpsc::channel();
+    s.execute_wire_job(job, move |r| tx.send(r).unwrap());
+    let out = rx.recv_timeout(Duration::from_secs(30)).unwrap().unwrap();
+    let remote = <Fib as Job>::REMOTE.unwrap();
+    assert_eq!(remote.decode_output(&out).unwrap(), 6765);
+    assert_eq!(
+        s.from_wire("no::Such", &bytes).err(),
+        Some(SatinError::UnknownJobType("no::Such".into()))
+    );
+    assert!(satin::to_wire(&Count(Arc::new(AtomicUsize::new(0)))).is_none());
+    // the application jobs are registered under their stable names
+    assert!(s.registry().contains("satin::apps::fib::Fib"));
+}
+
+/// A root that spawns one slow remote-capable child and waits for it.
+struct Slow;
+#[derive(Serialize, Deserialize)]
+struct SlowChild(u32);
+#[satin::job]
+impl Job for SlowChild {
+    type Output = u32;
+    fn run(self, _ctx: &mut Ctx) -> u32 {
+        self.0 + 1
+    }
+}
+impl Job for Slow {
+    type Output = u32;
+    fn run(self, ctx: &mut Ctx) -> u32 {
+        let mut f = ctx.frame();
+        let a = f.spawn(SlowChild(41));
+        let b = f.spawn(SlowChild(1));
+        // keep the frame open until the external stealer took `a`
+        std::thread::sleep(Duration::from_millis(200));
+        let r = f.sync();
+        r.get(a) + r.get(b)
+    }
+}
+
+#[test]
+fn external_stealer_completes_from_wire() {
+    bounded(|| {
+        let s = Satin::builder().workers(1).build().unwrap();
+        let st = s.external_stealer();
+        let net = std::thread::spawn(move || {
+            for _ in 0..2000 {
+                if let Some(job) = st.steal() {
+                    let (name, bytes) = job.to_wire().expect("remote-capable");
+                    // "another process": rebuild it by name, run it, send the result back
+                    let reg = satin::Registry::from_inventory();
+                    let remote_job = reg.from_wire(name, &bytes).unwrap();
+                    assert!(remote_job.name().ends_with("SlowChild"));
+                    let mut v: SlowChild = postcard::from_bytes(&bytes).unwrap();
+                    v.0 += 1; // the remote result
+                    let out = postcard::to_allocvec(&v.0).unwrap();
+                    job.complete_from_wire(&out).unwrap();
+                    return true;
+                }
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            false
+        });
+        let r = s.run(Slow);
+        assert!(net.join().unwrap(), "the external stealer found nothing");
+        assert_eq!(r, 42 + 2);
+    })
+}
+
+struct Boom(u32);
+impl Job for Boom {
+    type Output = u32;
+    fn run(self, ctx: &mut Ctx) -> u32 {
+        if self.0 == 0 {
+            panic!("boom");
+        }
+        let mut f = ctx.frame();
+        let t: Vec<_> = (0..3)
+            .map(|i| f.spawn(Boom(if i == 1 { self.0 - 1 } else { 0 })))
+            .collect();
+        let r = f.sync();
+        t.into_iter().map(|t| r.get(t)).sum()
+    }
+}
+
+struct Panicky(u32);
+impl Job for Panicky {
+    type Output = u32;
+    fn run(self, ctx: &mut Ctx) -> u32 {
+        if self.0 == 0 {
+            panic!("boom");
+        }
+        let mut f = ctx.frame();
+        let a = f.spawn(Wide(3));
+        let b = f.spawn(Panicky(self.0 - 1));
+        let c = f.spawn(Wide(3));
+        let r = f.sync();
+        (r.get(a) + r.get(c)) as u32 + r.get(b)
+    }
+}
+
+#[test]
+fn a_panic_is_reported_and_the_pool_survives() {
+    bounded(|| {
+        for w in [1, 3] {
+            let s = Satin::builder().workers(w).build().unwrap();
+            let e = s.try_run(Panicky(4)).unwrap_err();
+            assert_eq!(e, SatinError::JobPanicked("boom".into()));
+            let e = s.try_run(Boom(3)).unwrap_err();
+            assert!(matches!(e, SatinError::JobPanicked(_)));
+            let caught =
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| s.run(Panicky(2))));
+            assert!(caught.is_err());
+            // still works afterwards
+            assert_eq!(s.run(Fib(20)), 6765);
+        }
+    })
+}
+
+#[test]
+fn many_runs_and_large_jobs() {
+    bounded(|| {
+        // a job larger than the inline slot is boxed into the record
+        #[derive(Clone)]
+        struct Big([u64; 32], u32);
+        impl Job for Big {
+            type Output = [u64; 32];
+            fn run(self, ctx: &mut Ctx) -> [u64; 32] {
+                if self.1 == 0 {
+                    return self.0;
+                }
+                let mut f = ctx.frame();
+                let a = f.spawn(Big(self.0, self.1 - 1));
+                let b = f.spawn(Big(self.0, self.1 - 1));
+                let r = f.sync();
+                let (x, y) = (r.get(a), r.get(b));
+                std::array::from_fn(|i| x[i] + y[i])
+            }
+        }
+        let s = Satin::builder().workers(2).build().unwrap();
+        for _ in 0..50 {
+            assert_eq!(s.run(Big([1; 32], 8)), [256; 32]);
+            assert_eq!(s.run(Fib(15)), 610);
+        }
+    })
+}
