@@ -21,6 +21,13 @@ pub enum SatinError {
     /// The worker threads could not be started.
     #[error("could not start worker threads: {0}")]
     Spawn(String),
+    /// A job stolen by another process failed there, or that process died with it.
+    #[error("remote job failed: {0}")]
+    Remote(String),
+    /// Joining, running on or leaving a pool of processes failed (IPL, registry,
+    /// configuration).
+    #[error("pool: {0}")]
+    Pool(String),
 }
 
 /// The message of a panic payload (`&str` or `String`), or a placeholder.

@@ -283,6 +283,8 @@ pub struct Ctx {
     deferred: *mut Record,
     pub(crate) stats: LocalStats,
     rng: u64,
+    /// Whether this worker is counted in `Shared::hungry` (it found no work).
+    hungry: bool,
     _not_send: PhantomData<*const ()>,
 }
 
@@ -297,6 +299,7 @@ impl Ctx {
             deferred: ptr::null_mut(),
             stats: LocalStats::default(),
             rng: 0x9E37_79B9_7F4A_7C15 ^ ((worker as u64 + 1) << 17),
+            hungry: false,
             _not_send: PhantomData,
         }
     }
@@ -455,6 +458,17 @@ impl Ctx {
             // After this store the owner may release the record: do not touch it.
             (*r.as_ptr()).state.store(done, Ordering::Release);
             self.shared.wake_worker(owner);
+        }
+    }
+
+    /// Marks this worker as having found no work (`true`) or as working again. Only
+    /// transitions touch the shared counter; becoming hungry calls the idle hook (the
+    /// distributed layer's driver), so this costs nothing while work is found.
+    #[inline]
+    pub(crate) fn set_hungry(&mut self, hungry: bool) {
+        if self.hungry != hungry {
+            self.hungry = hungry;
+            self.shared.set_hungry(hungry);
         }
     }
 
@@ -674,10 +688,12 @@ impl<'a> Frame<'a> {
                     continue;
                 }
                 if let Some(w) = self.ctx.steal_work() {
+                    self.ctx.set_hungry(false);
                     self.ctx.execute(w);
                     idle = 0;
                     continue;
                 }
+                self.ctx.set_hungry(true);
             }
             idle += 1;
             if idle < 64 {
@@ -688,6 +704,7 @@ impl<'a> Frame<'a> {
                 std::thread::park_timeout(std::time::Duration::from_micros(200));
             }
         }
+        self.ctx.set_hungry(false);
         let mut first = None;
         let mut p = self.head;
         while let Some(r) = NonNull::new(p) {

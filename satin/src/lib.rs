@@ -50,11 +50,16 @@ mod pool;
 mod stats;
 mod wire;
 
+pub mod app;
 pub mod apps;
+pub mod dist;
 
+pub use dist::{launched, DistConfig, MemberStats, Pool, PoolRun, PoolStats};
 pub use error::SatinError;
 pub use kernel::{Ctx, Frame, Spawned, StolenJob, Synced, INLINE_BYTES};
 pub use pool::{ExternalStealer, Satin, SatinBuilder};
+/// The inter-node scheduler core the distributed layer drives.
+pub use satin_core;
 pub use stats::{NetCounters, NetStats, Stats, WorkerStats};
 pub use wire::{to_wire, ErasedJob, JobRegistration, Registry, Remote};
 

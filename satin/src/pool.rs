@@ -35,7 +35,14 @@ pub(crate) struct Shared {
     registry: Registry,
     /// Panic payloads of stolen jobs, by record address, until the parent takes them.
     panics: Mutex<Vec<(usize, Box<dyn std::any::Any + Send>)>>,
+    /// Workers that found no work (idle loop or a sync waiting for stolen children).
+    hungry: AtomicUsize,
+    /// Called when a worker becomes hungry (see [`Satin::set_idle_hook`]).
+    idle_hook: OnceLock<IdleHook>,
 }
+
+/// The callback of [`Satin::set_idle_hook`].
+type IdleHook = Box<dyn Fn() + Send + Sync>;
 
 impl Shared {
     /// Wakes a worker that may be parked waiting for a stolen child.
@@ -58,6 +65,22 @@ impl Shared {
         Some(v.swap_remove(i).1)
     }
 
+    pub(crate) fn set_hungry(&self, hungry: bool) {
+        if hungry {
+            self.hungry.fetch_add(1, Ordering::SeqCst);
+            if let Some(h) = self.idle_hook.get() {
+                h();
+            }
+        } else {
+            self.hungry.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+
+    /// Whether some deque or the injector holds work.
+    fn has_visible_work(&self) -> bool {
+        !self.injector.is_empty() || self.stealers.iter().any(|s| !s.is_empty())
+    }
+
     fn submit(&self, task: Injected) {
         self.injector.push(task);
         let _g = self.sleep.lock().unwrap_or_else(|e| e.into_inner());
@@ -75,10 +98,12 @@ fn worker_main(mut ctx: Ctx) {
     let mut idle = 0u32;
     loop {
         if let Some(w) = ctx.steal_work() {
+            ctx.set_hungry(false);
             ctx.execute(w);
             idle = 0;
             continue;
         }
+        ctx.set_hungry(true);
         if shared.shutdown.load(Ordering::SeqCst) {
             break;
         }
@@ -147,6 +172,8 @@ impl SatinBuilder {
             net: NetCounters::default(),
             registry: self.registry.unwrap_or_else(Registry::from_inventory),
             panics: Mutex::new(Vec::new()),
+            hungry: AtomicUsize::new(0),
+            idle_hook: OnceLock::new(),
         });
         let mut handles = Vec::with_capacity(n);
         for (i, d) in deques.into_iter().enumerate() {
@@ -265,6 +292,21 @@ impl Satin {
             shared: self.shared.clone(),
             next: AtomicUsize::new(0),
         }
+    }
+
+    /// Whether this instance is starving: some worker found no work (it idles, or a
+    /// sync waits for children that run elsewhere) and no deque nor the injector holds
+    /// any. Cheap (a few atomic loads): the distributed layer polls it to decide when
+    /// to steal from other processes.
+    pub fn is_starving(&self) -> bool {
+        self.shared.hungry.load(Ordering::SeqCst) > 0 && !self.shared.has_visible_work()
+    }
+
+    /// Installs a callback run (on the worker thread) each time a worker runs out of
+    /// work, so that a driver waiting for that can wake up instead of polling. It must
+    /// be cheap and must not block. Returns `false` if a hook was already installed.
+    pub fn set_idle_hook(&self, hook: impl Fn() + Send + Sync + 'static) -> bool {
+        self.shared.idle_hook.set(Box::new(hook)).is_ok()
     }
 
     /// The counters the distributed layer fills in (messages, bytes, (de)serialization

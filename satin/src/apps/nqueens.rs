@@ -11,6 +11,8 @@ pub const SPAWN_ROWS: usize = 4;
 pub const MAX_N: usize = 32;
 
 #[inline]
+// The indexed loop is deliberate: the iterator form compiles to slower code here.
+#[allow(clippy::needless_range_loop)]
 fn ok(board: &[u8; MAX_N], row: usize, col: u8) -> bool {
     // Every earlier row, first to last, for the same column or a diagonal. The test of
     // each row is OR-ed into one flag instead of leaving at the first conflict: the loop

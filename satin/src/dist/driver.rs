@@ -1,0 +1,613 @@
+//! The driver thread of one member: owns the `satin_core::Node`, feeds it events
+//! (messages, local idleness, timers) and carries out its actions.
+
+use super::protocol::{Header, Msg, WireJob};
+use super::stats::{MemberStats, PoolStats};
+use super::DistConfig;
+use crate::error::SatinError;
+use crate::{ExternalStealer, Satin, StolenJob};
+use ipl::{ReadMessage, SendPort};
+use satin_core::{Action, Config, Event, JobRef, Node, NodeId, StealId, TimerId, Topology};
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering, Ordering::Relaxed};
+use std::sync::{mpsc, Arc};
+use std::time::{Duration, Instant};
+
+/// How often the driver looks at the local runtime when nothing wakes it.
+const POLL: Duration = Duration::from_micros(500);
+
+/// What wakes the driver.
+pub(crate) enum Input {
+    /// A message from another member (decoded by the receive upcall).
+    Net {
+        from: u32,
+        msg: Msg,
+        payload: Vec<u8>,
+    },
+    /// A worker ran out of work.
+    Kick,
+    /// A job stolen from `to` finished here; send its result home.
+    Finished {
+        to: u32,
+        job: u64,
+        outcome: Result<Vec<u8>, String>,
+    },
+    /// The master's root job returned.
+    RootDone,
+    /// A member (by IPL member id) left or died.
+    Gone(u64),
+    /// The pool handle was dropped: stop now.
+    Shutdown,
+}
+
+/// Decodes one message of the `satin` port (header, then payload bytes).
+pub(crate) fn read_message(m: &mut ReadMessage) -> Option<Input> {
+    let h: Header = m.read_object().ok()?;
+    let len = match &h.msg {
+        Msg::StealReply { job: Some(j), .. } => j.len,
+        Msg::Result { outcome: Ok(n), .. } => *n,
+        _ => 0,
+    };
+    let payload = if len > 0 {
+        m.read_bytes_ref(usize::try_from(len).ok()?).ok()?.to_vec()
+    } else {
+        Vec::new()
+    };
+    Some(Input::Net {
+        from: h.from,
+        msg: h.msg,
+        payload,
+    })
+}
+
+/// Everything the driver needs, assembled by `Pool::join`.
+pub(crate) struct DriverInit {
+    pub me: u32,
+    pub master: u32,
+    /// Per node: IPL member id, name, cluster name.
+    pub members: Vec<(u64, String, String)>,
+    pub topology: Topology,
+    pub config: DistConfig,
+    pub seed: u64,
+    pub ports: Vec<Option<SendPort>>,
+    pub satin: Arc<Satin>,
+    pub rx: mpsc::Receiver<Input>,
+    pub tx: mpsc::Sender<Input>,
+    pub kick: Arc<AtomicBool>,
+}
+
+#[derive(PartialEq, Eq, Clone, Copy)]
+enum Phase {
+    /// Stealing and serving.
+    Running,
+    /// The root job returned (master) or `Done` arrived (member): no more stealing.
+    Ending,
+}
+
+pub(crate) struct Driver {
+    me: u32,
+    master: u32,
+    members: Vec<(u64, String, String)>,
+    node: Node,
+    topology: Topology,
+    config: DistConfig,
+    ports: Vec<Option<SendPort>>,
+    alive: Vec<bool>,
+    satin: Arc<Satin>,
+    stealer: ExternalStealer,
+    rx: mpsc::Receiver<Input>,
+    tx: mpsc::Sender<Input>,
+    kick: Arc<AtomicBool>,
+    start: Instant,
+    phase: Phase,
+    deadline: Option<Instant>,
+    /// Jobs stolen from here by other members, until their results return.
+    given: HashMap<u64, (u32, StolenJob)>,
+    next_job: u64,
+    /// Jobs that arrived in steal replies, until the node enqueues them.
+    incoming: HashMap<u64, (u32, WireJob, Vec<u8>)>,
+    next_ref: u64,
+    timers: BinaryHeap<Reverse<(u64, u64)>>,
+    reports: HashMap<u32, MemberStats>,
+    exit: bool,
+    requests_served: u64,
+    jobs_given: u64,
+    remote_jobs_executed: u64,
+}
+
+impl Driver {
+    pub(crate) fn new(init: DriverInit) -> Result<Driver, SatinError> {
+        let cfg = Config {
+            retry_backoff_ns: init.config.steal_backoff.as_nanos() as u64,
+        };
+        let node = Node::try_new(
+            NodeId(init.me),
+            init.topology.clone(),
+            init.config.policy,
+            init.seed,
+            cfg,
+        )
+        .map_err(|e| SatinError::Pool(e.to_string()))?;
+        let n = init.members.len();
+        Ok(Driver {
+            me: init.me,
+            master: init.master,
+            members: init.members,
+            node,
+            topology: init.topology,
+            config: init.config,
+            ports: init.ports,
+            alive: vec![true; n],
+            stealer: init.satin.external_stealer(),
+            satin: init.satin,
+            rx: init.rx,
+            tx: init.tx,
+            kick: init.kick,
+            start: Instant::now(),
+            phase: Phase::Running,
+            deadline: None,
+            given: HashMap::new(),
+            next_job: 1,
+            incoming: HashMap::new(),
+            next_ref: 1,
+            timers: BinaryHeap::new(),
+            reports: HashMap::new(),
+            exit: false,
+            requests_served: 0,
+            jobs_given: 0,
+            remote_jobs_executed: 0,
+        })
+    }
+
+    fn now(&self) -> u64 {
+        self.start.elapsed().as_nanos() as u64
+    }
+
+    fn is_master(&self) -> bool {
+        self.me == self.master
+    }
+
+    /// The event loop; returns the pool's statistics on the master.
+    pub(crate) fn run(mut self) -> Result<Option<PoolStats>, SatinError> {
+        let mut outcome = Ok(());
+        loop {
+            let now = self.now();
+            while let Some(&Reverse((at, id))) = self.timers.peek() {
+                if at > now {
+                    break;
+                }
+                self.timers.pop();
+                self.node.handle(Event::Timer {
+                    id: TimerId(id),
+                    now,
+                });
+            }
+            self.sync_idle();
+            self.actions();
+            if self.exit {
+                break;
+            }
+            if let Some(d) = self.deadline {
+                if Instant::now() >= d {
+                    if !self.is_master() {
+                        outcome = Err(SatinError::Pool(
+                            "the master did not end the run in time".into(),
+                        ));
+                    }
+                    break;
+                }
+            }
+            if self.is_master() && self.phase == Phase::Ending && self.all_reported() {
+                break;
+            }
+            let mut wait = POLL;
+            if let Some(&Reverse((at, _))) = self.timers.peek() {
+                wait = wait.min(Duration::from_nanos(at.saturating_sub(self.now())));
+            }
+            match self.rx.recv_timeout(wait) {
+                Ok(i) => {
+                    if let Err(e) = self.input(i) {
+                        outcome = Err(e);
+                        break;
+                    }
+                    // Take whatever else is queued before looking at idleness again.
+                    while let Ok(i) = self.rx.try_recv() {
+                        if let Err(e) = self.input(i) {
+                            outcome = Err(e);
+                            break;
+                        }
+                    }
+                    if outcome.is_err() {
+                        break;
+                    }
+                }
+                Err(mpsc::RecvTimeoutError::Timeout) => {}
+                Err(mpsc::RecvTimeoutError::Disconnected) => break,
+            }
+        }
+        let stats = if self.is_master() && self.phase == Phase::Ending {
+            for to in 0..self.ports.len() as u32 {
+                if to != self.me {
+                    self.send(to, Msg::Exit, &[]);
+                }
+            }
+            let mut members: Vec<MemberStats> = self.reports.drain().map(|(_, m)| m).collect();
+            members.push(self.member_stats());
+            let missing = (0..self.members.len() as u32)
+                .filter(|n| !members.iter().any(|m| m.node == *n))
+                .collect();
+            Some(PoolStats::from_members(members, missing))
+        } else {
+            None
+        };
+        // Jobs still away can no longer come back.
+        for (_, (_, job)) in self.given.drain() {
+            job.fail(SatinError::Remote("the pool ended".into()));
+        }
+        for p in self.ports.iter_mut().flatten() {
+            p.close();
+        }
+        outcome.map(|()| stats)
+    }
+
+    fn all_reported(&self) -> bool {
+        (0..self.members.len() as u32)
+            .all(|n| n == self.me || !self.alive[n as usize] || self.reports.contains_key(&n))
+    }
+
+    /// Tells the node whether the local runtime starves.
+    fn sync_idle(&mut self) {
+        if self.phase != Phase::Running {
+            return;
+        }
+        let starving = self.satin.is_starving();
+        if starving && !self.node.is_idle() {
+            let now = self.now();
+            self.node.handle(Event::Idle { now });
+        } else if !starving && self.node.is_idle() {
+            let now = self.now();
+            self.node.handle(Event::Busy { now });
+        }
+    }
+
+    fn input(&mut self, input: Input) -> Result<(), SatinError> {
+        match input {
+            Input::Kick => self.kick.store(false, Ordering::Release),
+            Input::Net { from, msg, payload } => self.message(from, msg, payload),
+            Input::Finished { to, job, outcome } => {
+                self.remote_jobs_executed += 1;
+                let (outcome, payload) = match outcome {
+                    Ok(b) => (Ok(b.len() as u64), b),
+                    Err(e) => (Err(e), Vec::new()),
+                };
+                self.send(to, Msg::Result { job, outcome }, &payload);
+                let now = self.now();
+                self.node.handle(Event::ResultReturned {
+                    job: JobRef(job),
+                    to: NodeId(to),
+                    now,
+                });
+            }
+            Input::RootDone => {
+                self.phase = Phase::Ending;
+                self.deadline = Some(Instant::now() + self.config.end_timeout);
+                for to in 0..self.ports.len() as u32 {
+                    if to != self.me {
+                        self.send(to, Msg::Done, &[]);
+                    }
+                }
+            }
+            Input::Gone(member) => {
+                if let Some(n) = self.members.iter().position(|m| m.0 == member) {
+                    self.gone(n as u32)?;
+                }
+            }
+            Input::Shutdown => self.exit = true,
+        }
+        Ok(())
+    }
+
+    fn gone(&mut self, n: u32) -> Result<(), SatinError> {
+        if n == self.me || !self.alive[n as usize] {
+            return Ok(());
+        }
+        self.alive[n as usize] = false;
+        if let Some(p) = self.ports.get_mut(n as usize) {
+            *p = None;
+        }
+        let now = self.now();
+        self.node.handle(Event::NodeLeft {
+            node: NodeId(n),
+            now,
+        });
+        let lost: Vec<u64> = self
+            .given
+            .iter()
+            .filter(|(_, (thief, _))| *thief == n)
+            .map(|(k, _)| *k)
+            .collect();
+        for k in lost {
+            if let Some((_, job)) = self.given.remove(&k) {
+                job.fail(SatinError::Remote(format!(
+                    "member {n} left the pool with a stolen job"
+                )));
+            }
+        }
+        if n == self.master && !self.exit {
+            if self.phase == Phase::Ending {
+                // The master left after `Done`: as good as `Exit`.
+                self.exit = true;
+            } else {
+                return Err(SatinError::Pool("the master left the pool".into()));
+            }
+        }
+        Ok(())
+    }
+
+    fn message(&mut self, from: u32, msg: Msg, payload: Vec<u8>) {
+        if from as usize >= self.members.len() || from == self.me {
+            return;
+        }
+        let now = self.now();
+        match msg {
+            Msg::StealRequest { id, synchronous } => {
+                if self.phase == Phase::Running {
+                    self.node.handle(Event::StealRequest {
+                        from: NodeId(from),
+                        id: StealId(id),
+                        synchronous,
+                        now,
+                    });
+                } else {
+                    self.requests_served += 1;
+                    self.send(from, Msg::StealReply { id, job: None }, &[]);
+                }
+            }
+            Msg::StealReply { id, job } => {
+                let job = job.map(|wire| {
+                    let key = self.next_ref;
+                    self.next_ref += 1;
+                    self.incoming.insert(key, (from, wire, payload));
+                    JobRef(key)
+                });
+                self.node.handle(Event::StealReply {
+                    from: NodeId(from),
+                    id: StealId(id),
+                    job,
+                    now,
+                });
+                self.actions();
+                // A job the node did not take (a stale reply) still must run.
+                let left: Vec<u64> = self.incoming.keys().copied().collect();
+                for key in left {
+                    self.enqueue(key);
+                }
+            }
+            Msg::Result { job, outcome } => {
+                if let Some((_, stolen)) = self.given.remove(&job) {
+                    match outcome {
+                        Ok(_) => {
+                            let t0 = Instant::now();
+                            let _ = stolen.complete_from_wire(&payload);
+                            self.add_deser(t0);
+                        }
+                        Err(e) => stolen.fail(SatinError::Remote(e)),
+                    }
+                }
+            }
+            Msg::Done => {
+                if self.phase == Phase::Running {
+                    self.phase = Phase::Ending;
+                    self.deadline = Some(Instant::now() + self.config.end_timeout);
+                    let stats = Box::new(self.member_stats());
+                    self.send(self.master, Msg::Stats(stats), &[]);
+                }
+            }
+            Msg::Stats(s) => {
+                self.reports.insert(from, *s);
+            }
+            Msg::Exit => self.exit = true,
+        }
+    }
+
+    fn add_deser(&self, t0: Instant) {
+        self.satin
+            .net_counters()
+            .deserialize_nanos
+            .fetch_add(t0.elapsed().as_nanos() as u64, Relaxed);
+    }
+
+    fn add_ser(&self, t0: Instant) {
+        self.satin
+            .net_counters()
+            .serialize_nanos
+            .fetch_add(t0.elapsed().as_nanos() as u64, Relaxed);
+    }
+
+    /// Carries out the node's actions.
+    fn actions(&mut self) {
+        while let Some(a) = self.node.poll_action() {
+            match a {
+                Action::SendStealRequest {
+                    to,
+                    id,
+                    synchronous,
+                } => {
+                    if self.phase != Phase::Running {
+                        // The run is ending: steal no more (the node may keep waiting).
+                        continue;
+                    }
+                    let msg = Msg::StealRequest {
+                        id: id.0,
+                        synchronous,
+                    };
+                    if self.send(to.0, msg, &[]) {
+                        self.satin
+                            .net_counters()
+                            .remote_steal_attempts
+                            .fetch_add(1, Relaxed);
+                    } else if self.node.topology().contains(to) {
+                        // Unreachable victim: drop it from the victims (this also
+                        // abandons the request), so the node moves on. Jobs it stole
+                        // fail when the registry reports it gone.
+                        let now = self.now();
+                        self.node.handle(Event::NodeLeft { node: to, now });
+                    }
+                }
+                Action::ServeSteal { to, id, .. } => self.serve(to.0, id.0),
+                Action::EnqueueStolen { job, .. } => {
+                    self.satin
+                        .net_counters()
+                        .remote_steal_successes
+                        .fetch_add(1, Relaxed);
+                    self.enqueue(job.0);
+                }
+                Action::SetTimer { id, at } => self.timers.push(Reverse((at, id.0))),
+            }
+        }
+    }
+
+    /// Answers a thief with the oldest local job, if it may leave the process.
+    fn serve(&mut self, to: u32, id: u64) {
+        self.requests_served += 1;
+        let mut job = None;
+        let mut payload = Vec::new();
+        if self.phase == Phase::Running {
+            if let Some(stolen) = self.stealer.steal() {
+                let t0 = Instant::now();
+                let wire = stolen.to_wire();
+                self.add_ser(t0);
+                match wire {
+                    Some((name, bytes)) => {
+                        let key = self.next_job;
+                        self.next_job += 1;
+                        job = Some(WireJob {
+                            job: key,
+                            name: name.to_string(),
+                            len: bytes.len() as u64,
+                        });
+                        payload = bytes;
+                        self.given.insert(key, (to, stolen));
+                    }
+                    None => stolen.give_back(),
+                }
+            }
+        }
+        let key = job.as_ref().map(|j| j.job);
+        if self.send(to, Msg::StealReply { id, job }, &payload) {
+            if key.is_some() {
+                self.jobs_given += 1;
+            }
+        } else if let Some(k) = key {
+            if let Some((_, stolen)) = self.given.remove(&k) {
+                stolen.give_back();
+            }
+        }
+    }
+
+    /// Starts a job that came in a steal reply; its result goes home when done.
+    fn enqueue(&mut self, key: u64) {
+        let Some((owner, wire, payload)) = self.incoming.remove(&key) else {
+            return;
+        };
+        let t0 = Instant::now();
+        let job = self.satin.from_wire(&wire.name, &payload);
+        self.add_deser(t0);
+        match job {
+            Ok(job) => {
+                let tx = self.tx.clone();
+                let id = wire.job;
+                self.satin.execute_wire_job(job, move |r| {
+                    let _ = tx.send(Input::Finished {
+                        to: owner,
+                        job: id,
+                        outcome: r.map_err(|e| e.to_string()),
+                    });
+                });
+            }
+            Err(e) => {
+                let _ = self.tx.send(Input::Finished {
+                    to: owner,
+                    job: wire.job,
+                    outcome: Err(e.to_string()),
+                });
+            }
+        }
+    }
+
+    /// Sends one message; counts it; `false` if the member is unreachable.
+    fn send(&mut self, to: u32, msg: Msg, payload: &[u8]) -> bool {
+        let intra = self.topology.same_cluster(NodeId(self.me), NodeId(to));
+        let header = Header { from: self.me, msg };
+        let Some(Some(port)) = self.ports.get_mut(to as usize) else {
+            return false;
+        };
+        let r = (|| {
+            let mut m = port.new_message()?;
+            m.write_object(&header)?;
+            if !payload.is_empty() {
+                m.write_bytes(payload)?;
+            }
+            m.finish()
+        })();
+        match r {
+            Ok(bytes) => {
+                let net = self.satin.net_counters();
+                if intra {
+                    net.intra_messages.fetch_add(1, Relaxed);
+                    net.intra_bytes.fetch_add(bytes as u64, Relaxed);
+                } else {
+                    net.inter_messages.fetch_add(1, Relaxed);
+                    net.inter_bytes.fetch_add(bytes as u64, Relaxed);
+                }
+                true
+            }
+            Err(_) => {
+                if let Some(p) = self.ports.get_mut(to as usize) {
+                    *p = None;
+                }
+                false
+            }
+        }
+    }
+
+    /// This member's statistics now.
+    fn member_stats(&self) -> MemberStats {
+        let local = self.satin.stats();
+        let core = self.node.stats_at(self.now());
+        let net = local.net;
+        let (_, name, cluster) = self
+            .members
+            .get(self.me as usize)
+            .cloned()
+            .unwrap_or_default();
+        MemberStats {
+            node: self.me,
+            name,
+            cluster,
+            workers: local.workers.len() as u64,
+            spawns: local.total.spawns,
+            syncs: local.total.syncs,
+            local_steal_attempts: local.total.steal_attempts,
+            local_steal_successes: local.total.steal_successes,
+            local_steal_nanos: local.total.steal_nanos,
+            intra_steal_attempts: core.intra.steal_attempts,
+            intra_steal_successes: core.intra.steal_successes,
+            inter_steal_attempts: core.inter.steal_attempts,
+            inter_steal_successes: core.inter.steal_successes,
+            requests_served: self.requests_served,
+            jobs_given: self.jobs_given,
+            remote_jobs_executed: self.remote_jobs_executed,
+            intra_messages: net.intra_messages,
+            intra_bytes: net.intra_bytes,
+            inter_messages: net.inter_messages,
+            inter_bytes: net.inter_bytes,
+            sync_steal_nanos: core.sync_steal_ns,
+            async_steal_nanos: core.async_steal_ns,
+            idle_nanos: core.idle_ns,
+            serialize_nanos: net.serialize_nanos,
+            deserialize_nanos: net.deserialize_nanos,
+        }
+    }
+}

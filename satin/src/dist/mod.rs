@@ -1,0 +1,444 @@
+//! Running a Satin program on a pool of processes (the distributed layer).
+//!
+//! Under a launcher (`ipl-run`, or any environment with `IPL_REGISTRY` set, see
+//! [`launched`]), every process of the program builds its instance with
+//! [`SatinBuilder::build_distributed`] instead of `build`. That joins the pool with the
+//! IPL (closed world: it waits for all members), elects the master (`"satin-master"`)
+//! and starts a driver thread per process that balances load between processes with
+//! the inter-node scheduler of [`satin_core`] (RS or CRS, `SATIN_POLICY`). Then
+//! [`Pool::run`] runs the root job on the master; every other member only steals
+//! until the master says the run is over. Only jobs of `#[satin::job]` types leave a
+//! process.
+//!
+//! ```no_run
+//! use satin::apps::fib::Fib;
+//! use satin::Satin;
+//!
+//! let pool = Satin::builder().build_distributed()?;
+//! let run = pool.run(|satin| satin.run(Fib { n: 30, threshold: 0 }))?;
+//! if let Some(result) = run.result {
+//!     println!("fib(30) = {result}"); // only on the master
+//!     print!("{}", run.stats.unwrap_or_default());
+//! }
+//! # Ok::<(), satin::SatinError>(())
+//! ```
+//!
+//! # Protocol
+//!
+//! Each member has one receive port `satin` (many-to-one, message upcalls, object
+//! serialization, reliable and FIFO) and a send port connected to every other
+//! member. A message is a header (sender, [`protocol`] message) followed by raw bytes
+//! for a job or result:
+//!
+//! - `StealRequest { id, synchronous }` and `StealReply { id, job }`: the victim's
+//!   driver takes the oldest job of its workers' deques without stopping them
+//!   ([`crate::ExternalStealer`]); a job whose type is not remote-capable is given back
+//!   and the reply is empty. A job sent away stays registered by its owner until its
+//!   `Result { job, outcome }` comes back ([`crate::StolenJob::complete_from_wire`]).
+//! - `Done` (master to all, when the root job returned), answered by `Stats` (member
+//!   to master), then `Exit` (master to all): members stop stealing at `Done` and
+//!   leave at `Exit`. Every wait of this end-of-run handshake is bounded
+//!   ([`DistConfig::end_timeout`]).
+//!
+//! A member that dies (registry `Died`/`Left`) is removed from the victims; jobs it had
+//! stolen fail with [`SatinError::Remote`], so the root job fails instead of hanging
+//! (there is no fault tolerance yet: the work is not redone).
+
+mod driver;
+mod protocol;
+mod stats;
+
+pub use stats::{MemberStats, PoolStats};
+
+use crate::error::{panic_message, SatinError};
+use crate::{Satin, SatinBuilder};
+use driver::{Driver, DriverInit, Input};
+use ipl::{
+    Ibis, IbisCapabilities as I, IbisIdentifier, PortCapabilities as P, PortType, ReadMessage,
+    ReceivePort, RegistryEventHandler,
+};
+use satin_core::{ClusterId, NodeId, Policy, Topology};
+use std::panic::{self, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// The name of the election whose winner runs the root job.
+pub const MASTER_ELECTION: &str = "satin-master";
+
+/// The name of every member's receive port.
+pub const PORT_NAME: &str = "satin";
+
+/// Whether this process was started as a member of a pool (`IPL_REGISTRY` is set, as
+/// `ipl-run` does): then [`SatinBuilder::build_distributed`] joins it.
+pub fn launched() -> bool {
+    std::env::var("IPL_REGISTRY").is_ok_and(|v| !v.is_empty())
+}
+
+/// Settings of the distributed layer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DistConfig {
+    /// The inter-node load-balancing policy (`SATIN_POLICY`: `rs`, `crs` (default),
+    /// `acrs`, `cmrs:K`).
+    pub policy: Policy,
+    /// Pause after an unsuccessful synchronous steal before the next one
+    /// (`SATIN_STEAL_BACKOFF_US`, default 100 µs; 0 retries at once, as in the papers).
+    pub steal_backoff: Duration,
+    /// Bound of every wait of joining: the pool closing, connecting to the others.
+    pub join_timeout: Duration,
+    /// Bound of every wait of the end-of-run handshake.
+    pub end_timeout: Duration,
+}
+
+impl Default for DistConfig {
+    fn default() -> Self {
+        DistConfig {
+            policy: Policy::Crs,
+            steal_backoff: Duration::from_micros(100),
+            join_timeout: Duration::from_secs(60),
+            end_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+/// Parses a policy name: `rs`, `crs`, `acrs` or `cmrs:K` (any case).
+pub fn parse_policy(s: &str) -> Result<Policy, SatinError> {
+    let l = s.trim().to_ascii_lowercase();
+    match l.as_str() {
+        "rs" => Ok(Policy::Rs),
+        "crs" => Ok(Policy::Crs),
+        "acrs" => Ok(Policy::Acrs),
+        _ => match l.strip_prefix("cmrs") {
+            Some(rest) => {
+                let k = rest.trim_start_matches([':', '=']);
+                let credits = if k.is_empty() {
+                    Ok(2)
+                } else {
+                    k.parse::<u32>()
+                };
+                credits
+                    .map(|credits| Policy::Cmrs {
+                        credits: credits.max(1),
+                    })
+                    .map_err(|_| SatinError::Pool(format!("bad SATIN_POLICY {s:?}")))
+            }
+            None => Err(SatinError::Pool(format!(
+                "unknown SATIN_POLICY {s:?} (rs, crs, acrs, cmrs:K)"
+            ))),
+        },
+    }
+}
+
+impl DistConfig {
+    /// The defaults, overridden by `SATIN_POLICY` and `SATIN_STEAL_BACKOFF_US`.
+    pub fn from_env() -> Result<DistConfig, SatinError> {
+        let mut c = DistConfig::default();
+        if let Some(p) = std::env::var("SATIN_POLICY").ok().filter(|v| !v.is_empty()) {
+            c.policy = parse_policy(&p)?;
+        }
+        if let Some(b) = std::env::var("SATIN_STEAL_BACKOFF_US")
+            .ok()
+            .filter(|v| !v.is_empty())
+        {
+            let us: u64 = b
+                .parse()
+                .map_err(|_| SatinError::Pool(format!("bad SATIN_STEAL_BACKOFF_US {b:?}")))?;
+            c.steal_backoff = Duration::from_micros(us);
+        }
+        Ok(c)
+    }
+}
+
+impl SatinBuilder {
+    /// Starts the workers and joins the pool described by the environment
+    /// (`ipl-run`; see [`ipl::IbisBuilder::from_env`]) with [`DistConfig::from_env`].
+    pub fn build_distributed(self) -> Result<Pool, SatinError> {
+        self.build_distributed_with(DistConfig::from_env()?)
+    }
+
+    /// Like [`SatinBuilder::build_distributed`] with explicit settings.
+    pub fn build_distributed_with(self, config: DistConfig) -> Result<Pool, SatinError> {
+        Pool::join(self.build()?, config)
+    }
+}
+
+fn ipl_err<E: std::fmt::Display>(what: &str) -> impl Fn(E) -> SatinError + '_ {
+    move |e| SatinError::Pool(format!("{what}: {e}"))
+}
+
+/// The port type of the `satin` receive ports.
+pub fn port_type() -> Result<PortType, SatinError> {
+    PortType::new(
+        P::CONNECTION_MANY_TO_ONE
+            | P::RECEIVE_AUTO_UPCALLS
+            | P::SERIALIZATION_OBJECT
+            | P::COMMUNICATION_RELIABLE
+            | P::COMMUNICATION_FIFO,
+    )
+    .map_err(ipl_err("port type"))
+}
+
+/// Forwards registry departures to the driver.
+struct Departures(mpsc::Sender<Input>);
+
+impl RegistryEventHandler for Departures {
+    fn left(&mut self, member: &IbisIdentifier) {
+        let _ = self.0.send(Input::Gone(member.id().get()));
+    }
+    fn died(&mut self, member: &IbisIdentifier) {
+        let _ = self.0.send(Input::Gone(member.id().get()));
+    }
+}
+
+/// One member of a Satin pool: the local workers, the IPL instance and the driver
+/// thread that steals from and serves the other members.
+///
+/// Made by [`SatinBuilder::build_distributed`]; used once, by [`Pool::run`].
+pub struct Pool {
+    satin: Arc<Satin>,
+    ibis: Option<Ibis>,
+    port: Option<ReceivePort>,
+    tx: mpsc::Sender<Input>,
+    driver: Option<JoinHandle<Result<Option<PoolStats>, SatinError>>>,
+    node: u32,
+    master: bool,
+    size: usize,
+    clusters: usize,
+    policy: Policy,
+    end_timeout: Duration,
+}
+
+impl std::fmt::Debug for Pool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pool")
+            .field("node", &self.node)
+            .field("master", &self.master)
+            .field("size", &self.size)
+            .field("clusters", &self.clusters)
+            .field("policy", &self.policy)
+            .finish()
+    }
+}
+
+/// The outcome of [`Pool::run`] on one member.
+#[derive(Debug)]
+pub struct PoolRun<T> {
+    /// The root job's result: on the master only.
+    pub result: Option<T>,
+    /// The time the root job took: on the master only.
+    pub elapsed: Option<Duration>,
+    /// Every member's statistics and the total, gathered at the end: on the master
+    /// only.
+    pub stats: Option<PoolStats>,
+}
+
+impl Pool {
+    /// Joins the pool of the environment with a started Satin instance.
+    pub fn join(satin: Satin, config: DistConfig) -> Result<Pool, SatinError> {
+        let t = port_type()?;
+        let ibis = Ibis::builder()
+            .capabilities(I::MEMBERSHIP | I::ELECTIONS)
+            .from_env()
+            .map_err(ipl_err("joining the pool"))?
+            .port_type(t)
+            .build()
+            .map_err(ipl_err("joining the pool"))?;
+        let reg = ibis.registry();
+        reg.wait_until_pool_closed(Some(config.join_timeout))
+            .map_err(ipl_err(
+                "waiting for the pool to close (is IPL_POOL_SIZE set?)",
+            ))?;
+        let mut members = reg.members().map_err(ipl_err("pool members"))?;
+        members.sort_by_key(|m| m.id().get());
+        let master_id = reg.elect(MASTER_ELECTION).map_err(ipl_err("election"))?;
+        let me = ibis.identifier().clone();
+        let index = |id: &IbisIdentifier| members.iter().position(|m| m.id() == id.id());
+        let node = index(&me).ok_or_else(|| SatinError::Pool("not a member".into()))? as u32;
+        let master = index(&master_id)
+            .ok_or_else(|| SatinError::Pool("the master is not a member".into()))?
+            as u32;
+        let mut names: Vec<&str> = members.iter().map(|m| m.cluster()).collect();
+        names.sort_unstable();
+        names.dedup();
+        let mut topology = Topology::new();
+        for (i, m) in members.iter().enumerate() {
+            let c = names.iter().position(|n| *n == m.cluster()).unwrap_or(0);
+            topology.insert(NodeId(i as u32), ClusterId(c as u32));
+        }
+
+        let satin = Arc::new(satin);
+        let (tx, rx) = mpsc::channel::<Input>();
+        let utx = tx.clone();
+        let counters = satin.clone();
+        let port = ibis
+            .receive_port(&t, PORT_NAME)
+            .message_upcall(move |mut m: ReadMessage| {
+                let t0 = Instant::now();
+                let input = driver::read_message(&mut m);
+                m.finish();
+                counters.net_counters().deserialize_nanos.fetch_add(
+                    t0.elapsed().as_nanos() as u64,
+                    std::sync::atomic::Ordering::Relaxed,
+                );
+                if let Some(i) = input {
+                    let _ = utx.send(i);
+                }
+            })
+            .create()
+            .map_err(ipl_err("creating the receive port"))?;
+        port.enable_connections();
+        port.enable_message_upcalls()
+            .map_err(ipl_err("enabling upcalls"))?;
+        let mut ports = Vec::with_capacity(members.len());
+        for (i, m) in members.iter().enumerate() {
+            if i as u32 == node {
+                ports.push(None);
+                continue;
+            }
+            let mut sp = ibis
+                .create_send_port(&t, &format!("satin-to-{i}"))
+                .map_err(ipl_err("creating a send port"))?;
+            sp.connect_to(m, PORT_NAME, config.join_timeout)
+                .map_err(ipl_err("connecting to a member"))?;
+            ports.push(Some(sp));
+        }
+        ibis.registry()
+            .set_event_handler(Departures(tx.clone()))
+            .map_err(ipl_err("registry events"))?;
+
+        let kick = Arc::new(AtomicBool::new(false));
+        {
+            let kick = kick.clone();
+            let tx = tx.clone();
+            satin.set_idle_hook(move || {
+                if !kick.swap(true, Ordering::AcqRel) {
+                    let _ = tx.send(Input::Kick);
+                }
+            });
+        }
+        let init = DriverInit {
+            me: node,
+            master,
+            members: members
+                .iter()
+                .map(|m| (m.id().get(), m.to_string(), m.cluster().to_string()))
+                .collect(),
+            topology,
+            config,
+            seed: me.id().get() ^ 0x5A71_0000_0000_0001,
+            ports,
+            satin: satin.clone(),
+            rx,
+            tx: tx.clone(),
+            kick,
+        };
+        let driver = Driver::new(init)?;
+        let handle = std::thread::Builder::new()
+            .name("satin-driver".into())
+            .spawn(move || driver.run())
+            .map_err(|e| SatinError::Spawn(e.to_string()))?;
+        Ok(Pool {
+            satin,
+            ibis: Some(ibis),
+            port: Some(port),
+            tx,
+            driver: Some(handle),
+            node,
+            master: node == master,
+            size: members.len(),
+            clusters: names.len(),
+            policy: config.policy,
+            end_timeout: config.end_timeout,
+        })
+    }
+
+    /// Whether this member is the master (runs the root job, prints the results).
+    pub fn is_master(&self) -> bool {
+        self.master
+    }
+
+    /// This member's node number (members numbered in join order from 0).
+    pub fn node(&self) -> u32 {
+        self.node
+    }
+
+    /// Number of members.
+    pub fn size(&self) -> usize {
+        self.size
+    }
+
+    /// Number of clusters.
+    pub fn clusters(&self) -> usize {
+        self.clusters
+    }
+
+    /// The load-balancing policy.
+    pub fn policy(&self) -> Policy {
+        self.policy
+    }
+
+    /// The local Satin instance (its workers and statistics).
+    pub fn satin(&self) -> &Satin {
+        &self.satin
+    }
+
+    /// Runs the program: on the master `root` is called with the local instance (it
+    /// should `run` the root job there) while the other members steal; on the others it
+    /// is not called and this returns when the master ends the run. Then every member
+    /// leaves the pool. A panic in `root` is returned as [`SatinError::JobPanicked`]
+    /// (after the pool ended cleanly).
+    pub fn run<T>(mut self, root: impl FnOnce(&Satin) -> T) -> Result<PoolRun<T>, SatinError> {
+        let mut result = None;
+        let mut elapsed = None;
+        let mut failure = None;
+        if self.master {
+            let t0 = Instant::now();
+            match panic::catch_unwind(AssertUnwindSafe(|| root(&self.satin))) {
+                Ok(v) => result = Some(v),
+                Err(p) => failure = Some(SatinError::JobPanicked(panic_message(&*p))),
+            }
+            elapsed = Some(t0.elapsed());
+            let _ = self.tx.send(Input::RootDone);
+        }
+        let stats = self.finish();
+        if let Some(e) = failure {
+            return Err(e);
+        }
+        Ok(PoolRun {
+            result,
+            elapsed,
+            stats: stats?,
+        })
+    }
+
+    /// Waits for the driver, then leaves the pool.
+    fn finish(&mut self) -> Result<Option<PoolStats>, SatinError> {
+        let r = match self.driver.take() {
+            Some(h) => h
+                .join()
+                .unwrap_or_else(|_| Err(SatinError::Pool("the driver thread panicked".into()))),
+            None => Ok(None),
+        };
+        if let Some(p) = self.port.take() {
+            p.close(Some(self.end_timeout.min(Duration::from_secs(5))));
+        }
+        if let Some(ibis) = self.ibis.take() {
+            if let Err(e) = ibis.end() {
+                if r.is_ok() {
+                    return Err(SatinError::Pool(format!("leaving the pool: {e}")));
+                }
+            }
+        }
+        r
+    }
+}
+
+impl Drop for Pool {
+    fn drop(&mut self) {
+        if self.driver.is_some() {
+            let _ = self.tx.send(Input::Shutdown);
+            let _ = self.finish();
+        }
+    }
+}

@@ -1,0 +1,63 @@
+//! The messages members of a Satin pool exchange.
+//!
+//! Every message on a member's `satin` receive port is one [`Header`] written as an
+//! object, followed by `payload` raw bytes (a serialized job or result) when the
+//! header announces them; the bytes are written and read without copying them into
+//! the object encoding.
+
+use serde::{Deserialize, Serialize};
+
+use super::stats::MemberStats;
+
+/// The header of every message: the sender's node number and what it says.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct Header {
+    /// The sender (its `satin_core::NodeId`).
+    pub from: u32,
+    /// The message.
+    pub msg: Msg,
+}
+
+/// One message of the Satin protocol.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) enum Msg {
+    /// "Give me work": the thief's request id and whether it waits for the answer.
+    StealRequest {
+        /// The thief's `satin_core::StealId`, echoed in the reply.
+        id: u64,
+        /// Whether the thief blocks for the reply (informational).
+        synchronous: bool,
+    },
+    /// The answer to a steal request; the job's bytes follow as payload.
+    StealReply {
+        /// The request's id.
+        id: u64,
+        /// The stolen job, or `None` when the victim had nothing (remote-capable).
+        job: Option<WireJob>,
+    },
+    /// The result of a stolen job, sent back to its owner; `Ok` bytes follow as
+    /// payload.
+    Result {
+        /// The owner's id of the job (from [`WireJob::job`]).
+        job: u64,
+        /// `Ok(length of the serialized output)` or `Err(message)`.
+        outcome: Result<u64, String>,
+    },
+    /// Master to all: the root job returned; stop stealing and send statistics.
+    Done,
+    /// Member to master: this member's statistics, in answer to `Done`.
+    Stats(Box<MemberStats>),
+    /// Master to all: everybody reported; leave the pool.
+    Exit,
+}
+
+/// A stolen job on the wire (its serialized parameters follow as payload).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct WireJob {
+    /// The owner's identifier of the job, echoed in the result.
+    pub job: u64,
+    /// The registered name of the job type.
+    pub name: String,
+    /// Length of the serialized job (the payload).
+    pub len: u64,
+}

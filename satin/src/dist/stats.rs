@@ -1,0 +1,211 @@
+//! Statistics of the members of a pool and their total, printed like Java Satin's.
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// What one member of a pool counted during a run.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MemberStats {
+    /// The member's node number (`satin_core::NodeId`).
+    pub node: u32,
+    /// The member's name in the pool (its IPL identifier).
+    pub name: String,
+    /// The member's cluster.
+    pub cluster: String,
+    /// Worker threads of the member.
+    pub workers: u64,
+    /// Jobs spawned.
+    pub spawns: u64,
+    /// Syncs executed.
+    pub syncs: u64,
+    /// Local (inside the process) steal attempts.
+    pub local_steal_attempts: u64,
+    /// Successful local steals.
+    pub local_steal_successes: u64,
+    /// Time the workers spent stealing locally (ns, summed over workers).
+    pub local_steal_nanos: u64,
+    /// Steal requests sent to members of the own cluster.
+    pub intra_steal_attempts: u64,
+    /// Of those, the ones that brought a job.
+    pub intra_steal_successes: u64,
+    /// Steal requests sent to members of other clusters.
+    pub inter_steal_attempts: u64,
+    /// Of those, the ones that brought a job.
+    pub inter_steal_successes: u64,
+    /// Steal requests of other members this member answered.
+    pub requests_served: u64,
+    /// Of those, the answers that carried a job.
+    pub jobs_given: u64,
+    /// Jobs stolen from other members that ran here.
+    pub remote_jobs_executed: u64,
+    /// Messages sent to members of the own cluster.
+    pub intra_messages: u64,
+    /// Bytes sent to members of the own cluster.
+    pub intra_bytes: u64,
+    /// Messages sent to members of other clusters.
+    pub inter_messages: u64,
+    /// Bytes sent to members of other clusters.
+    pub inter_bytes: u64,
+    /// Time waiting for synchronous steal replies (ns).
+    pub sync_steal_nanos: u64,
+    /// Round-trip time of asynchronous (wide-area) steals (ns).
+    pub async_steal_nanos: u64,
+    /// Time the member was idle (ns): no work at all, waiting for a steal.
+    pub idle_nanos: u64,
+    /// Time spent serializing jobs and protocol messages (ns).
+    pub serialize_nanos: u64,
+    /// Time spent deserializing jobs, results and protocol messages (ns).
+    pub deserialize_nanos: u64,
+}
+
+impl MemberStats {
+    /// Successful steals from other processes (intra + inter cluster).
+    pub fn remote_steal_successes(&self) -> u64 {
+        self.intra_steal_successes + self.inter_steal_successes
+    }
+
+    /// Steal requests sent to other processes (intra + inter cluster).
+    pub fn remote_steal_attempts(&self) -> u64 {
+        self.intra_steal_attempts + self.inter_steal_attempts
+    }
+
+    fn add(&mut self, o: &MemberStats) {
+        self.workers += o.workers;
+        self.spawns += o.spawns;
+        self.syncs += o.syncs;
+        self.local_steal_attempts += o.local_steal_attempts;
+        self.local_steal_successes += o.local_steal_successes;
+        self.local_steal_nanos += o.local_steal_nanos;
+        self.intra_steal_attempts += o.intra_steal_attempts;
+        self.intra_steal_successes += o.intra_steal_successes;
+        self.inter_steal_attempts += o.inter_steal_attempts;
+        self.inter_steal_successes += o.inter_steal_successes;
+        self.requests_served += o.requests_served;
+        self.jobs_given += o.jobs_given;
+        self.remote_jobs_executed += o.remote_jobs_executed;
+        self.intra_messages += o.intra_messages;
+        self.intra_bytes += o.intra_bytes;
+        self.inter_messages += o.inter_messages;
+        self.inter_bytes += o.inter_bytes;
+        self.sync_steal_nanos += o.sync_steal_nanos;
+        self.async_steal_nanos += o.async_steal_nanos;
+        self.idle_nanos += o.idle_nanos;
+        self.serialize_nanos += o.serialize_nanos;
+        self.deserialize_nanos += o.deserialize_nanos;
+    }
+
+    fn write(&self, f: &mut fmt::Formatter<'_>, who: &str) -> fmt::Result {
+        let ms = |ns: u64| ns as f64 / 1e6;
+        let pct = |a: u64, b: u64| {
+            if b == 0 {
+                0.0
+            } else {
+                100.0 * a as f64 / b as f64
+            }
+        };
+        writeln!(
+            f,
+            "SATIN '{who}': SPAWN_SYNC: spawns = {} syncs = {}",
+            self.spawns, self.syncs
+        )?;
+        writeln!(
+            f,
+            "SATIN '{who}': LOCAL_STEAL: attempts = {} success = {} ({:.1} %) time = {:.3} ms",
+            self.local_steal_attempts,
+            self.local_steal_successes,
+            pct(self.local_steal_successes, self.local_steal_attempts),
+            ms(self.local_steal_nanos)
+        )?;
+        writeln!(
+            f,
+            "SATIN '{who}': INTRA_STEAL: attempts = {} success = {} ({:.1} %) time = {:.3} ms",
+            self.intra_steal_attempts,
+            self.intra_steal_successes,
+            pct(self.intra_steal_successes, self.intra_steal_attempts),
+            ms(self.sync_steal_nanos)
+        )?;
+        writeln!(
+            f,
+            "SATIN '{who}': INTER_STEAL: attempts = {} success = {} ({:.1} %) time = {:.3} ms",
+            self.inter_steal_attempts,
+            self.inter_steal_successes,
+            pct(self.inter_steal_successes, self.inter_steal_attempts),
+            ms(self.async_steal_nanos)
+        )?;
+        writeln!(
+            f,
+            "SATIN '{who}': REMOTE_STEAL: attempts = {} success = {} served = {} given = {} executed = {}",
+            self.remote_steal_attempts(),
+            self.remote_steal_successes(),
+            self.requests_served,
+            self.jobs_given,
+            self.remote_jobs_executed
+        )?;
+        writeln!(
+            f,
+            "SATIN '{who}': MESSAGES: intra = {} msgs, {} bytes; inter = {} msgs, {} bytes",
+            self.intra_messages, self.intra_bytes, self.inter_messages, self.inter_bytes
+        )?;
+        writeln!(
+            f,
+            "SATIN '{who}': TIME: idle = {:.3} ms serialize = {:.3} ms deserialize = {:.3} ms",
+            ms(self.idle_nanos),
+            ms(self.serialize_nanos),
+            ms(self.deserialize_nanos)
+        )
+    }
+}
+
+impl fmt::Display for MemberStats {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.write(f, &format!("member {} ({})", self.node, self.cluster))
+    }
+}
+
+/// The statistics of every member of a pool (gathered by the master) and their sum.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PoolStats {
+    /// One entry per member that reported, by node number.
+    pub members: Vec<MemberStats>,
+    /// The sum over the members.
+    pub total: MemberStats,
+    /// Members that did not report before the end-of-run deadline.
+    pub missing: Vec<u32>,
+}
+
+impl PoolStats {
+    /// Sums the members' statistics (sorted by node number).
+    pub fn from_members(mut members: Vec<MemberStats>, missing: Vec<u32>) -> PoolStats {
+        members.sort_by_key(|m| m.node);
+        let mut total = MemberStats {
+            name: "total".into(),
+            cluster: "all".into(),
+            ..MemberStats::default()
+        };
+        for m in &members {
+            total.add(m);
+        }
+        PoolStats {
+            members,
+            total,
+            missing,
+        }
+    }
+}
+
+impl fmt::Display for PoolStats {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for m in &self.members {
+            write!(f, "{m}")?;
+        }
+        self.total.write(f, "total")?;
+        if !self.missing.is_empty() {
+            writeln!(
+                f,
+                "SATIN 'total': MISSING: members {:?} did not report",
+                self.missing
+            )?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,180 @@
+//! Satin applications on pools of processes started by the launcher: every
+//! application must give its sequential answer on 2, 3 and 4 processes, in one and in
+//! two clusters, under RS and CRS, and work must really move between processes.
+//!
+//! Each pool runs `satin-app APP ARGS --check --report FILE`: the master checks its
+//! result against the sequential one (a mismatch is a non-zero exit) and writes a
+//! summary (`result`, `check`, `remote_steal_successes`, ...) that the test reads.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use ipl_tools::launcher::{launch, LaunchConfig};
+
+/// One pool shape: processes, clusters, policy, workers per process.
+#[derive(Debug, Clone, Copy)]
+struct Shape {
+    n: usize,
+    clusters: usize,
+    policy: &'static str,
+    workers: usize,
+}
+
+const SHAPES: &[Shape] = &[
+    Shape {
+        n: 2,
+        clusters: 1,
+        policy: "rs",
+        workers: 1,
+    },
+    Shape {
+        n: 2,
+        clusters: 2,
+        policy: "crs",
+        workers: 1,
+    },
+    Shape {
+        n: 3,
+        clusters: 1,
+        policy: "crs",
+        workers: 2,
+    },
+    Shape {
+        n: 4,
+        clusters: 2,
+        policy: "rs",
+        workers: 1,
+    },
+    Shape {
+        n: 4,
+        clusters: 2,
+        policy: "crs",
+        workers: 1,
+    },
+];
+
+fn report_path() -> std::path::PathBuf {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    std::env::temp_dir().join(format!(
+        "satin-pool-{}-{}.txt",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    ))
+}
+
+/// Runs `app args` on a pool of `shape`; asserts that every member succeeded and the
+/// master's check passed; returns the master's report.
+fn pool(app: &str, args: &[&str], shape: Shape) -> HashMap<String, String> {
+    let report = report_path();
+    let mut argv: Vec<std::ffi::OsString> = vec![app.into()];
+    argv.extend(args.iter().map(|a| a.into()));
+    for a in ["--check", "--policy", shape.policy, "--workers"] {
+        argv.push(a.into());
+    }
+    argv.push(shape.workers.to_string().into());
+    argv.push("--report".into());
+    argv.push(report.clone().into());
+    let mut cfg = LaunchConfig::new(shape.n, env!("CARGO_BIN_EXE_satin-app"), argv);
+    cfg.clusters = shape.clusters;
+    cfg.timeout = Some(Duration::from_secs(120));
+    cfg.grace = Duration::from_secs(20);
+    let o = launch(&cfg).expect("launch the pool");
+    assert!(
+        !o.timed_out,
+        "{app} {args:?} on {shape:?}: timed out: {o:?}"
+    );
+    for (rank, end) in o.ends.iter().enumerate() {
+        assert!(
+            end.success(),
+            "{app} {args:?} on {shape:?}: member {rank} ended with {end}: {o:?}"
+        );
+    }
+    let text = std::fs::read_to_string(&report)
+        .unwrap_or_else(|e| panic!("{app} {args:?} on {shape:?}: no report: {e}"));
+    let _ = std::fs::remove_file(&report);
+    let kv: HashMap<String, String> = text
+        .lines()
+        .filter_map(|l| l.split_once(" = "))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    assert_eq!(kv.get("check").map(String::as_str), Some("ok"), "{kv:?}");
+    assert_eq!(kv.get("processes"), Some(&shape.n.to_string()), "{kv:?}");
+    kv
+}
+
+fn every_shape(app: &str, args: &[&str]) {
+    for &shape in SHAPES {
+        pool(app, args, shape);
+    }
+}
+
+#[test]
+fn fib_on_pools() {
+    every_shape("fib", &["25"]);
+}
+
+#[test]
+fn nqueens_on_pools() {
+    every_shape("nqueens", &["9"]);
+}
+
+#[test]
+fn integrate_on_pools() {
+    every_shape("integrate", &["0", "100", "1e-3"]);
+}
+
+#[test]
+fn knapsack_on_pools() {
+    every_shape("knapsack", &["18"]);
+}
+
+#[test]
+fn noverk_on_pools() {
+    every_shape("noverk", &["20", "10"]);
+}
+
+#[test]
+fn primes_on_pools() {
+    every_shape("primes", &["1000000"]);
+}
+
+#[test]
+fn matmul_on_pools() {
+    every_shape("matmul", &["128"]);
+}
+
+/// Work is really stolen across processes (and every job given away came back:
+/// the totals agree), under both policies, inside a cluster and across clusters.
+#[test]
+fn work_moves_between_processes() {
+    let mut steals = 0u64;
+    for shape in [SHAPES[0], SHAPES[4]] {
+        let kv = pool("fib", &["28"], shape);
+        let s: u64 = kv["remote_steal_successes"].parse().expect("a number");
+        let given: u64 = kv["jobs_given"].parse().expect("a number");
+        assert_eq!(
+            s, given,
+            "every successful steal was given by a victim: {kv:?}"
+        );
+        steals += s;
+    }
+    assert!(steals > 0, "no job moved between processes");
+}
+
+/// A pool of one process is a plain run.
+#[test]
+fn one_member_pool() {
+    let kv = pool(
+        "nqueens",
+        &["8"],
+        Shape {
+            n: 1,
+            clusters: 1,
+            policy: "crs",
+            workers: 2,
+        },
+    );
+    assert_eq!(kv["result"], "92");
+    assert_eq!(kv["remote_steal_successes"], "0");
+}
