@@ -173,7 +173,7 @@ pub fn drive<T: PartialEq + Debug>(
         if let Some(s) = run.stats {
             print!("{s}");
         }
-        (r, processes, steals, given)
+        (r, processes, steals, given, el)
     } else {
         let satin = cli.builder().build().map_err(err)?;
         let t = Instant::now();
@@ -184,9 +184,9 @@ pub fn drive<T: PartialEq + Debug>(
         if cli.stats {
             print!("{}", satin.stats());
         }
-        (r, 1, 0, 0)
+        (r, 1, 0, 0, el)
     };
-    let (r, processes, steals, given) = r;
+    let (r, processes, steals, given, elapsed) = r;
     let mut check = "skipped";
     let mut outcome = Ok(());
     if cli.check {
@@ -202,7 +202,8 @@ pub fn drive<T: PartialEq + Debug>(
     if let Some(path) = &cli.report {
         let text = format!(
             "result = {r:?}\ncheck = {check}\nprocesses = {processes}\n\
-             remote_steal_successes = {steals}\njobs_given = {given}\n"
+             remote_steal_successes = {steals}\njobs_given = {given}\nseconds = {:.6}\n",
+            elapsed.as_secs_f64()
         );
         std::fs::write(path, text).map_err(|e| format!("writing {path}: {e}"))?;
     }
