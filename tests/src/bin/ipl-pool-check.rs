@@ -115,7 +115,7 @@ fn run(scenario: &str) -> Res<()> {
         "multicast" => multicast(&ibis, is_root, &others, mc)?,
         "manytoone" => manytoone(&ibis, is_root, &root, others.len(), sink)?,
         "election" => election(&ibis, &members, sink)?,
-        "kill" => kill(&ibis, is_root, &root, sink)?,
+        "kill" => kill(&ibis, &members, sink)?,
         other => return Err(fail(format!("unknown scenario {other:?}"))),
     }
     ibis.end()?;
@@ -329,15 +329,20 @@ impl ipl::ReceivePortConnectUpcall for Lost {
     }
 }
 
-fn kill(ibis: &Ibis, is_root: bool, root: &IbisIdentifier, sink: PortType) -> Res<()> {
-    let victim = ibis
-        .registry()
-        .members()?
-        .into_iter()
-        .find(|m| m.name() == "member-1")
-        .ok_or_else(|| fail("no member-1 in the pool".into()))?;
+fn kill(ibis: &Ibis, members: &[IbisIdentifier], sink: PortType) -> Res<()> {
+    // The roles come from the member list taken when the pool closed, before anybody
+    // can have died: member-0 owns the port, member-1 is the victim.
+    let find = |name: &str| {
+        members
+            .iter()
+            .find(|m| m.name() == name)
+            .cloned()
+            .ok_or_else(|| fail(format!("no {name} in the pool")))
+    };
+    let (owner, victim) = (find("member-0")?, find("member-1")?);
+    let me = ibis.identifier().clone();
     let (tx, rx) = std::sync::mpsc::channel();
-    let rp = if is_root {
+    let rp = if me == owner {
         let rp = ibis
             .receive_port(&sink, "sink")
             .connection_upcall(Lost(tx))
@@ -347,6 +352,16 @@ fn kill(ibis: &Ibis, is_root: bool, root: &IbisIdentifier, sink: PortType) -> Re
     } else {
         None
     };
+    let root = &owner;
+    if me != victim {
+        // Tell the victim we are ready to watch it die.
+        ibis.registry()
+            .signal("armed", std::slice::from_ref(&victim))?;
+    } else {
+        for _ in 1..members.len() {
+            wait_signal(ibis, "armed")?;
+        }
+    }
     if *ibis.identifier() == victim {
         let mut sp = ibis.create_send_port(&sink, "doomed")?;
         sp.connect_to(root, "sink", WAIT)?;
