@@ -197,30 +197,23 @@ impl RegistryBackend for EmbeddedRegistry {
     }
 
     fn wait_for_change(&self, seen: u64, deadline: Option<Instant>) -> Result<u64> {
-        let mut st = self.lock();
-        while st.version == seen {
-            match deadline {
-                None => {
-                    st = self
-                        .inner
-                        .changed
-                        .wait(st)
-                        .unwrap_or_else(PoisonError::into_inner);
-                }
-                Some(d) => {
-                    let now = Instant::now();
-                    if now >= d {
-                        break;
-                    }
-                    st = self
-                        .inner
-                        .changed
-                        .wait_timeout(st, d - now)
-                        .unwrap_or_else(PoisonError::into_inner)
-                        .0;
-                }
+        let st = self.lock();
+        let st = match deadline {
+            None => self
+                .inner
+                .changed
+                .wait_while(st, |st| st.version == seen)
+                .unwrap_or_else(PoisonError::into_inner),
+            Some(d) => {
+                self.inner
+                    .changed
+                    .wait_timeout_while(st, d.saturating_duration_since(Instant::now()), |st| {
+                        st.version == seen
+                    })
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .0
             }
-        }
+        };
         Ok(st.version)
     }
 

@@ -574,28 +574,22 @@ impl RegistryBackend for NetRegistry {
 
     fn wait_for_change(&self, seen: u64, deadline: Option<Instant>) -> Result<u64> {
         let shared = &self.inner.shared;
-        let mut st = lock(&shared.state);
-        while st.version == seen {
-            match deadline {
-                None => {
-                    st = shared
-                        .changed
-                        .wait(st)
-                        .unwrap_or_else(PoisonError::into_inner);
-                }
-                Some(d) => {
-                    let now = Instant::now();
-                    if now >= d {
-                        break;
-                    }
-                    st = shared
-                        .changed
-                        .wait_timeout(st, d - now)
-                        .unwrap_or_else(PoisonError::into_inner)
-                        .0;
-                }
+        let st = lock(&shared.state);
+        let st = match deadline {
+            None => shared
+                .changed
+                .wait_while(st, |st| st.version == seen)
+                .unwrap_or_else(PoisonError::into_inner),
+            Some(d) => {
+                shared
+                    .changed
+                    .wait_timeout_while(st, d.saturating_duration_since(Instant::now()), |st| {
+                        st.version == seen
+                    })
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .0
             }
-        }
+        };
         Ok(st.version)
     }
 
