@@ -548,9 +548,10 @@ impl IbisBuilder {
         if wanted.is_empty() {
             wanted.push(negotiate::preferred_or_best(&plugins, prefer.as_deref())?);
         }
-        // The configuration every transport gets: the user's lines, then pool and secret.
+        // The configuration every transport gets: the user's lines, then pool, cluster and
+        // secret.
         let mut config_text = self.transport_config.clone();
-        config_text.push_str(&format!("\npool={}\n", self.pool));
+        config_text.push_str(&format!("\npool={}\ncluster={}\n", self.pool, self.cluster));
         if let Some(s) = &self.secret {
             config_text.push_str(&format!("secret={}\n", s.to_hex()));
         }
