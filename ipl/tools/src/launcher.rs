@@ -176,6 +176,8 @@ pub struct LaunchConfig {
     pub program: OsString,
     /// Its arguments.
     pub args: Vec<OsString>,
+    /// Extra environment variables for every process (e.g. `IPL_TRANSPORT`).
+    pub env: Vec<(OsString, OsString)>,
 }
 
 impl LaunchConfig {
@@ -190,6 +192,7 @@ impl LaunchConfig {
             grace: DEFAULT_GRACE,
             program: program.into(),
             args,
+            env: Vec::new(),
         }
     }
 }
@@ -316,6 +319,7 @@ pub fn launch(config: &LaunchConfig) -> io::Result<LaunchOutcome> {
     let mut forwarders = Vec::new();
     for i in 0..n {
         let mut cmd = Command::new(&config.program);
+        cmd.envs(config.env.iter().map(|(k, v)| (k, v)));
         cmd.args(&config.args)
             .env(ENV_REGISTRY, registry.to_string())
             .env(ENV_POOL, &pool)
