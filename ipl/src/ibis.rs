@@ -12,7 +12,8 @@ use ipl_registry::{
     EmbeddedRegistry, IbisIdentifier, JoinRequest, PoolConfig, Registry, RegistryBackend,
 };
 use ipl_transport_abi::{
-    ChannelClosed, Plugin, ReceivedBuffer, TransportError, TransportEvents, TransportInstance,
+    ChannelClosed, Plugin, ReceivedBuffer, TransportCapabilities, TransportError, TransportEvents,
+    TransportInstance,
 };
 
 use crate::capabilities::{IbisCapabilities, PortCapabilities};
@@ -42,6 +43,8 @@ enum Role {
 
 struct Slot {
     name: &'static str,
+    /// The transport delivers through receiver-driven progress (capability `polled`).
+    polled: bool,
     instance: Mutex<Option<Arc<TransportInstance>>>,
 }
 
@@ -58,6 +61,16 @@ pub(crate) struct IbisShared {
 impl IbisShared {
     pub(crate) fn transport_name(&self, slot: usize) -> &'static str {
         self.slots.get(slot).map(|s| s.name).unwrap_or("?")
+    }
+
+    /// The live transports that deliver through receiver-driven progress, for a receiver
+    /// that is about to poll (empty, without allocating, when there are none).
+    pub(crate) fn polled_instances(&self) -> Vec<Arc<TransportInstance>> {
+        self.slots
+            .iter()
+            .filter(|s| s.polled)
+            .filter_map(|s| lock(&s.instance).clone())
+            .collect()
     }
 
     fn instance(&self, slot: usize) -> std::result::Result<Arc<TransportInstance>, TransportError> {
@@ -581,6 +594,7 @@ impl IbisBuilder {
                     routers.0.push(router);
                     slots.push(Slot {
                         name: p.name(),
+                        polled: p.capabilities().contains(TransportCapabilities::POLLED),
                         instance: Mutex::new(Some(Arc::new(inst))),
                     });
                     used.push(pi);

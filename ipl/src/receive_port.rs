@@ -307,8 +307,32 @@ impl PortShared {
         if !self.ready.load(Ordering::Acquire) {
             let budget = Duration::from_nanos(self.spin_ns.load(Ordering::Relaxed)).min(max);
             let spin_until = deadline.map_or(start + budget, |d| d.min(start + budget));
-            while !self.ready.load(Ordering::Acquire) && Instant::now() < spin_until {
-                std::thread::yield_now();
+            let polled = self
+                .ibis
+                .upgrade()
+                .map(|i| i.polled_instances())
+                .unwrap_or_default();
+            if polled.is_empty() {
+                while !self.ready.load(Ordering::Acquire) && Instant::now() < spin_until {
+                    std::thread::yield_now();
+                }
+            } else {
+                // Receiver-driven progress: this thread moves messages out of the
+                // transports itself. It spins without a system call (a yield costs more
+                // than a shared-memory round trip), yielding now and then so that other
+                // threads on a busy CPU still run.
+                let mut idle = 0u32;
+                while !self.ready.load(Ordering::Acquire) && Instant::now() < spin_until {
+                    let delivered: usize = polled.iter().map(|t| t.progress()).sum();
+                    if delivered == 0 {
+                        idle = idle.wrapping_add(1);
+                        if idle % 256 == 0 {
+                            std::thread::yield_now();
+                        } else {
+                            std::hint::spin_loop();
+                        }
+                    }
+                }
             }
         }
         let adapt = |got: bool| {
@@ -438,7 +462,15 @@ impl ReceivePort {
     pub fn poll(&self) -> Result<Option<ReadMessage>> {
         self.need(PortCapabilities::RECEIVE_POLL, "receive.poll")?;
         if !self.shared.ready.load(Ordering::Acquire) {
-            return Ok(None);
+            // Give receiver-driven transports one chance to deliver.
+            if let Some(ibis) = self.shared.ibis.upgrade() {
+                for t in ibis.polled_instances() {
+                    t.progress();
+                }
+            }
+            if !self.shared.ready.load(Ordering::Acquire) {
+                return Ok(None);
+            }
         }
         let mut st = lock(&self.shared.state);
         self.shared.take_locked(&mut st).transpose()

@@ -26,9 +26,12 @@ impl TransportCapabilities {
     pub const IN_PROCESS: Self = Self(1 << 7);
     /// Native multicast (one send reaches several channels).
     pub const MULTICAST: Self = Self(1 << 8);
+    /// Delivers through receiver-driven progress (`progress`): a waiting receiver should
+    /// poll the transport rather than wait for a thread of the transport to deliver.
+    pub const POLLED: Self = Self(1 << 9);
 
     /// Every named capability with its name, in bit order.
-    pub const NAMED: [(Self, &'static str); 9] = [
+    pub const NAMED: [(Self, &'static str); 10] = [
         (Self::RELIABLE, "reliable"),
         (Self::FIFO, "fifo"),
         (Self::UNRELIABLE, "unreliable"),
@@ -38,6 +41,7 @@ impl TransportCapabilities {
         (Self::SAME_HOST, "same_host"),
         (Self::IN_PROCESS, "in_process"),
         (Self::MULTICAST, "multicast"),
+        (Self::POLLED, "polled"),
     ];
 
     /// The empty set.

@@ -13,7 +13,7 @@ use std::ffi::c_void;
 
 /// The ABI version this crate speaks. A plugin whose descriptor carries another version
 /// is refused by the loader before any of its functions is called.
-pub const ABI_VERSION: u32 = 1;
+pub const ABI_VERSION: u32 = 2;
 
 /// The magic number at the start of every [`PluginDescriptor`] ("IPL_TRNS"), so that a
 /// library exporting an unrelated symbol of the same name is recognised as not a plugin.
@@ -197,6 +197,13 @@ pub struct TransportVTable {
     /// Closes a channel in an orderly way: messages already sent are still delivered; the
     /// peer then gets `channel_closed` with [`CloseCode::CLOSED_BY_PEER`].
     pub close_channel: unsafe extern "C" fn(inst: *mut c_void, channel: u64),
+    /// Receiver-driven progress (ABI version 2): delivers, on the calling thread and
+    /// without blocking, whatever messages have arrived, through the host callbacks;
+    /// returns how many it delivered. The host calls it in a loop from a thread that
+    /// waits for a message (the receive port's poll phase), so a transport that polls
+    /// memory (shm, rdma) can deliver without waking a thread of its own. Transports that
+    /// always deliver from their own threads return 0.
+    pub progress: unsafe extern "C" fn(inst: *mut c_void) -> usize,
 }
 
 /// What the entry symbol returns: who the plugin is and its functions. Lives in static

@@ -465,6 +465,14 @@ impl TransportInstance {
         }
     }
 
+    /// Receiver-driven progress: lets the transport deliver what has arrived on this
+    /// thread, without blocking; returns the number of messages delivered (0 for
+    /// transports that deliver from threads of their own).
+    pub fn progress(&self) -> usize {
+        // SAFETY: live instance; the trampoline catches panics inside the plugin.
+        unsafe { (self.plugin.desc.vtable.progress)(self.inst) }
+    }
+
     /// Closes `channel` in an orderly way.
     pub fn close_channel(&self, channel: u64) {
         // SAFETY: live instance.

@@ -42,6 +42,15 @@ pub trait TransportPlugin: Sized + Send + Sync + 'static {
     /// Closes `channel` in an orderly way.
     fn close_channel(&self, channel: u64);
 
+    /// Receiver-driven progress: delivers whatever has arrived through the [`HostSink`]
+    /// on the calling thread, without blocking, and returns how many messages it
+    /// delivered. The host calls it repeatedly while a receiver polls; it may be called
+    /// from several threads at once and must be cheap when nothing arrived. The default
+    /// (for transports that deliver from their own threads) does nothing.
+    fn progress(&self) -> usize {
+        0
+    }
+
     /// Shuts the endpoint down (called by `destroy` before the value is dropped): every
     /// channel is reported lost to its peer, and no host callback may follow.
     fn shutdown(&self);
@@ -301,6 +310,18 @@ pub unsafe extern "C" fn close_channel<T: TransportPlugin>(inst: *mut c_void, ch
     }));
 }
 
+/// Trampoline for `progress`.
+///
+/// # Safety
+/// `inst` is live.
+pub unsafe extern "C" fn progress<T: TransportPlugin>(inst: *mut c_void) -> usize {
+    catch_unwind(AssertUnwindSafe(|| {
+        // SAFETY: inst is live (contract).
+        unsafe { instance::<T>(inst) }.progress()
+    }))
+    .unwrap_or(0)
+}
+
 /// Declares `static $name: PluginDescriptor` for a type implementing
 /// [`TransportPlugin`]. Link it statically with [`Plugin::from_static`](crate::Plugin::from_static),
 /// or export it from a `cdylib` with [`export_plugin!`](crate::export_plugin).
@@ -326,6 +347,7 @@ macro_rules! declare_plugin {
                 connect: $crate::plugin::connect::<$ty>,
                 send: $crate::plugin::send::<$ty>,
                 close_channel: $crate::plugin::close_channel::<$ty>,
+                progress: $crate::plugin::progress::<$ty>,
             },
         };
     };

@@ -40,6 +40,9 @@ impl TransportPlugin for Wild {
     fn close_channel(&self, _: u64) {
         panic!("close exploded")
     }
+    fn progress(&self) -> usize {
+        panic!("progress exploded")
+    }
     fn shutdown(&self) {}
 }
 
@@ -82,6 +85,70 @@ fn panics_are_caught_at_the_boundary() {
     let e = inst.send(1, &[b"a", b"b"]).unwrap_err();
     assert!(matches!(e, TransportError::Panicked(_)), "{e:?}");
     inst.close_channel(1); // panics inside; must not unwind into us
+    assert_eq!(inst.progress(), 0, "a panicking progress delivers nothing");
+}
+
+/// A transport that delivers only when the host calls `progress`.
+struct Polled(HostSink, std::sync::atomic::AtomicUsize);
+impl TransportPlugin for Polled {
+    const NAME: &'static str = "polled";
+    const VERSION: &'static str = "0.1.0";
+    const CAPABILITIES: C = C::RELIABLE.union(C::POLLED);
+    const PRIORITY: i32 = 0;
+    fn create(_: &str, host: HostSink) -> Result<Self, TransportError> {
+        Ok(Polled(host, std::sync::atomic::AtomicUsize::new(0)))
+    }
+    fn local_address(&self) -> Vec<u8> {
+        Vec::new()
+    }
+    fn connect(&self, _: &[u8], _: Duration) -> Result<u64, TransportError> {
+        Ok(1)
+    }
+    fn send(&self, _: u64, s: &[&[u8]]) -> Result<(), TransportError> {
+        self.1
+            .fetch_add(s.len(), std::sync::atomic::Ordering::SeqCst);
+        Ok(())
+    }
+    fn close_channel(&self, _: u64) {}
+    fn progress(&self) -> usize {
+        // Delivers one pending message per call.
+        let n = self.1.load(std::sync::atomic::Ordering::SeqCst);
+        if n == 0 {
+            return 0;
+        }
+        self.1.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+        self.0.message_owned(1, vec![n as u8]);
+        1
+    }
+    fn shutdown(&self) {}
+}
+ipl_transport_abi::declare_plugin!(static POLLED = Polled;);
+
+#[test]
+fn progress_delivers_on_the_calling_thread() {
+    struct Count(std::sync::Mutex<Vec<(std::thread::ThreadId, Vec<u8>)>>);
+    impl TransportEvents for Count {
+        fn channel_opened(&self, _: u64) {}
+        fn message(&self, _: u64, b: ReceivedBuffer) {
+            self.0
+                .lock()
+                .unwrap()
+                .push((std::thread::current().id(), b.as_slice().to_vec()));
+        }
+        fn channel_closed(&self, _: u64, _: ChannelClosed) {}
+    }
+    let p = Plugin::from_static(&POLLED).unwrap();
+    assert!(p.capabilities().contains(C::POLLED));
+    let events = Arc::new(Count(std::sync::Mutex::new(Vec::new())));
+    let inst = p.create("", events.clone()).unwrap();
+    assert_eq!(inst.progress(), 0, "nothing arrived yet");
+    inst.send(1, &[b"a", b"b"]).unwrap();
+    assert_eq!(inst.progress(), 1);
+    assert_eq!(inst.progress(), 1);
+    assert_eq!(inst.progress(), 0);
+    let got = events.0.lock().unwrap();
+    let me = std::thread::current().id();
+    assert_eq!(got.as_slice(), &[(me, vec![2]), (me, vec![1])]);
 }
 
 fn leaked(d: PluginDescriptor) -> &'static PluginDescriptor {
@@ -111,6 +178,7 @@ fn copy_vtable() -> ipl_transport_abi::ffi::TransportVTable {
         connect: v.connect,
         send: v.send,
         close_channel: v.close_channel,
+        progress: v.progress,
     }
 }
 
