@@ -1,1 +1,96 @@
-//! Work in progress.
+//! The shared-memory transport: processes on one host exchange messages through rings
+//! in shared memory, with one copy on send (the sender copies its scatter/gather
+//! slices straight into the ring) and none on receive (the host gets a buffer that
+//! points into the ring and gives the space back when it releases it).
+//!
+//! **Model** (RDMA-like, so that the rdma transport can share the protocol): a
+//! connection between two endpoints is one *registered region* (a sealed memfd mapped
+//! by both) holding one ring per direction ([`layout`]). The sender writes slots and
+//! publishes its `head`; the receiver turns published slots into *completions*
+//! ("message on channel c at offset o, length l", [`consumer`]); *credits* are the
+//! ring space the receiver has reclaimed (`tail`, [`producer`]), advanced in ring
+//! order over slots released in any order ([`reclaim`]). These three are pure state
+//! machines; [`ring`] is the thin driver over the mapping ([`region`], the only
+//! module that touches shared memory).
+//!
+//! **Setup**: each endpoint listens on a Unix socket in the abstract namespace named
+//! after its random id (nothing on disk). `connect` dials it, runs the pool-secret
+//! handshake of [`ipl_auth`] in both directions, then passes the segment with
+//! `SCM_RIGHTS` ([`handshake`]). All channels between two endpoints share one
+//! connection, tagged by channel id. The address names the host (boot id, network
+//! namespace, host name); `connect` to another host fails at once with
+//! `Unavailable`, so the IPL tries its next transport.
+//!
+//! **Delivery**: receiver-driven. [`progress`](ipl_transport_abi::TransportPlugin::progress)
+//! checks the rings (a few loads when nothing arrived) and delivers on the calling
+//! thread; one consumer per ring at a time (a try-lock). An endpoint thread delivers
+//! when nobody polls: it sleeps in `poll` on the connection sockets, after setting a
+//! "sleeping" flag in the ring and re-checking it; a sender writes a wake-up byte only
+//! when it finds the flag set, and (with `shm.wait=spin_block`, the default) only
+//! after giving a polling receiver `shm.spin_us` to take the slot itself (the IPL's
+//! receive spin). `spin` (the thread never sleeps) and `block` (wake at once) are the
+//! alternatives, measured in the README.
+//!
+//! **Flow control**: a sender without credits spins for `shm.spin_us`, then sets a
+//! "waiting" flag and sleeps until the receiver's release wakes it (or the peer dies,
+//! or `shm.send_timeout_ms` passes: a `Timeout` error). Messages above a quarter of
+//! the ring are sent in fragments and reassembled into an owned buffer (a copy on
+//! receive for huge messages only). When unreleased messages hold half the ring, further
+//! messages are copied out and released at once, so a receiver that keeps buffers
+//! cannot stop the stream by itself.
+//!
+//! **Failures**: the peer's death closes its socket; the endpoint thread sees it,
+//! delivers what the peer published before, and reports every channel lost. Every
+//! index and header read from the ring is checked; a violation ends the connection.
+//! Segments are memfds: when both processes are gone, nothing is left (no file in
+//! `/dev/shm`).
+//!
+//! **Configuration** (`key=value`): `secret=` (required), `pool=`,
+//! `shm.ring_size=` (bytes per ring, power of two, default 8 MiB), `max_message=`
+//! (default 1 GiB), `shm.wait=spin|spin_block|block`, `shm.spin_us=` (default 10),
+//! `shm.send_timeout_ms=` (default 60000).
+//!
+//! [`baseline`] is a plain spinning shared-memory ping-pong and stream between two
+//! processes: the raw limit benchmarks compare against.
+
+pub mod address;
+pub mod baseline;
+mod buffer;
+pub mod config;
+pub mod consumer;
+mod endpoint;
+pub mod handshake;
+pub mod layout;
+mod link;
+pub mod producer;
+pub mod reclaim;
+pub mod region;
+pub mod ring;
+mod sys;
+
+use std::sync::{Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+pub use endpoint::{ShmTransport, OPENED_BY_SENDER};
+
+ipl_transport_abi::declare_plugin!(
+    /// The shm transport's descriptor, for static linking.
+    pub static PLUGIN = ShmTransport;
+);
+
+/// Locks a mutex, ignoring poisoning (no invariant of ours spans a panic).
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+pub(crate) fn read_lock<T>(l: &RwLock<T>) -> RwLockReadGuard<'_, T> {
+    l.read().unwrap_or_else(|p| p.into_inner())
+}
+
+pub(crate) fn write_lock<T>(l: &RwLock<T>) -> RwLockWriteGuard<'_, T> {
+    l.write().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The README example, compiled and run as a doc test.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctest;

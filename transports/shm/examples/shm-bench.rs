@@ -1,0 +1,298 @@
+//! The shm transport against the raw shared-memory limit, between two processes on
+//! this host (this process and a re-executed copy of it).
+//!
+//! ```text
+//! cargo run --release -p ipl-transport-shm --example shm-bench -- [--iters N] [--count C] [--repeat R] [--modes spin,spin_block,block]
+//! ```
+//!
+//! Measures, in the same run:
+//! - raw: [`ipl_transport_shm::baseline::RawShm`], a spinning ping-pong of 8 B and a
+//!   stream of 1 MiB messages (one copy into shared memory per message);
+//! - IPL over the shm transport, once per receiver wait mode (`shm.wait=`): an 8 B
+//!   round trip (send port → receive port and back, receivers blocking in
+//!   `receive_timeout`, which polls the transport first) and a stream of 1 MiB
+//!   messages (read in place, acknowledged at the end).
+//!
+//! Each figure is the median over `--repeat` runs of the mean over `--iters` round
+//! trips (or `--count` messages). Output: a table, then `name value unit` lines.
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use ipl::{Ibis, PortCapabilities as P, PortType, ReceivePort, SendPort};
+use ipl_transport_shm::baseline::RawShm;
+
+type Res<T> = Result<T, Box<dyn std::error::Error>>;
+
+const WAIT: Duration = Duration::from_secs(60);
+const SMALL: usize = 8;
+const BIG: usize = 1 << 20;
+
+#[derive(Clone, Debug)]
+struct Args {
+    iters: usize,
+    count: usize,
+    repeat: usize,
+    modes: Vec<String>,
+}
+
+fn parse(v: &[String]) -> Args {
+    let mut a = Args {
+        iters: 20_000,
+        count: 2_000,
+        repeat: 3,
+        modes: vec!["spin".into(), "spin_block".into(), "block".into()],
+    };
+    let mut i = 0;
+    while i + 1 < v.len() {
+        let val = &v[i + 1];
+        match v[i].as_str() {
+            "--iters" => a.iters = val.parse().expect("--iters N"),
+            "--count" => a.count = val.parse().expect("--count N"),
+            "--repeat" => a.repeat = val.parse::<usize>().expect("--repeat N").max(1),
+            "--modes" => a.modes = val.split(',').map(str::to_string).collect(),
+            other => panic!("unknown argument {other}"),
+        }
+        i += 2;
+    }
+    a
+}
+
+fn argv(a: &Args) -> Vec<String> {
+    vec![
+        "--iters".into(),
+        a.iters.to_string(),
+        "--count".into(),
+        a.count.to_string(),
+        "--repeat".into(),
+        a.repeat.to_string(),
+        "--modes".into(),
+        a.modes.join(","),
+    ]
+}
+
+fn main() -> Res<()> {
+    let v: Vec<String> = std::env::args().skip(1).collect();
+    match v.first().map(String::as_str) {
+        Some("__raw") => raw_peer(&v[1], &parse(&v[2..])),
+        Some("__ipl") => ipl_peer(&v[1], &parse(&v[2..])),
+        _ => measure(&parse(&v)),
+    }
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v.get(v.len() / 2).copied().unwrap_or(0.0)
+}
+
+fn port_type() -> Res<PortType> {
+    Ok(PortType::new(
+        P::CONNECTION_ONE_TO_ONE
+            | P::RECEIVE_EXPLICIT
+            | P::RECEIVE_TIMEOUT
+            | P::SERIALIZATION_BYTE
+            | P::COMMUNICATION_RELIABLE
+            | P::COMMUNICATION_FIFO,
+    )?)
+}
+
+fn shm_plugin() -> Res<ipl::Plugin> {
+    Ok(ipl::Plugin::from_static(&ipl_transport_shm::PLUGIN)?)
+}
+
+fn measure(a: &Args) -> Res<()> {
+    // ---- raw ----
+    let (raw, name) = RawShm::create(BIG)?;
+    let mut child = Command::new(std::env::current_exe()?)
+        .arg("__raw")
+        .arg(&name)
+        .args(argv(a))
+        .spawn()?;
+    raw.wait_peer()?;
+    let mut raw_rtt = Vec::new();
+    let mut raw_bw = Vec::new();
+    for _ in 0..a.repeat {
+        raw_rtt.push(raw.latency(SMALL, a.iters)?);
+        raw_bw.push(raw.stream(BIG, a.count)?);
+    }
+    if !child.wait()?.success() {
+        return Err("raw peer failed".into());
+    }
+    let (raw_rtt, raw_bw) = (median(raw_rtt), median(raw_bw));
+
+    // ---- IPL over shm, per wait mode ----
+    let mut rows = Vec::new();
+    for mode in &a.modes {
+        let (rtt, bw) = ipl_run(a, mode)?;
+        rows.push((mode.clone(), rtt, bw));
+    }
+
+    println!(
+        "shm-bench: two processes on this host (placed by the OS on a shared, noisy machine);"
+    );
+    println!(
+        "median of {} runs; {} round trips of {SMALL} B, {} messages of {BIG} B per run",
+        a.repeat, a.iters, a.count
+    );
+    println!();
+    println!(
+        "{:<34} {:>14} {:>14} {:>8}",
+        "what", "8 B rtt (us)", "1 MiB (MB/s)", ""
+    );
+    println!(
+        "{:<34} {:>14.3} {:>14.0}",
+        "raw shm (spinning ping-pong)", raw_rtt, raw_bw
+    );
+    for (mode, rtt, bw) in &rows {
+        println!(
+            "{:<34} {:>14.3} {:>14.0}   rtt x{:.2}, bw x{:.2}",
+            format!("IPL shm, shm.wait={mode}"),
+            rtt,
+            bw,
+            rtt / raw_rtt,
+            bw / raw_bw
+        );
+    }
+    println!();
+    println!("raw.shm.{SMALL}B.rtt_us {raw_rtt:.3} us");
+    println!("raw.shm.{BIG}B.MBps {raw_bw:.0} MB/s");
+    for (mode, rtt, bw) in &rows {
+        println!("ipl.shm.{mode}.{SMALL}B.rtt_us {rtt:.3} us");
+        println!("ratio.latency.shm.{mode}.{SMALL}B {:.2} x", rtt / raw_rtt);
+        println!("ipl.shm.{mode}.{BIG}B.MBps {bw:.0} MB/s");
+        println!("ratio.throughput.shm.{mode}.{BIG}B {:.2} x", bw / raw_bw);
+    }
+    Ok(())
+}
+
+fn raw_peer(name: &str, a: &Args) -> Res<()> {
+    let raw = RawShm::open(name)?;
+    for _ in 0..a.repeat {
+        raw.echo(SMALL, a.iters)?;
+        raw.sink(BIG, a.count)?;
+    }
+    Ok(())
+}
+
+fn pair(ibis: &Ibis, t: &PortType) -> Res<(ReceivePort, SendPort)> {
+    let rp = ibis.create_receive_port(t, "in")?;
+    rp.enable_connections();
+    ibis.registry().wait_until_pool_closed(Some(WAIT))?;
+    let other = ibis
+        .registry()
+        .members()?
+        .into_iter()
+        .find(|m| m != ibis.identifier())
+        .ok_or("no peer in the pool")?;
+    let mut sp = ibis.create_send_port(t, "out")?;
+    sp.connect_to(&other, "in", WAIT)?;
+    Ok((rp, sp))
+}
+
+/// One pool of two (a registry server here, the peer a child process) for `mode`.
+fn ipl_run(a: &Args, mode: &str) -> Res<(f64, f64)> {
+    let secret = ipl_auth::PoolSecret::generate()?;
+    let server =
+        ipl_registry::RegistryServer::bind("127.0.0.1:0", secret.clone())?.run_in_background()?;
+    let pool = format!("shm-bench-{}-{mode}", std::process::id());
+    let mut child = Command::new(std::env::current_exe()?)
+        .arg("__ipl")
+        .arg(mode)
+        .args(argv(a))
+        .env("IPL_REGISTRY", server.local_addr().to_string())
+        .env("IPL_POOL", &pool)
+        .env("IPL_POOL_SIZE", "2")
+        .env("IPL_POOL_SECRET", secret.to_hex())
+        .env("IPL_RANK", "1")
+        .stdout(Stdio::inherit())
+        .spawn()?;
+    let t = port_type()?;
+    let ibis = Ibis::builder()
+        .pool(pool.as_str())
+        .registry_backend(std::sync::Arc::new(ipl_registry::NetRegistry::connect(
+            server.local_addr(),
+            &secret,
+            WAIT,
+        )?))
+        .secret(secret.clone())
+        .capabilities(ipl::IbisCapabilities::CLOSED_WORLD | ipl::IbisCapabilities::ELECTIONS)
+        .pool_size(2)
+        .name("member-0")
+        .plugin(shm_plugin()?)
+        .prefer_transport("shm")
+        .transport_config(format!("shm.wait={mode}"))
+        .port_type(t)
+        .build()?;
+    assert_eq!(ibis.transport_for(&t)?, "shm");
+    let (rp, mut sp) = pair(&ibis, &t)?;
+    let small = vec![7u8; SMALL];
+    let big = vec![7u8; BIG];
+    let mut rtts = Vec::new();
+    let mut bws = Vec::new();
+    for _ in 0..a.repeat {
+        let warm = a.iters / 10 + 10;
+        let mut t0 = Instant::now();
+        for i in 0..warm + a.iters {
+            if i == warm {
+                t0 = Instant::now();
+            }
+            let mut w = sp.new_message()?;
+            w.write_bytes_borrowed(&small)?;
+            w.finish()?;
+            let mut m = rp.receive_timeout(WAIT)?;
+            std::hint::black_box(m.read_bytes_ref(SMALL)?);
+            m.finish();
+        }
+        rtts.push(t0.elapsed().as_secs_f64() * 1e6 / a.iters as f64);
+        let t0 = Instant::now();
+        for _ in 0..a.count {
+            let mut w = sp.new_message()?;
+            w.write_bytes_borrowed(&big)?;
+            w.finish()?;
+        }
+        let m = rp.receive_timeout(WAIT)?;
+        m.finish();
+        bws.push((BIG * a.count) as f64 / t0.elapsed().as_secs_f64() / 1e6);
+    }
+    sp.close();
+    if !child.wait()?.success() {
+        return Err(format!("ipl peer ({mode}) failed").into());
+    }
+    rp.close(Some(Duration::from_secs(1)));
+    ibis.end()?;
+    server.shutdown();
+    Ok((median(rtts), median(bws)))
+}
+
+fn ipl_peer(mode: &str, a: &Args) -> Res<()> {
+    let t = port_type()?;
+    let ibis = Ibis::builder()
+        .capabilities(ipl::IbisCapabilities::ELECTIONS)
+        .from_env()?
+        .plugin(shm_plugin()?)
+        .prefer_transport("shm")
+        .transport_config(format!("shm.wait={mode}"))
+        .port_type(t)
+        .build()?;
+    let (rp, mut sp) = pair(&ibis, &t)?;
+    for _ in 0..a.repeat {
+        for _ in 0..a.iters / 10 + 10 + a.iters {
+            let mut m = rp.receive_timeout(WAIT)?;
+            let body = m.read_bytes_ref(SMALL)?;
+            let mut w = sp.new_message()?;
+            w.write_bytes_borrowed(body)?;
+            w.finish()?;
+        }
+        for _ in 0..a.count {
+            let mut m = rp.receive_timeout(WAIT)?;
+            std::hint::black_box(m.read_bytes_ref(BIG)?);
+        }
+        let mut w = sp.new_message()?;
+        w.write_bytes(&[1])?;
+        w.finish()?;
+    }
+    while rp.receive_timeout(Duration::from_millis(100)).is_ok() {}
+    sp.close();
+    ibis.end()?;
+    Ok(())
+}

@@ -1,0 +1,173 @@
+//! Endpoint addresses. An address names the host (kernel boot id, network namespace,
+//! host name) and the endpoint (a random 64-bit id, which also names its Unix socket
+//! in the abstract namespace), so that a peer elsewhere fails at once with a typed
+//! error instead of reaching a stranger's socket of the same name:
+//!
+//! `shm1;<boot id>;<netns id>;<endpoint id: 16 hex>;<host name>` (UTF-8).
+
+use ipl_transport_abi::TransportError;
+
+/// What identifies this host (and network namespace) for the shm transport.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostId {
+    /// `/proc/sys/kernel/random/boot_id`: differs per machine and per boot.
+    pub boot_id: String,
+    /// The network namespace (abstract Unix sockets are per namespace).
+    pub netns: String,
+    /// The host name (for messages; the boot id already tells hosts apart).
+    pub hostname: String,
+}
+
+fn clean(s: &str) -> String {
+    s.trim()
+        .chars()
+        .filter(|c| !c.is_control() && *c != ';')
+        .collect()
+}
+
+impl HostId {
+    /// This host's identity, read from `/proc`.
+    pub fn local() -> Result<HostId, String> {
+        let boot_id = std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+            .map_err(|e| format!("cannot read the boot id: {e}"))?;
+        let netns = std::fs::read_link("/proc/self/ns/net")
+            .map(|p| p.to_string_lossy().into_owned())
+            .unwrap_or_else(|_| "net:[?]".into());
+        let hostname = std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .unwrap_or_else(|_| "localhost".into());
+        let id = HostId {
+            boot_id: clean(&boot_id),
+            netns: clean(&netns),
+            hostname: clean(&hostname),
+        };
+        if id.boot_id.is_empty() {
+            return Err("empty boot id".into());
+        }
+        Ok(id)
+    }
+}
+
+/// A parsed endpoint address.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Address {
+    /// The host the endpoint runs on.
+    pub host: HostId,
+    /// The endpoint's random id.
+    pub id: u64,
+}
+
+impl Address {
+    /// The address as bytes, as published.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        format!(
+            "shm1;{};{};{:016x};{}",
+            self.host.boot_id, self.host.netns, self.id, self.host.hostname
+        )
+        .into_bytes()
+    }
+
+    /// The endpoint's socket name in the abstract namespace.
+    pub fn socket_name(&self) -> String {
+        socket_name(self.id)
+    }
+
+    /// Parses an address strictly; anything malformed is an `InvalidArgument`.
+    pub fn parse(bytes: &[u8]) -> Result<Self, TransportError> {
+        let bad = |why: &str| {
+            TransportError::InvalidArgument(format!(
+                "malformed shm address {:?}: {why}",
+                String::from_utf8_lossy(&bytes[..bytes.len().min(120)])
+            ))
+        };
+        let text = std::str::from_utf8(bytes).map_err(|_| bad("not UTF-8"))?;
+        let parts: Vec<&str> = text.splitn(5, ';').collect();
+        let [tag, boot, netns, id, host] = parts[..] else {
+            return Err(bad("expected shm1;boot;netns;id;host"));
+        };
+        if tag != "shm1" {
+            return Err(bad("not an shm1 address"));
+        }
+        if boot.is_empty() || netns.is_empty() {
+            return Err(bad("empty host identity"));
+        }
+        if id.len() != 16 || !id.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) {
+            return Err(bad("id must be 16 lowercase hex digits"));
+        }
+        let id = u64::from_str_radix(id, 16).map_err(|_| bad("bad id"))?;
+        Ok(Address {
+            host: HostId {
+                boot_id: boot.into(),
+                netns: netns.into(),
+                hostname: host.into(),
+            },
+            id,
+        })
+    }
+
+    /// Fails with `Unavailable` unless the address is on `local`'s host and network
+    /// namespace (so the IPL tries its next transport).
+    pub fn check_reachable(&self, local: &HostId) -> Result<(), TransportError> {
+        if self.host.boot_id != local.boot_id {
+            return Err(TransportError::Unavailable(format!(
+                "shm endpoint is on another host ({}, boot id {}); shared memory reaches \
+                 only this host ({})",
+                self.host.hostname, self.host.boot_id, local.hostname
+            )));
+        }
+        if self.host.netns != local.netns {
+            return Err(TransportError::Unavailable(format!(
+                "shm endpoint is in another network namespace ({} here, {} there)",
+                local.netns, self.host.netns
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// The abstract socket name of endpoint `id`.
+pub fn socket_name(id: u64) -> String {
+    format!("ipl-shm/{id:016x}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trip_strictness_and_reachability() {
+        let here = HostId::local().unwrap();
+        let a = Address {
+            host: here.clone(),
+            id: 0x0123_4567_89ab_cdef,
+        };
+        assert_eq!(Address::parse(&a.to_bytes()).unwrap(), a);
+        assert!(a.check_reachable(&here).is_ok());
+        let mut far = a.clone();
+        far.host.boot_id = "00000000-0000-0000-0000-000000000000".into();
+        assert!(matches!(
+            far.check_reachable(&here),
+            Err(TransportError::Unavailable(_))
+        ));
+        let mut ns = a.clone();
+        ns.host.netns = "net:[1]".into();
+        assert!(matches!(
+            ns.check_reachable(&here),
+            Err(TransportError::Unavailable(_))
+        ));
+        for bad in [
+            &b""[..],
+            b"shm1;b;n;0123456789abcdef",
+            b"shm2;b;n;0123456789abcdef;h",
+            b"shm1;;n;0123456789abcdef;h",
+            b"shm1;b;n;0123456789ABCDEF;h",
+            b"shm1;b;n;123;h",
+            b"127.0.0.1:4000/0123456789abcdef",
+            b"\xff",
+        ] {
+            assert!(
+                matches!(Address::parse(bad), Err(TransportError::InvalidArgument(_))),
+                "{bad:?}"
+            );
+        }
+    }
+}

@@ -1,0 +1,185 @@
+//! The endpoint's `key=value` configuration.
+
+use std::time::Duration;
+
+use ipl_auth::PoolSecret;
+use ipl_transport_abi::TransportError;
+
+use crate::layout::valid_capacity;
+
+/// Default ring capacity per direction: 8 MiB (one slot carries up to a quarter).
+pub const DEFAULT_RING_SIZE: usize = 8 << 20;
+/// Default `max_message`: 1 GiB.
+pub const DEFAULT_MAX_MESSAGE: usize = 1 << 30;
+/// Default `spin_us`.
+pub const DEFAULT_SPIN_US: u64 = 10;
+/// Default `send_timeout_ms`: how long a sender waits for ring space.
+pub const DEFAULT_SEND_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// How the endpoint's receiving thread waits when the rings are empty.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WaitMode {
+    /// Never sleeps: polls the rings continuously (burns a core; lowest latency).
+    Spin,
+    /// Sleeps as soon as the rings are empty; a sender that finds it asleep first
+    /// spins up to `shm.spin_us` for a polling receiver (`progress`) to take its
+    /// message, and wakes the thread only if nobody did.
+    SpinBlock,
+    /// Sleeps as soon as the rings are empty; a sender that finds it asleep wakes it
+    /// at once.
+    Block,
+}
+
+/// A parsed configuration.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// The pool's secret.
+    pub secret: PoolSecret,
+    /// The pool's name (part of the auth context).
+    pub pool: String,
+    /// Capacity of each ring of a connection this endpoint opens.
+    pub ring_size: usize,
+    /// Largest message sent or accepted.
+    pub max_message: usize,
+    /// How the receiving thread waits.
+    pub wait: WaitMode,
+    /// How long a sender spins for a polling receiver before it wakes the receiver's
+    /// thread ([`WaitMode::SpinBlock`]), and for credits before it sleeps.
+    pub spin: Duration,
+    /// How long a send waits for ring space before it fails.
+    pub send_timeout: Duration,
+}
+
+fn invalid(msg: String) -> TransportError {
+    TransportError::InvalidArgument(msg)
+}
+
+fn number(key: &str, value: &str, min: u64, max: u64) -> Result<u64, TransportError> {
+    value
+        .parse::<u64>()
+        .ok()
+        .filter(|n| (min..=max).contains(n))
+        .ok_or_else(|| invalid(format!("shm config: {key}={value:?} must be {min}..={max}")))
+}
+
+impl Config {
+    /// Parses `key=value` lines; blank lines and `#` comments are skipped, unknown keys
+    /// ignored (the same configuration serves several transports).
+    pub fn parse(text: &str) -> Result<Self, TransportError> {
+        let mut secret = None;
+        let mut c = Config {
+            secret: PoolSecret::from_bytes([0; 32]),
+            pool: String::new(),
+            ring_size: DEFAULT_RING_SIZE,
+            max_message: DEFAULT_MAX_MESSAGE,
+            wait: WaitMode::SpinBlock,
+            spin: Duration::from_micros(DEFAULT_SPIN_US),
+            send_timeout: DEFAULT_SEND_TIMEOUT,
+        };
+        for line in text.lines() {
+            let line = line.trim();
+            if line.is_empty() || line.starts_with('#') {
+                continue;
+            }
+            let (key, value) = line
+                .split_once('=')
+                .ok_or_else(|| invalid(format!("shm config: line {line:?} is not key=value")))?;
+            let (key, value) = (key.trim(), value.trim());
+            match key {
+                "secret" => {
+                    secret = Some(PoolSecret::from_hex(value).map_err(|e| {
+                        invalid(format!("shm config: secret: {e} (64 hex digits expected)"))
+                    })?)
+                }
+                "pool" => c.pool = value.to_string(),
+                "shm.ring_size" | "ring_size" => {
+                    let n = number(key, value, 1, 1 << 30)?;
+                    if !valid_capacity(n) {
+                        return Err(invalid(format!(
+                            "shm config: {key}={value} must be a power of two from 64 KiB to 1 GiB"
+                        )));
+                    }
+                    c.ring_size = n as usize;
+                }
+                "max_message" => c.max_message = number(key, value, 1, u32::MAX as u64)? as usize,
+                "shm.wait" => {
+                    c.wait = match value {
+                        "spin" => WaitMode::Spin,
+                        "spin_block" => WaitMode::SpinBlock,
+                        "block" => WaitMode::Block,
+                        _ => {
+                            return Err(invalid(format!(
+                                "shm config: shm.wait={value:?} must be spin, spin_block or block"
+                            )))
+                        }
+                    }
+                }
+                "shm.spin_us" => c.spin = Duration::from_micros(number(key, value, 0, 1_000_000)?),
+                "shm.send_timeout_ms" => {
+                    c.send_timeout = Duration::from_millis(number(key, value, 1, 86_400_000)?)
+                }
+                other => tracing::debug!(key = other, "shm config: ignoring unknown key"),
+            }
+        }
+        c.secret = secret.ok_or_else(|| {
+            invalid(format!(
+                "shm transport: no pool secret configured: add secret=<64 hex digits> to the \
+                 transport configuration (the pool's secret, as in {})",
+                ipl_auth::SECRET_ENV
+            ))
+        })?;
+        Ok(c)
+    }
+
+    /// The auth context: `ipl-shm/<pool>`.
+    pub fn auth_context(&self) -> Vec<u8> {
+        format!("ipl-shm/{}", self.pool).into_bytes()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const S: &str = "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff";
+
+    #[test]
+    fn defaults_and_keys() {
+        let c = Config::parse(&format!("secret={S}\nfoo=bar\n# x\n")).unwrap();
+        assert_eq!(c.ring_size, DEFAULT_RING_SIZE);
+        assert_eq!(c.wait, WaitMode::SpinBlock);
+        assert_eq!(c.auth_context(), b"ipl-shm/");
+        let c = Config::parse(&format!(
+            "secret={S}\npool=p\nshm.ring_size=65536\nmax_message=10\nshm.wait=block\n\
+             shm.spin_us=0\nshm.send_timeout_ms=5"
+        ))
+        .unwrap();
+        assert_eq!(c.ring_size, 65536);
+        assert_eq!(c.max_message, 10);
+        assert_eq!(c.wait, WaitMode::Block);
+        assert_eq!(c.spin, Duration::ZERO);
+        assert_eq!(c.send_timeout, Duration::from_millis(5));
+        assert_eq!(c.auth_context(), b"ipl-shm/p");
+    }
+
+    #[test]
+    fn malformed_values_are_invalid_arguments() {
+        for bad in [
+            String::new(),
+            "pool=x".into(),
+            format!("secret={S}\nshm.ring_size=100000"),
+            format!("secret={S}\nshm.ring_size=1024"),
+            format!("secret={S}\nshm.wait=sometimes"),
+            format!("secret={S}\nmax_message=0"),
+            format!("secret={S}\nshm.send_timeout_ms=x"),
+            format!("secret={S}\njunk"),
+        ] {
+            let e = Config::parse(&bad).unwrap_err();
+            assert!(
+                matches!(e, TransportError::InvalidArgument(_)),
+                "{bad:?}: {e:?}"
+            );
+        }
+        assert!(Config::parse("").unwrap_err().detail().contains("secret="));
+    }
+}

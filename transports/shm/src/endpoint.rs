@@ -1,0 +1,790 @@
+//! An shm endpoint: the listening socket, the links (one per peer endpoint), the
+//! channel tables, delivery (from `progress` callers and from the endpoint's thread),
+//! and the endpoint thread that sleeps when nobody polls.
+
+use std::collections::HashMap;
+use std::os::fd::AsRawFd;
+use std::os::fd::OwnedFd;
+use std::os::linux::net::SocketAddrExt;
+use std::os::unix::net::{SocketAddr as UnixAddr, UnixListener, UnixStream};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock, TryLockError};
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant};
+
+use ipl_transport_abi::ffi::CloseCode;
+use ipl_transport_abi::{Gate, HostSink, TransportCapabilities, TransportError, TransportPlugin};
+
+use crate::address::{socket_name, Address, HostId};
+use crate::buffer::deliver_in_place;
+use crate::config::{Config, WaitMode};
+use crate::handshake;
+use crate::layout::Kind;
+use crate::link::{Link, Pacing};
+use crate::{lock, read_lock, sys, write_lock};
+
+/// Bit 63 of a wire channel id: set when the sender of the slot is the side that
+/// opened the channel (as in the tcp transport), so the two directions never collide.
+pub const OPENED_BY_SENDER: u64 = 1 << 63;
+
+/// Longest sleep of the endpoint thread without any event: a safety net only (every
+/// event that matters wakes it).
+const IDLE_CHECK: Duration = Duration::from_secs(1);
+
+/// Where a local channel goes.
+#[derive(Clone)]
+struct Route {
+    link: Arc<Link>,
+    /// The channel's id in the slots we send.
+    wire: u64,
+}
+
+#[derive(Default)]
+struct Handshakes {
+    stopped: bool,
+    /// Accepted sockets still in the handshake (so `shutdown` can break them).
+    pending: HashMap<u64, UnixStream>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+struct Inner {
+    id: u64,
+    cfg: Config,
+    context: Vec<u8>,
+    here: HostId,
+    address: Vec<u8>,
+    host: HostSink,
+    gate: Gate,
+    stopping: AtomicBool,
+    next_channel: AtomicU64,
+    next_serial: AtomicU64,
+    /// Every live link, as a snapshot that `progress` can scan without allocating.
+    links: RwLock<Arc<[Arc<Link>]>>,
+    /// The link `connect` uses for a peer endpoint id.
+    by_peer: Mutex<HashMap<u64, Arc<Link>>>,
+    /// Local channel id → route. Read on every send.
+    channels: RwLock<HashMap<u64, Route>>,
+    /// Wakes the endpoint thread (new link, shutdown).
+    ctl: OwnedFd,
+    handshakes: Mutex<Handshakes>,
+}
+
+/// A shared-memory endpoint (the plugin's instance type). See the crate documentation.
+pub struct ShmTransport {
+    inner: Arc<Inner>,
+    thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+fn random_id() -> Result<u64, TransportError> {
+    let mut b = [0u8; 8];
+    getrandom::getrandom(&mut b)
+        .map_err(|e| TransportError::Unavailable(format!("random source failed: {e}")))?;
+    Ok(u64::from_le_bytes(b))
+}
+
+fn abstract_addr(id: u64) -> std::io::Result<UnixAddr> {
+    UnixAddr::from_abstract_name(socket_name(id).as_bytes())
+}
+
+impl Inner {
+    /// How senders wait: for a polling receiver to take a slot before they wake the
+    /// receiver's sleeping thread (not at all with `shm.wait=block`), and for credits.
+    fn pacing(&self) -> Pacing {
+        Pacing {
+            spin: self.cfg.spin,
+            wake_after: match self.cfg.wait {
+                WaitMode::Block => Duration::ZERO,
+                WaitMode::Spin | WaitMode::SpinBlock => self.cfg.spin,
+            },
+            timeout: self.cfg.send_timeout,
+        }
+    }
+
+    fn register(&self, link: &Arc<Link>) -> Result<(), TransportError> {
+        let mut by_peer = lock(&self.by_peer);
+        if self.stopping.load(Ordering::SeqCst) {
+            return Err(TransportError::Closed(
+                "shm endpoint is shutting down".into(),
+            ));
+        }
+        by_peer.insert(link.peer_id, link.clone());
+        let mut links = write_lock(&self.links);
+        let mut v: Vec<Arc<Link>> = links.iter().cloned().collect();
+        v.push(link.clone());
+        *links = v.into();
+        drop(links);
+        drop(by_peer);
+        sys::eventfd_signal(&self.ctl);
+        tracing::debug!(
+            endpoint = format_args!("{:016x}", self.id),
+            peer = format_args!("{:016x}", link.peer_id),
+            ring = link.cap,
+            "shm connection established"
+        );
+        Ok(())
+    }
+
+    fn existing(&self, id: u64) -> Option<Arc<Link>> {
+        let l = lock(&self.by_peer).get(&id).cloned()?;
+        (l.is_alive() && lock(&l.chans).is_some()).then_some(l)
+    }
+
+    fn dial(&self, addr: &Address, timeout: Duration) -> Result<Arc<Link>, TransportError> {
+        let deadline = Instant::now() + timeout;
+        let sa = abstract_addr(addr.id)
+            .map_err(|e| TransportError::InvalidArgument(format!("shm socket name: {e}")))?;
+        let sock = UnixStream::connect_addr(&sa).map_err(|e| {
+            TransportError::Refused(format!(
+                "no shm endpoint {:016x} on this host ({e})",
+                addr.id
+            ))
+        })?;
+        let est = handshake::initiate(
+            sock,
+            &self.cfg.secret,
+            &self.context,
+            self.id,
+            addr.id,
+            self.cfg.ring_size,
+            deadline,
+        )?;
+        let link = Link::new(self.next_serial.fetch_add(1, Ordering::Relaxed), est, true)?;
+        if let Err(e) = self.register(&link) {
+            link.kill();
+            return Err(e);
+        }
+        Ok(link)
+    }
+
+    /// The accepting side's handshake, on its own thread.
+    fn serve_accepted(self: Arc<Self>, token: u64, sock: UnixStream) {
+        let result = handshake::respond(
+            sock,
+            &self.cfg.secret,
+            &self.context,
+            self.id,
+            handshake_max_cap(&self.cfg),
+        );
+        lock(&self.handshakes).pending.remove(&token);
+        match result {
+            Ok(est) => {
+                match Link::new(self.next_serial.fetch_add(1, Ordering::Relaxed), est, false) {
+                    Ok(link) => {
+                        if self.register(&link).is_err() {
+                            link.kill();
+                        }
+                    }
+                    Err(e) => tracing::warn!("shm: cannot set up an accepted connection: {e}"),
+                }
+            }
+            Err(why) => {
+                if self.stopping.load(Ordering::SeqCst) {
+                    tracing::debug!("shm: handshake cut by shutdown: {why}");
+                } else {
+                    tracing::warn!("shm: dropping a connection: {why}");
+                }
+            }
+        }
+    }
+
+    fn accept_all(self: &Arc<Self>, listener: &UnixListener) {
+        loop {
+            let sock = match listener.accept() {
+                Ok((s, _)) => s,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    tracing::warn!("shm: accept failed: {e}");
+                    return;
+                }
+            };
+            if sock.set_nonblocking(false).is_err() {
+                continue;
+            }
+            let token = self.next_serial.fetch_add(1, Ordering::Relaxed);
+            let mut hs = lock(&self.handshakes);
+            if hs.stopped {
+                return;
+            }
+            hs.threads.retain(|t| !t.is_finished());
+            if let Ok(dup) = sock.try_clone() {
+                hs.pending.insert(token, dup);
+            }
+            let me = self.clone();
+            match thread::Builder::new()
+                .name("ipl-shm-accept".into())
+                .spawn(move || me.serve_accepted(token, sock))
+            {
+                Ok(h) => hs.threads.push(h),
+                Err(e) => {
+                    tracing::warn!("shm: cannot start a handshake thread: {e}");
+                    hs.pending.remove(&token);
+                }
+            }
+        }
+    }
+
+    fn lookup(&self, link: &Link, wire: u64) -> Option<u64> {
+        lock(&link.chans).as_ref()?.get(&wire).copied()
+    }
+
+    /// Delivers everything that arrived on `link`, unless another thread is at it.
+    /// Returns the number of messages delivered.
+    fn consume(&self, link: &Arc<Link>) -> usize {
+        let mut rx = match link.rx.try_lock() {
+            Ok(g) => g,
+            Err(TryLockError::Poisoned(p)) => p.into_inner(),
+            Err(TryLockError::WouldBlock) => return 0,
+        };
+        let mut n = 0;
+        loop {
+            let taken = match Link::poll(&mut rx, link.cap) {
+                Ok(Some(t)) => t,
+                Ok(None) => return n,
+                Err(e) => {
+                    drop(rx);
+                    self.link_lost(link, &format!("peer broke the ring protocol: {e}"));
+                    return n;
+                }
+            };
+            let c = taken.completion;
+            let release = || {
+                if let Some(seq) = taken.seq {
+                    link.rx_shared.release(seq);
+                }
+            };
+            let violation = match c.kind {
+                Kind::Pad => None,
+                Kind::Open => self.on_open(link, c.channel),
+                Kind::Close => {
+                    self.on_close(link, c.channel);
+                    None
+                }
+                Kind::Data => {
+                    match (self.lookup(link, c.channel), taken.seq) {
+                        (Some(ch), Some(seq)) if taken.in_place => match rx.ring.payload_ptr(&c) {
+                            Ok(ptr) => {
+                                if let Some(_e) = self.gate.enter() {
+                                    deliver_in_place(
+                                        &self.host,
+                                        ch,
+                                        &link.rx_shared,
+                                        seq,
+                                        ptr,
+                                        c.len,
+                                    );
+                                    n += 1;
+                                } else {
+                                    link.rx_shared.release(seq);
+                                }
+                            }
+                            Err(_) => link.rx_shared.release(seq),
+                        },
+                        (None, _) | (_, None) => release(),
+                        (Some(ch), Some(seq)) => {
+                            // Beyond the zero-copy window: copy, release, deliver.
+                            let mut v = Vec::with_capacity(c.len);
+                            let copied = rx.ring.copy_payload(&c, &mut v);
+                            link.rx_shared.release(seq);
+                            if copied.is_ok() {
+                                if let Some(_e) = self.gate.enter() {
+                                    self.host.message_owned(ch, v);
+                                    n += 1;
+                                }
+                            }
+                        }
+                    }
+                    None
+                }
+                Kind::Frag | Kind::FragEnd => {
+                    let max = self.cfg.max_message;
+                    let partial = rx.partial.get_or_insert_with(|| (c.channel, Vec::new()));
+                    if partial.0 != c.channel {
+                        release();
+                        Some(format!(
+                            "fragment of channel {:#x} inside a message of channel {:#x}",
+                            c.channel, partial.0
+                        ))
+                    } else if partial.1.len() + c.len > max {
+                        release();
+                        Some(format!("fragmented message exceeds max_message ({max})"))
+                    } else {
+                        let mut v = std::mem::take(&mut partial.1);
+                        let copied = rx.ring.copy_payload(&c, &mut v);
+                        release();
+                        if c.kind == Kind::FragEnd {
+                            rx.partial = None;
+                            if copied.is_ok() {
+                                if let Some(ch) = self.lookup(link, c.channel) {
+                                    if let Some(_e) = self.gate.enter() {
+                                        self.host.message_owned(ch, v);
+                                        n += 1;
+                                    }
+                                }
+                            }
+                        } else if let Some(p) = rx.partial.as_mut() {
+                            p.1 = v;
+                        }
+                        None
+                    }
+                }
+            };
+            if let Some(why) = violation {
+                drop(rx);
+                self.link_lost(link, &format!("peer broke the ring protocol: {why}"));
+                return n;
+            }
+        }
+    }
+
+    fn on_open(&self, link: &Arc<Link>, wire: u64) -> Option<String> {
+        if wire & OPENED_BY_SENDER == 0 {
+            return Some(format!("OPEN of channel {wire:#x} without the opener bit"));
+        }
+        let local = self.next_channel.fetch_add(1, Ordering::Relaxed);
+        write_lock(&self.channels).insert(
+            local,
+            Route {
+                link: link.clone(),
+                wire: wire & !OPENED_BY_SENDER,
+            },
+        );
+        let fresh = match lock(&link.chans).as_mut() {
+            Some(m) => m.insert(wire, local).is_none(),
+            None => false,
+        };
+        if !fresh {
+            write_lock(&self.channels).remove(&local);
+            return lock(&link.chans)
+                .is_some()
+                .then(|| format!("duplicate OPEN of channel {wire:#x}"));
+        }
+        if let Some(_e) = self.gate.enter() {
+            self.host.channel_opened(local);
+        }
+        None
+    }
+
+    fn on_close(&self, link: &Link, wire: u64) {
+        let local = lock(&link.chans).as_mut().and_then(|m| m.remove(&wire));
+        if let Some(local) = local {
+            write_lock(&self.channels).remove(&local);
+            if let Some(_e) = self.gate.enter() {
+                self.host
+                    .channel_closed(local, CloseCode::CLOSED_BY_PEER, "closed by peer");
+            }
+        }
+    }
+
+    /// Forgets a link that ended and reports each of its channels lost.
+    fn link_lost(&self, link: &Arc<Link>, reason: &str) {
+        link.kill();
+        let chans = lock(&link.chans).take();
+        {
+            let mut by_peer = lock(&self.by_peer);
+            if by_peer
+                .get(&link.peer_id)
+                .is_some_and(|l| Arc::ptr_eq(l, link))
+            {
+                by_peer.remove(&link.peer_id);
+            }
+            let mut links = write_lock(&self.links);
+            if links.iter().any(|l| Arc::ptr_eq(l, link)) {
+                let v: Vec<Arc<Link>> = links
+                    .iter()
+                    .filter(|l| !Arc::ptr_eq(l, link))
+                    .cloned()
+                    .collect();
+                *links = v.into();
+            }
+            if let Some(other) = links
+                .iter()
+                .find(|l| l.peer_id == link.peer_id && l.is_alive())
+            {
+                by_peer.entry(link.peer_id).or_insert_with(|| other.clone());
+            }
+        }
+        let Some(chans) = chans else { return };
+        let mut locals: Vec<u64> = chans.into_values().collect();
+        locals.sort_unstable();
+        {
+            let mut table = write_lock(&self.channels);
+            for l in &locals {
+                table.remove(l);
+            }
+        }
+        tracing::debug!(
+            peer = format_args!("{:016x}", link.peer_id),
+            channels = locals.len(),
+            "shm connection ended: {reason}"
+        );
+        for l in locals {
+            if let Some(_e) = self.gate.enter() {
+                self.host.channel_closed(l, CloseCode::LOST, reason);
+            }
+        }
+    }
+
+    fn route(&self, channel: u64) -> Result<Route, TransportError> {
+        read_lock(&self.channels)
+            .get(&channel)
+            .cloned()
+            .ok_or_else(|| TransportError::Closed(format!("no open shm channel {channel}")))
+    }
+
+    /// Delivers from every link with pending slots; returns (delivered, some link was
+    /// busy with another consumer).
+    fn progress_all(&self, links: &[Arc<Link>]) -> (usize, bool) {
+        let mut n = 0;
+        let mut busy = false;
+        for l in links {
+            if l.rx_shared.has_pending() {
+                n += self.consume(l);
+                busy |= l.rx_shared.has_pending() && l.is_alive();
+            }
+        }
+        (n, busy)
+    }
+
+    /// The endpoint thread: accepts connections, delivers when nobody else does, and
+    /// notices dead peers. See the crate documentation for the wait protocol.
+    fn run(self: Arc<Self>, listener: UnixListener) {
+        sys::set_timer_slack(1_000);
+        let mut fds: Vec<libc::pollfd> = Vec::new();
+        let mut spins = 0u32;
+        while !self.stopping.load(Ordering::SeqCst) {
+            let links = read_lock(&self.links).clone();
+            let (n, busy) = self.progress_all(&links);
+            if n > 0 {
+                continue;
+            }
+            if busy {
+                thread::yield_now();
+                continue;
+            }
+            let timeout = match self.cfg.wait {
+                WaitMode::Spin => {
+                    spins = spins.wrapping_add(1);
+                    if spins % 1024 != 0 {
+                        std::hint::spin_loop();
+                        continue;
+                    }
+                    Some(Duration::ZERO)
+                }
+                WaitMode::SpinBlock | WaitMode::Block => None,
+            };
+            let announce = timeout.is_none();
+            if announce {
+                for l in links.iter() {
+                    l.rx_shared.set_sleeping(true);
+                }
+                if links.iter().any(|l| l.rx_shared.has_pending()) {
+                    for l in links.iter() {
+                        l.rx_shared.set_sleeping(false);
+                    }
+                    continue;
+                }
+            }
+            fds.clear();
+            for fd in [self.ctl.as_raw_fd(), listener.as_raw_fd()] {
+                fds.push(libc::pollfd {
+                    fd,
+                    events: libc::POLLIN,
+                    revents: 0,
+                });
+            }
+            for l in links.iter() {
+                fds.push(libc::pollfd {
+                    fd: l.sock.as_raw_fd(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                });
+            }
+            let ready = sys::poll(&mut fds, Some(timeout.unwrap_or(IDLE_CHECK)));
+            if announce {
+                for l in links.iter() {
+                    l.rx_shared.set_sleeping(false);
+                }
+            }
+            match ready {
+                Ok(0) => continue,
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::warn!("shm: poll failed: {e}");
+                    thread::sleep(Duration::from_millis(10));
+                    continue;
+                }
+            }
+            if fds[0].revents != 0 {
+                sys::eventfd_drain(&self.ctl);
+            }
+            if fds[1].revents != 0 {
+                self.accept_all(&listener);
+            }
+            for (l, p) in links.iter().zip(&fds[2..]) {
+                if p.revents == 0 {
+                    continue;
+                }
+                if l.drain_socket() {
+                    l.notify_credits();
+                } else {
+                    // The peer is gone (or we killed the link): deliver what it
+                    // published before, then report its channels lost.
+                    let start = Instant::now();
+                    while l.rx_shared.has_pending()
+                        && start.elapsed() < Duration::from_secs(1)
+                        && !self.stopping.load(Ordering::SeqCst)
+                    {
+                        if self.consume(l) == 0 {
+                            thread::yield_now();
+                        }
+                    }
+                    self.link_lost(l, "the peer process closed the connection or died");
+                }
+            }
+        }
+        tracing::debug!("shm: endpoint thread ended");
+    }
+}
+
+/// The largest ring an accepting endpoint maps for a peer: its own ring size or the
+/// default, whichever is larger (peers of one pool normally share a configuration).
+fn handshake_max_cap(cfg: &Config) -> usize {
+    cfg.ring_size.max(crate::config::DEFAULT_RING_SIZE)
+}
+
+impl ShmTransport {
+    /// Test hook: whether `ptr` lies inside a segment mapped by this endpoint.
+    #[doc(hidden)]
+    pub fn maps(&self, ptr: *const u8) -> bool {
+        read_lock(&self.inner.links)
+            .iter()
+            .any(|l| l.region.contains(ptr))
+    }
+}
+
+impl TransportPlugin for ShmTransport {
+    const NAME: &'static str = "shm";
+    const VERSION: &'static str = env!("CARGO_PKG_VERSION");
+    const CAPABILITIES: TransportCapabilities = TransportCapabilities::RELIABLE
+        .union(TransportCapabilities::FIFO)
+        .union(TransportCapabilities::ZERO_COPY)
+        .union(TransportCapabilities::SAME_HOST)
+        .union(TransportCapabilities::POLLED);
+    const PRIORITY: i32 = 80;
+
+    fn availability() -> Result<(), String> {
+        HostId::local().map(|_| ())
+    }
+
+    fn create(config: &str, host: HostSink) -> Result<Self, TransportError> {
+        let cfg = Config::parse(config)?;
+        let here = HostId::local().map_err(TransportError::Unavailable)?;
+        let id = random_id()?;
+        let sa = abstract_addr(id)
+            .map_err(|e| TransportError::Unavailable(format!("shm socket name: {e}")))?;
+        let listener = UnixListener::bind_addr(&sa)
+            .map_err(|e| TransportError::Unavailable(format!("shm: cannot listen: {e}")))?;
+        listener
+            .set_nonblocking(true)
+            .map_err(|e| TransportError::Unavailable(format!("shm: socket option: {e}")))?;
+        let ctl = sys::eventfd()
+            .map_err(|e| TransportError::Unavailable(format!("shm: eventfd: {e}")))?;
+        let address = Address {
+            host: here.clone(),
+            id,
+        }
+        .to_bytes();
+        let inner = Arc::new(Inner {
+            id,
+            context: cfg.auth_context(),
+            cfg,
+            here,
+            address,
+            host,
+            gate: Gate::new(),
+            stopping: AtomicBool::new(false),
+            next_channel: AtomicU64::new(1),
+            next_serial: AtomicU64::new(1),
+            links: RwLock::new(Arc::from(Vec::new())),
+            by_peer: Mutex::new(HashMap::new()),
+            channels: RwLock::new(HashMap::new()),
+            ctl,
+            handshakes: Mutex::new(Handshakes::default()),
+        });
+        let me = inner.clone();
+        let thread = thread::Builder::new()
+            .name("ipl-shm".into())
+            .spawn(move || me.run(listener))
+            .map_err(|e| TransportError::Unavailable(format!("cannot start shm thread: {e}")))?;
+        tracing::debug!(
+            address = %String::from_utf8_lossy(&inner.address),
+            "shm endpoint created"
+        );
+        Ok(ShmTransport {
+            inner,
+            thread: Mutex::new(Some(thread)),
+        })
+    }
+
+    fn local_address(&self) -> Vec<u8> {
+        self.inner.address.clone()
+    }
+
+    fn connect(&self, address: &[u8], timeout: Duration) -> Result<u64, TransportError> {
+        let addr = Address::parse(address)?;
+        addr.check_reachable(&self.inner.here)?;
+        let inner = &self.inner;
+        let mut last = None;
+        for _ in 0..2 {
+            if inner.stopping.load(Ordering::SeqCst) {
+                return Err(TransportError::Closed(
+                    "shm endpoint is shutting down".into(),
+                ));
+            }
+            let link = match inner.existing(addr.id) {
+                Some(l) => l,
+                None => inner.dial(&addr, timeout)?,
+            };
+            let ch = inner.next_channel.fetch_add(1, Ordering::Relaxed);
+            write_lock(&inner.channels).insert(
+                ch,
+                Route {
+                    link: link.clone(),
+                    wire: ch | OPENED_BY_SENDER,
+                },
+            );
+            let registered = match lock(&link.chans).as_mut() {
+                Some(m) => {
+                    m.insert(ch, ch);
+                    true
+                }
+                None => false,
+            };
+            if !registered {
+                write_lock(&inner.channels).remove(&ch);
+                last = Some(TransportError::Closed("shm connection was lost".into()));
+                continue;
+            }
+            match link.send(
+                Kind::Open,
+                ch | OPENED_BY_SENDER,
+                &[],
+                0,
+                Pacing {
+                    timeout: timeout.max(Duration::from_millis(1)),
+                    ..inner.pacing()
+                },
+            ) {
+                Ok(()) => return Ok(ch),
+                Err(e) => {
+                    let withdrawn = lock(&link.chans)
+                        .as_mut()
+                        .is_some_and(|m| m.remove(&ch).is_some());
+                    if !withdrawn {
+                        // The link was lost meanwhile; its loss report covers the channel.
+                        return Ok(ch);
+                    }
+                    write_lock(&inner.channels).remove(&ch);
+                    last = Some(e);
+                }
+            }
+        }
+        Err(last.unwrap_or_else(|| TransportError::Closed("shm connect failed".into())))
+    }
+
+    fn send(&self, channel: u64, slices: &[&[u8]]) -> Result<(), TransportError> {
+        let route = self.inner.route(channel)?;
+        let total: usize = slices.iter().map(|s| s.len()).sum();
+        let max = self.inner.cfg.max_message;
+        if total > max {
+            return Err(TransportError::InvalidArgument(format!(
+                "message of {total} bytes exceeds max_message ({max})"
+            )));
+        }
+        route
+            .link
+            .send(Kind::Data, route.wire, slices, total, self.inner.pacing())
+    }
+
+    fn close_channel(&self, channel: u64) {
+        let Some(route) = write_lock(&self.inner.channels).remove(&channel) else {
+            return;
+        };
+        let ours = lock(&route.link.chans)
+            .as_mut()
+            .is_some_and(|m| m.remove(&(route.wire ^ OPENED_BY_SENDER)).is_some());
+        if ours {
+            if let Err(e) = route
+                .link
+                .send(Kind::Close, route.wire, &[], 0, self.inner.pacing())
+            {
+                tracing::debug!("shm: CLOSE not sent: {e}");
+            }
+        }
+    }
+
+    fn progress(&self) -> usize {
+        let inner = &*self.inner;
+        let links = read_lock(&inner.links);
+        if !links.iter().any(|l| l.rx_shared.has_pending()) {
+            return 0;
+        }
+        let links = links.clone();
+        inner.progress_all(&links).0
+    }
+
+    fn shutdown(&self) {
+        let inner = &self.inner;
+        if inner.stopping.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        // From here on no host callback starts, and none is running when close returns.
+        inner.gate.close();
+        sys::eventfd_signal(&inner.ctl);
+        let me = thread::current().id();
+        if let Some(t) = lock(&self.thread).take() {
+            if t.thread().id() != me {
+                let _ = t.join();
+            }
+        }
+        let threads = {
+            let mut hs = lock(&inner.handshakes);
+            hs.stopped = true;
+            for s in hs.pending.values() {
+                let _ = s.shutdown(std::net::Shutdown::Both);
+            }
+            hs.pending.clear();
+            std::mem::take(&mut hs.threads)
+        };
+        for t in threads {
+            if t.thread().id() != me {
+                let _ = t.join();
+            }
+        }
+        let links: Vec<Arc<Link>> = {
+            let _by_peer = lock(&inner.by_peer);
+            let mut l = write_lock(&inner.links);
+            let v = l.iter().cloned().collect();
+            *l = Arc::from(Vec::new());
+            v
+        };
+        lock(&inner.by_peer).clear();
+        write_lock(&inner.channels).clear();
+        // Peers see the socket close and report their channels lost. Mappings stay
+        // alive while the host holds buffers that point into them.
+        for l in links {
+            l.kill();
+        }
+        tracing::debug!(
+            endpoint = format_args!("{:016x}", inner.id),
+            "shm endpoint shut down"
+        );
+    }
+}
+
+impl Drop for ShmTransport {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}

@@ -1,0 +1,226 @@
+//! Connection set-up over the endpoint's Unix socket: the pool-secret handshake of
+//! [`ipl_auth`] in both directions, then the connecting side passes the shared segment
+//! (a sealed memfd) with `SCM_RIGHTS` and both map it.
+//!
+//! ```text
+//! C → A  MAGIC (8) ‖ Hello (32)
+//! A → C  Challenge (64)
+//! C → A  Finish (32) ‖ C's id (8) ‖ wanted id (8) ‖ ring capacity (8)   + memfd
+//! A → C  A's id (8) ‖ status (1: 1 = mapped, 0 = not the wanted endpoint)
+//! ```
+//!
+//! The connecting side sends the segment only after the accepting side has proven it
+//! knows the secret; the accepting side checks the proof, the capacity, the seals and
+//! the size of the segment before mapping it.
+
+use std::io::{Read, Write};
+use std::os::unix::net::UnixStream;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ipl_auth::{AuthError, Initiator, PoolSecret, Responder, CHALLENGE_LEN, FINISH_LEN, HELLO_LEN};
+use ipl_transport_abi::TransportError;
+
+use crate::layout::{check_segment, segment_header, segment_size, valid_capacity};
+use crate::region::Region;
+use crate::sys;
+
+/// The first bytes a connecting endpoint sends: protocol name and version.
+pub const MAGIC: [u8; 8] = *b"IPLSHM\x00\x01";
+
+/// How long the accepting side waits for each handshake message.
+pub const ACCEPT_TIMEOUT: Duration = Duration::from_secs(5);
+
+const THIRD_LEN: usize = FINISH_LEN + 24;
+
+/// A connection that completed the handshake.
+#[derive(Debug)]
+pub struct Established {
+    /// The socket (kept for wake-ups and to notice the peer's death).
+    pub sock: UnixStream,
+    /// The mapped segment.
+    pub region: Arc<Region>,
+    /// Capacity of each ring.
+    pub cap: usize,
+    /// The peer endpoint's id.
+    pub peer_id: u64,
+}
+
+fn refused_secret() -> TransportError {
+    TransportError::Refused("shm peer does not know this pool's secret (handshake refused)".into())
+}
+
+fn io_err(what: &str, e: std::io::Error) -> TransportError {
+    match e.kind() {
+        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => {
+            TransportError::Timeout(format!("shm {what}: {e}"))
+        }
+        _ => TransportError::Refused(format!("shm {what}: {e}")),
+    }
+}
+
+/// The connecting side, on a connected socket.
+pub fn initiate(
+    mut sock: UnixStream,
+    secret: &PoolSecret,
+    context: &[u8],
+    my_id: u64,
+    wanted: u64,
+    cap: usize,
+    deadline: Instant,
+) -> Result<Established, TransportError> {
+    let timeout = |sock: &UnixStream| -> Result<(), TransportError> {
+        let left = deadline
+            .checked_duration_since(Instant::now())
+            .filter(|d| !d.is_zero())
+            .ok_or_else(|| TransportError::Timeout("shm handshake".into()))?;
+        sock.set_read_timeout(Some(left))
+            .and_then(|_| sock.set_write_timeout(Some(left)))
+            .map_err(|e| TransportError::Other(format!("shm socket option: {e}")))
+    };
+    timeout(&sock)?;
+    let (init, hello) = Initiator::start(secret, context)
+        .map_err(|e| TransportError::Other(format!("shm handshake: {e}")))?;
+    let mut first = [0u8; MAGIC.len() + HELLO_LEN];
+    first[..MAGIC.len()].copy_from_slice(&MAGIC);
+    first[MAGIC.len()..].copy_from_slice(&hello);
+    sock.write_all(&first).map_err(|e| io_err("handshake", e))?;
+    let mut challenge = [0u8; CHALLENGE_LEN];
+    timeout(&sock)?;
+    sock.read_exact(&mut challenge)
+        .map_err(|e| match e.kind() {
+            std::io::ErrorKind::UnexpectedEof => TransportError::Refused(
+                "shm peer closed the connection during the handshake".into(),
+            ),
+            _ => io_err("handshake", e),
+        })?;
+    let finish = init.on_challenge(&challenge).map_err(|e| match e {
+        AuthError::BadProof => refused_secret(),
+        e => TransportError::Refused(format!("shm handshake: {e}")),
+    })?;
+    // The peer proved it knows the secret: create and pass the segment.
+    let size = segment_size(cap);
+    let fd = sys::memfd("ipl-shm", size)
+        .map_err(|e| TransportError::Unavailable(format!("shm: cannot create a segment: {e}")))?;
+    let region = Region::map(&fd, size)
+        .map_err(|e| TransportError::Unavailable(format!("shm: cannot map a segment: {e}")))?;
+    region
+        .write(0, &segment_header(cap as u64))
+        .map_err(|e| TransportError::Other(format!("shm segment: {e}")))?;
+    let mut third = [0u8; THIRD_LEN];
+    third[..FINISH_LEN].copy_from_slice(&finish);
+    third[FINISH_LEN..FINISH_LEN + 8].copy_from_slice(&my_id.to_le_bytes());
+    third[FINISH_LEN + 8..FINISH_LEN + 16].copy_from_slice(&wanted.to_le_bytes());
+    third[FINISH_LEN + 16..].copy_from_slice(&(cap as u64).to_le_bytes());
+    timeout(&sock)?;
+    sys::send_with_fd(&sock, &third, &fd).map_err(|e| io_err("handshake", e))?;
+    drop(fd);
+    let mut reply = [0u8; 9];
+    timeout(&sock)?;
+    match sock.read_exact(&mut reply) {
+        Ok(()) => {}
+        // The responder hangs up when our proof is wrong.
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Err(refused_secret()),
+        Err(e) => return Err(io_err("handshake", e)),
+    }
+    let mut id = [0u8; 8];
+    id.copy_from_slice(&reply[..8]);
+    let peer_id = u64::from_le_bytes(id);
+    if peer_id != wanted || reply[8] != 1 {
+        return Err(TransportError::Refused(format!(
+            "no shm endpoint {wanted:016x} any more (found {peer_id:016x})"
+        )));
+    }
+    sock.set_read_timeout(None)
+        .and_then(|_| sock.set_write_timeout(None))
+        .map_err(|e| TransportError::Other(format!("shm socket option: {e}")))?;
+    Ok(Established {
+        sock,
+        region: Arc::new(region),
+        cap,
+        peer_id,
+    })
+}
+
+/// The accepting side, on an accepted socket. `Err` carries a description for the log;
+/// the caller drops the connection.
+pub fn respond(
+    mut sock: UnixStream,
+    secret: &PoolSecret,
+    context: &[u8],
+    my_id: u64,
+    max_cap: usize,
+) -> Result<Established, String> {
+    sock.set_read_timeout(Some(ACCEPT_TIMEOUT))
+        .and_then(|_| sock.set_write_timeout(Some(ACCEPT_TIMEOUT)))
+        .map_err(|e| format!("socket option: {e}"))?;
+    let mut first = [0u8; MAGIC.len() + HELLO_LEN];
+    sock.read_exact(&mut first)
+        .map_err(|e| format!("handshake: {e}"))?;
+    if first[..MAGIC.len()] != MAGIC {
+        return Err("not an IPL shm endpoint (bad preamble)".into());
+    }
+    let (resp, challenge) = Responder::on_hello(secret, context, &first[MAGIC.len()..])
+        .map_err(|e| format!("handshake: {e}"))?;
+    sock.write_all(&challenge)
+        .map_err(|e| format!("handshake: {e}"))?;
+    let mut third = [0u8; THIRD_LEN];
+    let fd = match sys::recv_with_fd(&sock, &mut third) {
+        Ok(fd) => fd,
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
+            return Err("it does not know this pool's secret (hung up)".into())
+        }
+        Err(e) => return Err(format!("handshake: {e}")),
+    };
+    if resp.on_finish(&third[..FINISH_LEN]).is_err() {
+        return Err("it does not know this pool's secret".into());
+    }
+    let word = |i: usize| {
+        let mut b = [0u8; 8];
+        b.copy_from_slice(&third[FINISH_LEN + 8 * i..FINISH_LEN + 8 * i + 8]);
+        u64::from_le_bytes(b)
+    };
+    let (peer_id, wanted, cap) = (word(0), word(1), word(2));
+    if wanted != my_id {
+        let mut reply = [0u8; 9];
+        reply[..8].copy_from_slice(&my_id.to_le_bytes());
+        let _ = sock.write_all(&reply);
+        return Err(format!(
+            "peer wanted endpoint {wanted:016x}, a stale address"
+        ));
+    }
+    let fd = fd.ok_or("no shared segment came with the handshake")?;
+    if !valid_capacity(cap) || cap as usize > max_cap {
+        return Err(format!("ring capacity {cap} refused (at most {max_cap})"));
+    }
+    let size = sys::sealed_size(&fd).map_err(|e| format!("shared segment: {e}"))?;
+    // Map only a segment of exactly the expected size, sealed so that it cannot shrink
+    // later: no access can then fault.
+    if size != segment_size(cap as usize) as u64 {
+        return Err(format!(
+            "shared segment of {size} bytes, expected {}",
+            segment_size(cap as usize)
+        ));
+    }
+    let mut h = [0u8; 16];
+    let region = Region::map(&fd, segment_size(cap as usize))
+        .map_err(|e| format!("cannot map the shared segment: {e}"))?;
+    region
+        .read(0, &mut h)
+        .map_err(|e| format!("shared segment: {e}"))?;
+    let cap = check_segment(&h, cap, size).map_err(|e| format!("shared segment: {e}"))?;
+    let mut reply = [0u8; 9];
+    reply[..8].copy_from_slice(&my_id.to_le_bytes());
+    reply[8] = 1;
+    sock.write_all(&reply)
+        .map_err(|e| format!("handshake: {e}"))?;
+    sock.set_read_timeout(None)
+        .and_then(|_| sock.set_write_timeout(None))
+        .map_err(|e| format!("socket option: {e}"))?;
+    Ok(Established {
+        sock,
+        region: Arc::new(region),
+        cap,
+        peer_id,
+    })
+}

@@ -1,0 +1,267 @@
+//! One connection between two endpoints: a shared segment with a ring per direction
+//! and the Unix socket that set it up (kept for wake-ups and to notice the peer's
+//! death). Every channel between the two endpoints travels on it.
+
+use std::collections::HashMap;
+use std::io::{Read, Write};
+use std::os::unix::net::UnixStream;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use ipl_transport_abi::TransportError;
+
+use crate::consumer::Completion;
+use crate::handshake::Established;
+use crate::layout::Kind;
+use crate::lock;
+use crate::region::Region;
+use crate::ring::{Cursor, DriverError, RingPlace, RingRx, RingTx, RxShared, Taken};
+
+/// The receiving state, consumed by one thread at a time.
+#[derive(Debug)]
+pub(crate) struct RxState {
+    pub ring: RingRx,
+    /// A fragmented message being reassembled: (wire id, bytes so far).
+    pub partial: Option<(u64, Vec<u8>)>,
+}
+
+/// A connection to a peer endpoint.
+#[derive(Debug)]
+pub(crate) struct Link {
+    /// Serial number within the endpoint (for logs).
+    pub serial: u64,
+    pub peer_id: u64,
+    pub sock: Arc<UnixStream>,
+    pub region: Arc<Region>,
+    pub cap: usize,
+    tx: Mutex<RingTx>,
+    pub rx: Mutex<RxState>,
+    pub rx_shared: Arc<RxShared>,
+    credit: (Mutex<()>, Condvar),
+    alive: AtomicBool,
+    /// Wire id as received from the peer → local channel id. `None` once the link is
+    /// lost: whoever takes an entry out owns the channel's last callback.
+    pub chans: Mutex<Option<HashMap<u64, u64>>>,
+}
+
+/// How a sender waits.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Pacing {
+    /// Spin this long for credits before sleeping.
+    pub spin: Duration,
+    /// Spin up to this long for a polling receiver to take a slot before waking the
+    /// receiver's sleeping thread.
+    pub wake_after: Duration,
+    /// Fail after waiting this long for credits.
+    pub timeout: Duration,
+}
+
+/// Sends a wake-up byte; a full socket buffer already holds one, so it is dropped.
+fn wake(sock: &UnixStream) {
+    let _ = (&*sock).write(&[1]);
+}
+
+impl Link {
+    /// A link over an established connection; `connector` tells which ring is ours.
+    pub fn new(
+        serial: u64,
+        est: Established,
+        connector: bool,
+    ) -> Result<Arc<Link>, TransportError> {
+        let (tx_ring, rx_ring) = if connector { (0, 1) } else { (1, 0) };
+        est.sock
+            .set_nonblocking(true)
+            .map_err(|e| TransportError::Other(format!("shm socket option: {e}")))?;
+        let sock = Arc::new(est.sock);
+        let bad = |e| TransportError::Other(format!("shm segment: {e}"));
+        let tx = RingTx::new(est.region.clone(), RingPlace::in_segment(tx_ring, est.cap))
+            .map_err(bad)?;
+        let s = sock.clone();
+        let rx = RingRx::new(
+            est.region.clone(),
+            RingPlace::in_segment(rx_ring, est.cap),
+            Box::new(move || wake(&s)),
+        )
+        .map_err(bad)?;
+        Ok(Arc::new(Link {
+            serial,
+            peer_id: est.peer_id,
+            sock,
+            region: est.region,
+            cap: est.cap,
+            tx: Mutex::new(tx),
+            rx_shared: rx.shared().clone(),
+            rx: Mutex::new(RxState {
+                ring: rx,
+                partial: None,
+            }),
+            credit: (Mutex::new(()), Condvar::new()),
+            alive: AtomicBool::new(true),
+            chans: Mutex::new(Some(HashMap::new())),
+        }))
+    }
+
+    pub fn is_alive(&self) -> bool {
+        self.alive.load(Ordering::Acquire)
+    }
+
+    /// Marks the link dead: senders fail, the peer sees the socket close.
+    pub fn kill(&self) {
+        self.alive.store(false, Ordering::Release);
+        let _ = self.sock.shutdown(std::net::Shutdown::Both);
+        self.notify_credits();
+    }
+
+    /// Wakes senders waiting for credits.
+    pub fn notify_credits(&self) {
+        let _g = lock(&self.credit.0);
+        self.credit.1.notify_all();
+    }
+
+    /// Drains wake-up bytes from the socket. `false` when the peer closed it (or it
+    /// failed): the peer is gone.
+    pub fn drain_socket(&self) -> bool {
+        let mut buf = [0u8; 64];
+        loop {
+            match (&*self.sock).read(&mut buf) {
+                Ok(0) => return false,
+                Ok(_) => continue,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return true,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(_) => return false,
+            }
+        }
+    }
+
+    /// Sends one message (or control slot) on wire id `wire`: one slot when it fits,
+    /// else fragments of at most a quarter ring, all under the send lock so nothing
+    /// interleaves. Blocks while the receiver has not granted the space, spinning for
+    /// `pacing.spin` and then sleeping until it wakes us, at most `pacing.timeout`.
+    pub fn send(
+        &self,
+        kind: Kind,
+        wire: u64,
+        slices: &[&[u8]],
+        total: usize,
+        pacing: Pacing,
+    ) -> Result<(), TransportError> {
+        let Pacing {
+            spin,
+            wake_after,
+            timeout,
+        } = pacing;
+        let deadline = Instant::now() + timeout;
+        let mut tx = lock(&self.tx);
+        let mut cur = Cursor::new(slices);
+        let max = tx.max_slot_payload() as usize;
+        if total <= max {
+            return self.write_slot(
+                &mut tx,
+                kind,
+                wire,
+                &mut cur,
+                total as u32,
+                spin,
+                wake_after,
+                deadline,
+            );
+        }
+        let mut left = total;
+        while left > 0 {
+            let n = left.min(max);
+            left -= n;
+            let k = if left == 0 { Kind::FragEnd } else { Kind::Frag };
+            self.write_slot(
+                &mut tx, k, wire, &mut cur, n as u32, spin, wake_after, deadline,
+            )?;
+        }
+        Ok(())
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn write_slot(
+        &self,
+        tx: &mut RingTx,
+        kind: Kind,
+        wire: u64,
+        cur: &mut Cursor<'_>,
+        len: u32,
+        spin: Duration,
+        wake_after: Duration,
+        deadline: Instant,
+    ) -> Result<(), TransportError> {
+        let start = Instant::now();
+        let mut waiting = false;
+        let mut announced = false;
+        let result = loop {
+            if !self.is_alive() {
+                break Err(TransportError::Closed(
+                    "shm connection to the peer was lost".into(),
+                ));
+            }
+            match tx.try_write(kind, wire, cur, len) {
+                Ok(true) => break Ok(()),
+                Ok(false) => {}
+                Err(e) => break Err(self.protocol_error(&e)),
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                break Err(TransportError::Timeout(format!(
+                    "shm: the receiver granted no ring space for {} ms",
+                    (now - start).as_millis()
+                )));
+            }
+            if now - start < spin {
+                std::hint::spin_loop();
+                continue;
+            }
+            if !waiting {
+                // Announce, then look again before sleeping (see ring.rs).
+                tx.set_waiting(true);
+                waiting = true;
+                announced = true;
+                continue;
+            }
+            let g = lock(&self.credit.0);
+            let nap = (deadline - now).min(Duration::from_millis(10));
+            let _ = self.credit.1.wait_timeout(g, nap);
+            waiting = false;
+        };
+        if announced {
+            tx.set_waiting(false);
+        }
+        if result.is_ok() && tx.peer_sleeping() {
+            // The receiver's thread sleeps. A thread polling the endpoint may take the
+            // slot anyway: give it `wake_after` to do so before paying for a wake-up.
+            let t0 = Instant::now();
+            while !tx.consumed() && t0.elapsed() < wake_after {
+                std::hint::spin_loop();
+            }
+            if !tx.consumed() && tx.take_sleeping() {
+                wake(&self.sock);
+            }
+        }
+        result
+    }
+
+    fn protocol_error(&self, e: &DriverError) -> TransportError {
+        tracing::warn!(
+            peer = format_args!("{:016x}", self.peer_id),
+            serial = self.serial,
+            "shm: peer broke the ring protocol: {e}"
+        );
+        self.kill();
+        TransportError::Closed(format!(
+            "shm connection lost: peer broke the ring protocol: {e}"
+        ))
+    }
+
+    /// Takes the next slot if one arrived; slots beyond the zero-copy window (half the
+    /// ring held by unreleased messages) are not held but copied.
+    pub fn poll(rx: &mut RxState, cap: usize) -> Result<Option<Taken>, DriverError> {
+        let window = (cap / 2) as u64;
+        rx.ring
+            .poll(|c: &Completion, held: u64| held + c.slot <= window)
+    }
+}

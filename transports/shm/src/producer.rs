@@ -1,0 +1,180 @@
+//! The sending side of a ring as a pure state machine: where the next slot goes and
+//! whether the receiver's credits allow it.
+//!
+//! Credits are free ring space granted by the receiver: the producer may write while
+//! `head + need - tail <= cap`, `tail` being the position up to which the receiver has
+//! reclaimed (released) slots.
+
+use crate::layout::{slot_size, HEADER_LEN, SLOT_ALIGN};
+
+/// Where one slot goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Plan {
+    /// A padding slot to write first (position, payload length), when the slot would
+    /// cross the end of the data area.
+    pub pad: Option<(u64, u32)>,
+    /// Position of the slot's header.
+    pub pos: u64,
+    /// The head to publish once the slot is written.
+    pub new_head: u64,
+}
+
+/// Not enough credits: the receiver must release `need - free` more bytes first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Wait {
+    /// Bytes the write needs (padding included).
+    pub need: u64,
+    /// Bytes free now.
+    pub free: u64,
+}
+
+/// The receiver published an impossible credit grant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("receiver's tail {tail} is inconsistent with head {head} (capacity {cap})")]
+pub struct BadTail {
+    /// The tail read.
+    pub tail: u64,
+    /// Our head.
+    pub head: u64,
+    /// The ring capacity.
+    pub cap: u64,
+}
+
+/// The producer's state: its own head (it is the only writer of it).
+#[derive(Debug, Clone)]
+pub struct Producer {
+    cap: u64,
+    head: u64,
+}
+
+impl Producer {
+    /// A producer for a fresh ring of `cap` bytes (a power of two).
+    pub fn new(cap: u64) -> Self {
+        Producer { cap, head: 0 }
+    }
+
+    /// The position published so far.
+    pub fn head(&self) -> u64 {
+        self.head
+    }
+
+    /// The ring capacity.
+    pub fn capacity(&self) -> u64 {
+        self.cap
+    }
+
+    /// The largest payload one slot may carry: a quarter of the ring, so that a slot and
+    /// its padding always fit an empty ring and several slots are in flight.
+    pub fn max_slot_payload(&self) -> u32 {
+        let q = self.cap / 4 - HEADER_LEN as u64;
+        let q = q - q % SLOT_ALIGN as u64;
+        u32::try_from(q).unwrap_or(u32::MAX - (SLOT_ALIGN as u32 - 1))
+    }
+
+    /// Checks a tail read from the receiver.
+    pub fn check_tail(&self, tail: u64) -> Result<u64, BadTail> {
+        if tail > self.head || self.head - tail > self.cap {
+            return Err(BadTail {
+                tail,
+                head: self.head,
+                cap: self.cap,
+            });
+        }
+        Ok(tail)
+    }
+
+    /// Plans a slot with a `len`-byte payload given the receiver's `tail` (already
+    /// checked). `len` must not exceed [`max_slot_payload`](Self::max_slot_payload).
+    pub fn plan(&self, len: u32, tail: u64) -> Result<Plan, Wait> {
+        let slot = slot_size(u64::from(len));
+        let off = self.head % self.cap;
+        let pad = if off + slot > self.cap {
+            self.cap - off
+        } else {
+            0
+        };
+        let need = pad + slot;
+        let free = self.cap - (self.head - tail);
+        if need > free {
+            return Err(Wait { need, free });
+        }
+        Ok(Plan {
+            pad: (pad > 0).then(|| (self.head, (pad - HEADER_LEN as u64) as u32)),
+            pos: self.head + pad,
+            new_head: self.head + need,
+        })
+    }
+
+    /// Records that the planned slot was written and its head published.
+    pub fn commit(&mut self, plan: &Plan) {
+        self.head = plan.new_head;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const CAP: u64 = 1 << 16;
+
+    #[test]
+    fn credits_bound_the_writes() {
+        let mut p = Producer::new(CAP);
+        let max = p.max_slot_payload();
+        assert_eq!(slot_size(max as u64), CAP / 4);
+        // Four quarter-ring slots fill the ring; the fifth waits for credits.
+        for i in 0..4 {
+            let plan = p.plan(max, 0).unwrap();
+            assert_eq!(plan.pos, i * CAP / 4);
+            assert_eq!(plan.pad, None);
+            p.commit(&plan);
+        }
+        assert_eq!(p.plan(0, 0), Err(Wait { need: 16, free: 0 }));
+        // Releasing one slot grants exactly its space back.
+        let plan = p.plan(max, CAP / 4).unwrap();
+        assert_eq!(plan.pos, CAP);
+        p.commit(&plan);
+        assert!(p.plan(0, CAP / 4).is_err());
+    }
+
+    #[test]
+    fn a_slot_never_crosses_the_end() {
+        let mut p = Producer::new(CAP);
+        let plan = p.plan((CAP - 64) as u32 - 16, 0).unwrap();
+        p.commit(&plan);
+        assert_eq!(p.head(), CAP - 64);
+        // 100 bytes need a 128-byte slot: 64 bytes of padding, then the slot at 0.
+        assert_eq!(
+            p.plan(100, 0),
+            Err(Wait {
+                need: 64 + 128,
+                free: 64
+            })
+        );
+        let plan = p.plan(100, CAP - 64).unwrap();
+        assert_eq!(plan.pad, Some((CAP - 64, 48)));
+        assert_eq!(plan.pos, CAP);
+        assert_eq!(plan.new_head, CAP + 128);
+        // A slot that ends exactly at the end needs no padding.
+        let mut p = Producer::new(CAP);
+        p.commit(&p.plan((CAP - 64) as u32 - 16, 0).unwrap());
+        assert_eq!(p.plan(48, 0).unwrap().pad, None);
+    }
+
+    #[test]
+    fn impossible_tails_are_rejected() {
+        let mut p = Producer::new(CAP);
+        p.commit(&p.plan(1000, 0).unwrap());
+        assert!(p.check_tail(0).is_ok());
+        assert!(p.check_tail(p.head()).is_ok());
+        assert!(p.check_tail(p.head() + 16).is_err());
+        let mut p = Producer::new(CAP);
+        for _ in 0..8 {
+            let plan = p
+                .plan(p.max_slot_payload(), p.head().saturating_sub(CAP / 2))
+                .unwrap();
+            p.commit(&plan);
+        }
+        assert!(p.check_tail(p.head() - CAP - 16).is_err());
+    }
+}

@@ -1,0 +1,522 @@
+//! The thin driver between the pure ring state machines ([`Producer`], [`Consumer`],
+//! [`Reclaimer`]) and a [`Region`]: it loads and publishes the shared indices, copies
+//! slots in and headers out, and runs the two wake-up handshakes.
+//!
+//! **Wake-ups** (both sides follow the same pattern, so no wake-up is ever lost): the
+//! side that wants to sleep sets its flag, then re-checks the ring, and sleeps only if
+//! nothing changed; the other side publishes its index, then checks the flag, and sends
+//! a wake-up only if it was set (clearing it). All four accesses are `SeqCst`, so either
+//! the sleeper sees the new index or the waker sees the flag.
+//! - the receiver's `rx_sleeping`: set before its thread blocks; the producer wakes it
+//!   after publishing a slot, unless the receiver's published read position shows
+//!   that someone (a thread calling `progress`) already took the slot;
+//! - the sender's `tx_waiting`: set when it lacks credits; the receiver wakes it after
+//!   reclaiming space.
+
+use std::sync::atomic::{fence, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use crate::consumer::{Completion, Consumer, RingError};
+use crate::layout::{
+    self, Kind, SlotHeader, HEAD, HEADER_LEN, READ, RX_SLEEPING, TAIL, TX_WAITING,
+};
+use crate::producer::{BadTail, Producer};
+use crate::reclaim::Reclaimer;
+use crate::region::{OutOfBounds, Region};
+
+/// The offsets of one ring inside a region.
+#[derive(Debug, Clone, Copy)]
+pub struct RingPlace {
+    /// Offset of the control block.
+    pub control: usize,
+    /// Offset of the data area.
+    pub data: usize,
+    /// Capacity of the data area.
+    pub cap: usize,
+}
+
+impl RingPlace {
+    /// Ring `ring` (0 or 1) of a segment with rings of `cap` bytes.
+    pub fn in_segment(ring: usize, cap: usize) -> Self {
+        RingPlace {
+            control: layout::control_offset(ring),
+            data: layout::data_offset(ring, cap),
+            cap,
+        }
+    }
+}
+
+/// A ring access that failed: the peer broke the protocol (or the region is too small).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DriverError {
+    /// The receiver published an impossible tail.
+    #[error(transparent)]
+    Tail(#[from] BadTail),
+    /// The producer published something impossible.
+    #[error(transparent)]
+    Ring(#[from] RingError),
+    /// An offset outside the region.
+    #[error(transparent)]
+    Bounds(#[from] OutOfBounds),
+}
+
+/// A cursor over a message given as scatter/gather slices, consumed piece by piece.
+#[derive(Debug)]
+pub struct Cursor<'a> {
+    slices: &'a [&'a [u8]],
+    idx: usize,
+    off: usize,
+}
+
+impl<'a> Cursor<'a> {
+    /// A cursor at the start of `slices`.
+    pub fn new(slices: &'a [&'a [u8]]) -> Self {
+        Cursor {
+            slices,
+            idx: 0,
+            off: 0,
+        }
+    }
+
+    /// Copies the next `len` bytes (fewer if the slices end) into `region` at `at`.
+    fn copy_into(
+        &mut self,
+        region: &Region,
+        mut at: usize,
+        mut len: usize,
+    ) -> Result<(), OutOfBounds> {
+        while len > 0 && self.idx < self.slices.len() {
+            let s = &self.slices[self.idx][self.off..];
+            let n = s.len().min(len);
+            region.write(at, &s[..n])?;
+            at += n;
+            len -= n;
+            self.off += n;
+            if self.off == self.slices[self.idx].len() {
+                self.idx += 1;
+                self.off = 0;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The sending end of a ring.
+#[derive(Debug)]
+pub struct RingTx {
+    region: Arc<Region>,
+    place: RingPlace,
+    producer: Producer,
+}
+
+impl RingTx {
+    /// The sending end of the ring at `place`, which must be fresh (all zero).
+    pub fn new(region: Arc<Region>, place: RingPlace) -> Result<Self, OutOfBounds> {
+        region.atomic(place.control + TX_WAITING)?;
+        region.ptr(place.data, place.cap)?;
+        Ok(RingTx {
+            region,
+            producer: Producer::new(place.cap as u64),
+            place,
+        })
+    }
+
+    fn index(&self, which: usize) -> &AtomicU64 {
+        // Checked in `new` (the control block lies below the data area).
+        self.region
+            .atomic(self.place.control + which)
+            .unwrap_or_else(|_| unreachable!("control block checked at construction"))
+    }
+
+    /// The largest payload of one slot; larger messages are fragmented.
+    pub fn max_slot_payload(&self) -> u32 {
+        self.producer.max_slot_payload()
+    }
+
+    /// Writes one slot of `len` bytes taken from `data` and publishes it, if the
+    /// credits allow; `Ok(false)` when the receiver must release space first.
+    pub fn try_write(
+        &mut self,
+        kind: Kind,
+        channel: u64,
+        data: &mut Cursor<'_>,
+        len: u32,
+    ) -> Result<bool, DriverError> {
+        let tail = self
+            .producer
+            .check_tail(self.index(TAIL).load(Ordering::Acquire))?;
+        let plan = match self.producer.plan(len, tail) {
+            Ok(p) => p,
+            Err(_) => return Ok(false),
+        };
+        let cap = self.place.cap as u64;
+        if let Some((pos, pad_len)) = plan.pad {
+            let h = SlotHeader {
+                len: pad_len,
+                kind: Kind::Pad,
+                channel: 0,
+            };
+            self.region
+                .write(self.place.data + (pos % cap) as usize, &h.encode())?;
+        }
+        let at = self.place.data + (plan.pos % cap) as usize;
+        data.copy_into(&self.region, at + HEADER_LEN, len as usize)?;
+        self.region
+            .write(at, &SlotHeader { len, kind, channel }.encode())?;
+        self.index(HEAD).store(plan.new_head, Ordering::SeqCst);
+        self.producer.commit(&plan);
+        Ok(true)
+    }
+
+    /// Whether the receiver announced that it sleeps (a plain load, no claim).
+    pub fn peer_sleeping(&self) -> bool {
+        self.index(RX_SLEEPING).load(Ordering::SeqCst) != 0
+    }
+
+    /// Whether the receiver has taken everything published so far.
+    pub fn consumed(&self) -> bool {
+        self.index(READ).load(Ordering::Acquire) >= self.producer.head()
+    }
+
+    /// After publishing: whether the receiver announced it sleeps (the flag is
+    /// cleared, so exactly one wake-up is sent per announcement).
+    pub fn take_sleeping(&self) -> bool {
+        fence(Ordering::SeqCst);
+        let f = self.index(RX_SLEEPING);
+        f.load(Ordering::SeqCst) != 0 && f.swap(0, Ordering::SeqCst) != 0
+    }
+
+    /// Announces (or withdraws) that this sender waits for credits.
+    pub fn set_waiting(&self, waiting: bool) {
+        self.index(TX_WAITING)
+            .store(u64::from(waiting), Ordering::SeqCst);
+    }
+}
+
+/// The part of a ring's receiving end that released buffers need: shared with every
+/// zero-copy buffer (through an `Arc`), so releases stay sound after the endpoint is
+/// gone.
+pub struct RxShared {
+    region: Arc<Region>,
+    place: RingPlace,
+    reclaimer: Mutex<Reclaimer>,
+    /// How far the consumer has read (a copy for lock-free peeks).
+    read: AtomicU64,
+    /// Sends the peer a wake-up (after reclaiming space it waits for).
+    wake_peer: Box<dyn Fn() + Send + Sync>,
+}
+
+impl std::fmt::Debug for RxShared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RxShared")
+            .field("place", &self.place)
+            .field("read", &self.read)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RxShared {
+    fn index(&self, which: usize) -> &AtomicU64 {
+        self.region
+            .atomic(self.place.control + which)
+            .unwrap_or_else(|_| unreachable!("control block checked at construction"))
+    }
+
+    /// The region (to keep it mapped, and for pointer checks).
+    pub fn region(&self) -> &Arc<Region> {
+        &self.region
+    }
+
+    /// Whether the producer published something not consumed yet (lock-free peek).
+    pub fn has_pending(&self) -> bool {
+        self.index(HEAD).load(Ordering::Acquire) != self.read.load(Ordering::Acquire)
+    }
+
+    /// Releases consumed slot `seq`; reclaims space and wakes a waiting sender.
+    pub fn release(&self, seq: u64) {
+        let moved = self
+            .reclaimer
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .release(seq);
+        if let Some(tail) = moved {
+            self.publish_tail(tail);
+        }
+    }
+
+    /// Bytes consumed and not reclaimed.
+    pub fn held(&self) -> u64 {
+        self.reclaimer
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .held()
+    }
+
+    fn publish_tail(&self, tail: u64) {
+        // The lock above is released, but tails only grow and each store carries the
+        // newest value computed under it, so a late store of an older value could
+        // only come from a racing release: store the maximum.
+        self.index(TAIL).fetch_max(tail, Ordering::SeqCst);
+        fence(Ordering::SeqCst);
+        let w = self.index(TX_WAITING);
+        if w.load(Ordering::SeqCst) != 0 && w.swap(0, Ordering::SeqCst) != 0 {
+            (self.wake_peer)();
+        }
+    }
+
+    /// Announces that the receiving thread is about to sleep (then re-check
+    /// [`has_pending`](Self::has_pending) before sleeping), or withdraws it.
+    pub fn set_sleeping(&self, sleeping: bool) {
+        self.index(RX_SLEEPING)
+            .store(u64::from(sleeping), Ordering::SeqCst);
+    }
+}
+
+/// The receiving end of a ring: the consumer and its reclaimer. One thread at a time
+/// consumes (the caller holds a lock); releases come from any thread.
+#[derive(Debug)]
+pub struct RingRx {
+    shared: Arc<RxShared>,
+    consumer: Consumer,
+}
+
+/// A slot that was consumed. A slot with a payload stays held until released with
+/// [`RxShared::release`]`(seq)` — after its payload was copied, or when the host
+/// releases the buffer handed out in place; other slots (padding, control) are
+/// released at once and have no `seq`.
+#[derive(Debug, Clone, Copy)]
+pub struct Taken {
+    /// The completion.
+    pub completion: Completion,
+    /// The release ticket of a slot with a payload.
+    pub seq: Option<u64>,
+    /// Whether the payload may be handed out in place (the zero-copy window allows it);
+    /// otherwise copy it, then release.
+    pub in_place: bool,
+}
+
+impl RingRx {
+    /// The receiving end of the ring at `place`; `wake_peer` is called after reclaiming
+    /// space the peer's sender waits for.
+    pub fn new(
+        region: Arc<Region>,
+        place: RingPlace,
+        wake_peer: Box<dyn Fn() + Send + Sync>,
+    ) -> Result<Self, OutOfBounds> {
+        region.atomic(place.control + TX_WAITING)?;
+        region.ptr(place.data, place.cap)?;
+        Ok(RingRx {
+            consumer: Consumer::new(place.cap as u64),
+            shared: Arc::new(RxShared {
+                region,
+                place,
+                reclaimer: Mutex::new(Reclaimer::new()),
+                read: AtomicU64::new(0),
+                wake_peer,
+            }),
+        })
+    }
+
+    /// The part shared with released buffers.
+    pub fn shared(&self) -> &Arc<RxShared> {
+        &self.shared
+    }
+
+    /// Takes the next slot, if one was published. For a whole message ([`Kind::Data`]),
+    /// `in_place` decides from the completion and the bytes held so far whether it may
+    /// be handed out in place.
+    pub fn poll(
+        &mut self,
+        in_place: impl FnOnce(&Completion, u64) -> bool,
+    ) -> Result<Option<Taken>, DriverError> {
+        let s = &*self.shared;
+        let head = s.index(HEAD).load(Ordering::Acquire);
+        let tail = s.index(TAIL).load(Ordering::Relaxed);
+        if !self.consumer.check_head(head, tail)? {
+            return Ok(None);
+        }
+        let mut raw = [0u8; HEADER_LEN];
+        s.region
+            .read(s.place.data + self.consumer.next_offset(), &mut raw)?;
+        let c = self.consumer.take(head, &raw)?;
+        s.read.store(self.consumer.read(), Ordering::Release);
+        s.index(READ).store(self.consumer.read(), Ordering::Release);
+        let mut rec = s.reclaimer.lock().unwrap_or_else(|p| p.into_inner());
+        let held = rec.held();
+        let payload = matches!(c.kind, Kind::Data | Kind::Frag | Kind::FragEnd);
+        let in_place = c.kind == Kind::Data && in_place(&c, held);
+        let seq = rec.push(c.slot, !payload);
+        let moved = if payload { None } else { rec.advance() };
+        drop(rec);
+        if let Some(t) = moved {
+            s.publish_tail(t);
+        }
+        Ok(Some(Taken {
+            completion: c,
+            seq: payload.then_some(seq),
+            in_place,
+        }))
+    }
+
+    /// A pointer to a completion's payload inside the region.
+    pub fn payload_ptr(&self, c: &Completion) -> Result<*const u8, OutOfBounds> {
+        self.shared
+            .region
+            .ptr(self.shared.place.data + c.offset, c.len)
+    }
+
+    /// Appends a completion's payload to `v` (a copy).
+    pub fn copy_payload(&self, c: &Completion, v: &mut Vec<u8>) -> Result<(), OutOfBounds> {
+        self.shared
+            .region
+            .append_to(self.shared.place.data + c.offset, c.len, v)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicUsize;
+
+    const CAP: usize = 1 << 16;
+
+    fn pair() -> (RingTx, RingRx, Arc<AtomicUsize>) {
+        let region = Arc::new(Region::heap(layout::segment_size(CAP)));
+        let place = RingPlace::in_segment(0, CAP);
+        let wakes = Arc::new(AtomicUsize::new(0));
+        let w = wakes.clone();
+        let tx = RingTx::new(region.clone(), place).unwrap();
+        let rx = RingRx::new(
+            region,
+            place,
+            Box::new(move || {
+                w.fetch_add(1, Ordering::SeqCst);
+            }),
+        )
+        .unwrap();
+        (tx, rx, wakes)
+    }
+
+    fn send(tx: &mut RingTx, ch: u64, parts: &[&[u8]]) -> bool {
+        let len: usize = parts.iter().map(|p| p.len()).sum();
+        tx.try_write(Kind::Data, ch, &mut Cursor::new(parts), len as u32)
+            .unwrap()
+    }
+
+    /// Receives one message; with `keep` its slot stays held (its ticket returned),
+    /// else it is released after the copy.
+    fn recv(rx: &mut RingRx, keep: bool) -> Option<(u64, Vec<u8>, Option<u64>)> {
+        loop {
+            let t = rx.poll(|_, _| true).unwrap()?;
+            if t.completion.kind == Kind::Pad {
+                assert_eq!(t.seq, None);
+                continue;
+            }
+            assert!(t.in_place);
+            let mut v = Vec::new();
+            rx.copy_payload(&t.completion, &mut v).unwrap();
+            let seq = t.seq.unwrap();
+            if keep {
+                return Some((t.completion.channel, v, Some(seq)));
+            }
+            rx.shared().release(seq);
+            return Some((t.completion.channel, v, None));
+        }
+    }
+
+    #[test]
+    fn messages_wrap_around_in_order() {
+        let (mut tx, mut rx, _) = pair();
+        let mut sent = 0u32;
+        let mut got = 0u32;
+        // Sizes that do not divide the ring, so slots hit the end at odd places.
+        while got < 200 {
+            while sent < 200 {
+                let body = vec![sent as u8; 1000 + (sent as usize * 37) % 3000];
+                if !send(&mut tx, sent as u64, &[&sent.to_le_bytes(), &body]) {
+                    break;
+                }
+                sent += 1;
+            }
+            while let Some((ch, v, seq)) = recv(&mut rx, false) {
+                assert_eq!(seq, None);
+                assert_eq!(ch, got as u64);
+                assert_eq!(&v[..4], &got.to_le_bytes());
+                assert!(v[4..].iter().all(|&b| b == got as u8));
+                got += 1;
+            }
+        }
+        assert!(tx.producer.head() > 3 * CAP as u64, "the ring wrapped");
+    }
+
+    #[test]
+    fn held_slots_block_credits_until_released_in_any_order() {
+        let (mut tx, mut rx, wakes) = pair();
+        let quarter = vec![1u8; tx.max_slot_payload() as usize];
+        for _ in 0..4 {
+            assert!(send(&mut tx, 1, &[&quarter]));
+        }
+        assert!(!send(&mut tx, 1, &[b"x"]), "ring full");
+        let seqs: Vec<u64> = (0..4)
+            .map(|_| recv(&mut rx, true).unwrap().2.unwrap())
+            .collect();
+        assert!(!send(&mut tx, 1, &[b"x"]), "consumed but not released");
+        tx.set_waiting(true);
+        rx.shared().release(seqs[3]);
+        rx.shared().release(seqs[1]);
+        assert!(
+            !send(&mut tx, 1, &[b"x"]),
+            "the oldest still holds the tail"
+        );
+        assert_eq!(wakes.load(Ordering::SeqCst), 0);
+        rx.shared().release(seqs[0]);
+        assert_eq!(wakes.load(Ordering::SeqCst), 1, "waiting sender woken");
+        assert!(send(&mut tx, 1, &[b"x"]));
+        rx.shared().release(seqs[2]);
+        rx.shared().release(seqs[2]);
+        assert_eq!(wakes.load(Ordering::SeqCst), 1, "no flag, no wake-up");
+    }
+
+    #[test]
+    fn sleeping_receiver_is_woken_once() {
+        let (mut tx, rx, _) = pair();
+        assert!(!tx.take_sleeping());
+        rx.shared().set_sleeping(true);
+        assert!(!rx.shared().has_pending());
+        assert!(send(&mut tx, 1, &[b"hi"]));
+        assert!(tx.take_sleeping());
+        assert!(!tx.take_sleeping());
+        assert!(rx.shared().has_pending());
+    }
+
+    #[test]
+    fn a_corrupted_ring_is_an_error() {
+        let (mut tx, mut rx, _) = pair();
+        assert!(send(&mut tx, 1, &[b"hello"]));
+        // The peer scribbles over the header it published.
+        rx.shared
+            .region
+            .write(rx.shared.place.data, &[0xff; 16])
+            .unwrap();
+        assert!(matches!(
+            rx.poll(|_, _| true),
+            Err(DriverError::Ring(RingError::Header { .. }))
+        ));
+        // A head beyond the credits.
+        let (_, mut rx, _) = pair();
+        rx.shared
+            .index(HEAD)
+            .store(CAP as u64 * 2, Ordering::SeqCst);
+        assert!(matches!(
+            rx.poll(|_, _| true),
+            Err(DriverError::Ring(RingError::BadHead { .. }))
+        ));
+        // A tail beyond the head.
+        let (mut tx, rx, _) = pair();
+        rx.shared.index(TAIL).store(4096, Ordering::SeqCst);
+        assert!(matches!(
+            tx.try_write(Kind::Data, 1, &mut Cursor::new(&[]), 0),
+            Err(DriverError::Tail(_))
+        ));
+    }
+}
