@@ -1,0 +1,428 @@
+//! RMI micro-benchmark (thesis 3.5 and table 7.5): null-call latency, throughput of
+//! 100 KB arrays of bytes, ints and doubles, and a 1023-node binary tree as argument,
+//! against the IPL round trip on the same transport measured in the same run.
+//!
+//! ```text
+//! rmi-bench [--transport tcp|inproc] [--iters N] [--repeat R]
+//! ```
+//!
+//! tcp: this process (client) and a child copy of it (server), one pool through a
+//! registry server started here, over 127.0.0.1. inproc: two Ibis instances in this
+//! process. The IPL baseline is an empty message and an empty reply between an explicit
+//! receive port and an echo thread on the server (for arrays: the array, zero-copy, and
+//! an empty reply). RMI calls: `null` runs in the skeleton's receiving thread
+//! (`#[nonblocking]`), `null_pooled` on a worker; arguments are serde values.
+//!
+//! Output: a table, then `name value unit` lines: `rmi.null.<t>.rtt_us`,
+//! `rmi.null_pooled.<t>.rtt_us`, `ipl.null.<t>.rtt_us`, `ratio.rmi_vs_ipl.<t>`,
+//! `rmi.array.<type>.<t>.MBps`, `ipl.array.bytes.<t>.MBps`, `rmi.tree.<t>.us`.
+
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use ibis_examples::{report, stats, us, Figure};
+use ibis_rmi::{remote, Rmi, RmiError};
+use ipl::{Ibis, ReadMessage, ReceivePort, SendPort};
+use serde::{Deserialize, Serialize};
+
+type Res<T> = Result<T, Box<dyn std::error::Error>>;
+
+const WAIT: Duration = Duration::from_secs(60);
+const ARRAY_BYTES: usize = 100 * 1024;
+
+/// A tree node of four ints (thesis: "a 1023-node binary tree of 4-int nodes").
+#[derive(Serialize, Deserialize, Clone)]
+struct Node {
+    v: [i32; 4],
+    left: Option<Box<Node>>,
+    right: Option<Box<Node>>,
+}
+
+fn tree(depth: u32) -> Option<Box<Node>> {
+    (depth > 0).then(|| {
+        Box::new(Node {
+            v: [depth as i32; 4],
+            left: tree(depth - 1),
+            right: tree(depth - 1),
+        })
+    })
+}
+
+#[remote]
+trait BenchService {
+    #[nonblocking]
+    fn null(&self) -> Result<(), RmiError>;
+    fn null_pooled(&self) -> Result<(), RmiError>;
+    #[nonblocking]
+    fn bytes(&self, a: &[u8]) -> Result<(), RmiError>;
+    #[nonblocking]
+    fn ints(&self, a: &[i32]) -> Result<(), RmiError>;
+    #[nonblocking]
+    fn doubles(&self, a: &[f64]) -> Result<(), RmiError>;
+    #[nonblocking]
+    fn tree(&self, t: &Node) -> Result<(), RmiError>;
+    #[oneway]
+    fn quit(&self);
+}
+
+struct Server(Mutex<Option<mpsc::Sender<()>>>);
+
+impl BenchService for Server {
+    fn null(&self) -> Result<(), RmiError> {
+        Ok(())
+    }
+    fn null_pooled(&self) -> Result<(), RmiError> {
+        Ok(())
+    }
+    fn bytes(&self, a: &[u8]) -> Result<(), RmiError> {
+        std::hint::black_box(a);
+        Ok(())
+    }
+    fn ints(&self, a: &[i32]) -> Result<(), RmiError> {
+        std::hint::black_box(a);
+        Ok(())
+    }
+    fn doubles(&self, a: &[f64]) -> Result<(), RmiError> {
+        std::hint::black_box(a);
+        Ok(())
+    }
+    fn tree(&self, t: &Node) -> Result<(), RmiError> {
+        std::hint::black_box(t);
+        Ok(())
+    }
+    fn quit(&self) {
+        if let Some(tx) = self.0.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            let _ = tx.send(());
+        }
+    }
+}
+
+struct Args {
+    transport: String,
+    iters: usize,
+    repeat: usize,
+}
+
+fn parse(v: &[String]) -> Args {
+    let mut a = Args {
+        transport: "tcp".into(),
+        iters: 5000,
+        repeat: 3,
+    };
+    let mut i = 0;
+    while i < v.len() {
+        let val = v.get(i + 1).cloned().unwrap_or_default();
+        match v[i].as_str() {
+            "--transport" => a.transport = val,
+            "--iters" => a.iters = val.parse().unwrap_or(a.iters),
+            "--repeat" => a.repeat = val.parse::<usize>().unwrap_or(a.repeat).max(1),
+            _ => {
+                eprintln!("usage: rmi-bench [--transport tcp|inproc] [--iters N] [--repeat R]");
+                std::process::exit(2);
+            }
+        }
+        i += 2;
+    }
+    a
+}
+
+fn main() {
+    ibis_examples::init_logging();
+    let argv: Vec<String> = std::env::args().skip(1).collect();
+    let r = if argv.first().map(String::as_str) == Some("__server") {
+        server_process(&argv[1..])
+    } else {
+        client(&parse(&argv))
+    };
+    if let Err(e) = r {
+        eprintln!("rmi-bench: {e}");
+        std::process::exit(1);
+    }
+}
+
+/// The server side: the benchmark object (bound as "bench") and the IPL echo thread.
+fn serve(rmi: &Rmi) -> Res<mpsc::Receiver<()>> {
+    let (tx, rx) = mpsc::channel();
+    let r = rmi.export(BenchServiceSkeleton::new(Server(Mutex::new(Some(tx)))))?;
+    rmi.bind("bench", &r)?;
+    // The IPL baseline: an echo thread on a port of the same type, replying empty.
+    let ibis = rmi.ibis();
+    let t = ibis_rmi::port_type()?;
+    let rp = ibis.create_receive_port(&t, "bench-echo")?;
+    rp.enable_connections();
+    let mut sp = ibis.create_send_port(&t, "bench-echo-reply")?;
+    std::thread::spawn(move || {
+        let mut connected = false;
+        while let Ok(mut m) = rp.receive() {
+            if !connected {
+                let origin = m.origin().ibis.clone();
+                if sp.connect_to(&origin, "bench-echo-back", WAIT).is_err() {
+                    return;
+                }
+                connected = true;
+            }
+            if m.remaining() > 0 {
+                let _ = m
+                    .read_array_ref::<u8>()
+                    .map(|a| std::hint::black_box(a.len()));
+            }
+            m.finish();
+            let ok = sp.new_message().and_then(|w| w.finish());
+            if ok.is_err() {
+                return;
+            }
+        }
+    });
+    Ok(rx)
+}
+
+fn server_process(argv: &[String]) -> Res<()> {
+    let a = parse(argv);
+    let ibis = ibis_rmi::ibis_builder()?
+        .from_env()?
+        .prefer_transport(a.transport.as_str())
+        .build()?;
+    let rmi = Rmi::start(ibis)?;
+    let quit = serve(&rmi)?;
+    let _ = quit.recv_timeout(Duration::from_secs(600));
+    rmi.end();
+    Ok(())
+}
+
+/// The client's side of the IPL baseline.
+struct Echo {
+    sp: SendPort,
+    back: ReceivePort,
+}
+
+impl Echo {
+    fn new(rmi: &Rmi, server: &ipl::IbisIdentifier) -> Res<Self> {
+        let t = ibis_rmi::port_type()?;
+        let back = rmi.ibis().create_receive_port(&t, "bench-echo-back")?;
+        back.enable_connections();
+        let mut sp = rmi.ibis().create_send_port(&t, "bench-echo-send")?;
+        sp.connect_to(server, "bench-echo", WAIT)?;
+        Ok(Echo { sp, back })
+    }
+
+    fn round_trip(&mut self, payload: Option<&[u8]>) -> Res<()> {
+        let mut w = self.sp.new_message()?;
+        if let Some(p) = payload {
+            w.write_array(p)?;
+        }
+        w.finish()?;
+        let m: ReadMessage = self.back.receive_timeout(WAIT)?;
+        m.finish();
+        Ok(())
+    }
+}
+
+fn time_calls(n: usize, mut f: impl FnMut() -> Res<()>) -> Res<Vec<Duration>> {
+    for _ in 0..n / 10 + 10 {
+        f()?;
+    }
+    let mut v = Vec::with_capacity(n);
+    for _ in 0..n {
+        let t0 = Instant::now();
+        f()?;
+        v.push(t0.elapsed());
+    }
+    Ok(v)
+}
+
+fn median(v: &[f64]) -> f64 {
+    let mut v = v.to_vec();
+    v.sort_by(|a, b| a.total_cmp(b));
+    v.get(v.len() / 2).copied().unwrap_or(0.0)
+}
+
+fn client(a: &Args) -> Res<()> {
+    let t = &a.transport;
+    // Two members: this one, and the server (a child process, or an instance here).
+    let mut child = None;
+    let mut _registry_server = None;
+    let mut local_server = None;
+    let rmi = if t == "inproc" {
+        let reg = ipl::EmbeddedRegistry::new();
+        let b = || -> Res<Ibis> {
+            Ok(ibis_rmi::ibis_builder()?
+                .pool("rmi-bench")
+                .registry(&reg)
+                .prefer_transport("inproc")
+                .build()?)
+        };
+        let server = Rmi::start(b()?)?;
+        let quit = serve(&server)?;
+        local_server = Some((server, quit));
+        Rmi::start(b()?)?
+    } else {
+        let secret = ipl_auth::PoolSecret::generate()?;
+        let reg = ipl_registry::RegistryServer::bind("127.0.0.1:0", secret.clone())?
+            .run_in_background()?;
+        let pool = format!("rmi-bench-{}", std::process::id());
+        let c = Command::new(std::env::current_exe()?)
+            .args(["__server", "--transport", t.as_str()])
+            .env("IPL_REGISTRY", reg.local_addr().to_string())
+            .env("IPL_POOL", &pool)
+            .env("IPL_POOL_SIZE", "2")
+            .env("IPL_POOL_SECRET", secret.to_hex())
+            .env("IPL_RANK", "1")
+            .stdout(Stdio::inherit())
+            .spawn()?;
+        child = Some(c);
+        let ibis = ibis_rmi::ibis_builder()?
+            .capabilities(ibis_rmi::CAPABILITIES | ipl::IbisCapabilities::CLOSED_WORLD)
+            .pool(pool.as_str())
+            .pool_size(2)
+            .name("member-0")
+            .registry_backend(Arc::new(ipl_registry::NetRegistry::connect(
+                reg.local_addr(),
+                &secret,
+                WAIT,
+            )?))
+            .secret(secret)
+            .prefer_transport(t.as_str())
+            .build()?;
+        _registry_server = Some(reg);
+        Rmi::start(ibis)?
+    };
+    // The server binds "bench" once it is up.
+    let deadline = Instant::now() + WAIT;
+    let bench = loop {
+        match rmi.lookup::<dyn BenchService>("bench") {
+            Ok(s) => break s,
+            Err(RmiError::NotBound(_)) if Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(20))
+            }
+            Err(e) => return Err(e.into()),
+        }
+    };
+    let server_id = ibis_rmi::Stub::remote_ref(&bench).member().clone();
+    let mut echo = Echo::new(&rmi, &server_id)?;
+
+    let n = a.iters;
+    let bytes = vec![7u8; ARRAY_BYTES];
+    let ints = vec![7i32; ARRAY_BYTES / 4];
+    let doubles = vec![7.0f64; ARRAY_BYTES / 8];
+    let tr = tree(10).ok_or("empty tree")?;
+    let arrays_n = (n / 5).max(50);
+    let tree_n = (n / 5).max(50);
+    let mbps = |v: &[Duration]| {
+        let total: Duration = v.iter().sum();
+        (ARRAY_BYTES * v.len()) as f64 / total.as_secs_f64() / 1e6
+    };
+    let (mut ipl_null, mut rmi_null, mut rmi_pooled, mut ratio) = (vec![], vec![], vec![], vec![]);
+    let (mut ipl_arr, mut rb, mut ri, mut rd, mut rt) = (vec![], vec![], vec![], vec![], vec![]);
+    for _ in 0..a.repeat {
+        let i = us(stats(&mut time_calls(n, || echo.round_trip(None))?).median);
+        let r = us(stats(&mut time_calls(n, || Ok(bench.null()?))?).median);
+        let p = us(stats(&mut time_calls(n, || Ok(bench.null_pooled()?))?).median);
+        ipl_null.push(i);
+        rmi_null.push(r);
+        rmi_pooled.push(p);
+        ratio.push(r / i.max(1e-9));
+        ipl_arr.push(mbps(&time_calls(arrays_n, || {
+            echo.round_trip(Some(&bytes))
+        })?));
+        rb.push(mbps(&time_calls(arrays_n, || Ok(bench.bytes(&bytes)?))?));
+        ri.push(mbps(&time_calls(arrays_n, || Ok(bench.ints(&ints)?))?));
+        rd.push(mbps(&time_calls(
+            arrays_n,
+            || Ok(bench.doubles(&doubles)?),
+        )?));
+        rt.push(us(
+            stats(&mut time_calls(tree_n, || Ok(bench.tree(&tr)?))?).median
+        ));
+    }
+    let fig = |name: String, value: f64, unit: &'static str, what: String| Figure {
+        name,
+        value,
+        unit,
+        what,
+    };
+    let figures = vec![
+        fig(
+            format!("ipl.null.{t}.rtt_us"),
+            median(&ipl_null),
+            "us",
+            format!("IPL empty message round trip, {t}"),
+        ),
+        fig(
+            format!("rmi.null.{t}.rtt_us"),
+            median(&rmi_null),
+            "us",
+            format!("RMI null call (served in the receiving thread), {t}"),
+        ),
+        fig(
+            format!("rmi.null_pooled.{t}.rtt_us"),
+            median(&rmi_pooled),
+            "us",
+            format!("RMI null call (served on a worker thread), {t}"),
+        ),
+        fig(
+            format!("ratio.rmi_vs_ipl.{t}"),
+            median(&ratio),
+            "x",
+            format!("RMI null call / IPL round trip, {t}"),
+        ),
+        fig(
+            format!("ipl.array.bytes.{t}.MBps"),
+            median(&ipl_arr),
+            "MB/s",
+            format!("IPL 100 KB byte array + empty reply, {t}"),
+        ),
+        fig(
+            format!("rmi.array.bytes.{t}.MBps"),
+            median(&rb),
+            "MB/s",
+            format!("RMI call with a 100 KB byte array, {t}"),
+        ),
+        fig(
+            format!("rmi.array.ints.{t}.MBps"),
+            median(&ri),
+            "MB/s",
+            format!("RMI call with a 100 KB int array, {t}"),
+        ),
+        fig(
+            format!("rmi.array.doubles.{t}.MBps"),
+            median(&rd),
+            "MB/s",
+            format!("RMI call with a 100 KB double array, {t}"),
+        ),
+        fig(
+            format!("rmi.tree.{t}.us"),
+            median(&rt),
+            "us",
+            format!("RMI call with a 1023-node tree (4 ints/node), {t}"),
+        ),
+    ];
+    bench.quit();
+    drop(echo);
+    rmi.end();
+    if let Some((server, quit)) = local_server {
+        let _ = quit.recv_timeout(WAIT);
+        server.end();
+    }
+    if let Some(mut c) = child {
+        let status = c.wait()?;
+        if !status.success() {
+            return Err(format!("server process failed: {status}").into());
+        }
+    }
+    report(
+        &format!(
+            "rmi-bench: transport {t}, {}; median of {} repetitions of {n} null calls \
+             ({arrays_n} array calls, {tree_n} tree calls); payload {ARRAY_BYTES} B arrays",
+            if t == "inproc" {
+                "two Ibis instances in one process"
+            } else {
+                "two processes on this host over 127.0.0.1"
+            },
+            a.repeat
+        ),
+        &figures,
+    );
+    Ok(())
+}

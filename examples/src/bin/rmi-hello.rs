@@ -1,0 +1,60 @@
+//! Hello world over RMI: a server member exports a `Hello` object and binds it in the
+//! naming registry; a client member looks it up and calls it. Both members run in this
+//! process (two Ibis instances in one pool), over the transport the IPL negotiates
+//! (`IPL_TRANSPORT=tcp` to force TCP).
+//!
+//! Usage: `rmi-hello [NAME]`. Prints the reply.
+
+use ibis_rmi::{remote, Rmi, RmiError};
+
+/// The remote interface.
+#[remote]
+trait Hello {
+    /// Greets `who`.
+    fn greet(&self, who: String) -> Result<String, RmiError>;
+}
+
+/// The server's object.
+struct Greeter {
+    member: String,
+}
+
+impl Hello for Greeter {
+    fn greet(&self, who: String) -> Result<String, RmiError> {
+        Ok(format!("Hello, {who}! (from {})", self.member))
+    }
+}
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    ibis_examples::init_logging();
+    let who = std::env::args().nth(1).unwrap_or_else(|| "world".into());
+    let registry = ipl::EmbeddedRegistry::new();
+    let secret = ipl_auth::PoolSecret::generate()?;
+    let member = |name: &str| -> Result<Rmi, Box<dyn std::error::Error>> {
+        let ibis = ibis_rmi::ibis_builder()?
+            .pool("rmi-hello")
+            .name(name)
+            .registry(&registry)
+            .secret(secret.clone())
+            .build()?;
+        Ok(Rmi::start(ibis)?)
+    };
+
+    let server = member("server")?;
+    let obj = server.export(HelloSkeleton::new(Greeter {
+        member: server.identifier().to_string(),
+    }))?;
+    server.bind("hello", &obj)?;
+
+    let client = member("client")?;
+    let hello = client.lookup::<dyn Hello>("hello")?;
+    println!("{}", hello.greet(who)?);
+    println!(
+        "transport: {}",
+        client.ibis().transport_for(&ibis_rmi::port_type()?)?
+    );
+
+    client.end();
+    server.end();
+    Ok(())
+}

@@ -1,0 +1,292 @@
+//! Every kind of call between two runtimes in one process, over the in-process transport
+//! and over TCP: blocking, async, one-way; typed remote errors; timeouts; lost servers.
+
+mod common;
+
+use std::sync::{mpsc, Arc};
+use std::time::{Duration, Instant};
+
+use common::*;
+use ibis_rmi::{Rmi, RmiError, Stub};
+
+fn service(transport: &str) -> (Rmi, Rmi, ServiceStub, Arc<()>) {
+    let (s, c) = pair(transport);
+    let r = s.export(ServiceSkeleton::new(ServiceImpl::new())).unwrap();
+    let stub = c.stub(&r).unwrap();
+    (s, c, stub, Arc::new(()))
+}
+
+#[test]
+fn blocking_calls_return_results() {
+    for t in TRANSPORTS {
+        let (s, c, stub, _) = service(t);
+        assert_eq!(stub.add(20, 22).unwrap(), 42, "{t}");
+        assert_eq!(
+            stub.concat(vec!["a".into(), "b".into(), "c".into()], "-")
+                .unwrap(),
+            "a-b-c"
+        );
+        let data: Vec<u8> = (0..100_000u32).map(|i| (i % 251) as u8).collect();
+        let want: u64 = data.iter().map(|&b| b as u64).sum();
+        assert_eq!(stub.checksum(&data).unwrap(), want, "{t}");
+        let mut n = 0;
+        let tree = Tree::build(10, &mut n).unwrap();
+        assert_eq!(n, 1023);
+        assert_eq!(stub.tree_sum(&tree).unwrap(), tree.sum(), "{t}");
+        // Many calls in a row on one stub, and a second stub to the same object.
+        let other = c.stub(&stub.remote_ref()).unwrap();
+        for i in 0..200 {
+            assert_eq!(stub.add(i, 1).unwrap(), i + 1);
+            assert_eq!(other.add(i, 2).unwrap(), i + 2);
+        }
+        c.end();
+        s.end();
+    }
+}
+
+#[test]
+fn concurrent_callers_get_their_own_replies() {
+    for t in TRANSPORTS {
+        let (s, c, stub, _) = service(t);
+        let threads: Vec<_> = (0..4)
+            .map(|k| {
+                let stub = stub.clone();
+                std::thread::spawn(move || {
+                    for i in 0..100 {
+                        assert_eq!(stub.add(k * 1000, i).unwrap(), k * 1000 + i);
+                    }
+                })
+            })
+            .collect();
+        for th in threads {
+            th.join().expect("caller thread");
+        }
+        c.end();
+        s.end();
+    }
+}
+
+#[test]
+fn calls_run_concurrently_on_the_server() {
+    for t in TRANSPORTS {
+        let (s, c) = pair(t);
+        let obj = ServiceImpl::new();
+        let (started_tx, started_rx) = mpsc::channel();
+        let (release_tx, release_rx) = mpsc::channel();
+        *obj.started.lock().unwrap() = Some(started_tx);
+        *obj.release.lock().unwrap() = Some(release_rx);
+        let r = s.export(ServiceSkeleton::new(obj)).unwrap();
+        let stub = c.stub(&r).unwrap();
+        // `hold` blocks in the server until released ...
+        let held = stub.hold_async();
+        started_rx.recv_timeout(LONG).expect("hold started");
+        // ... and meanwhile other calls are served.
+        assert_eq!(stub.add(1, 2).unwrap(), 3, "{t}");
+        release_tx.send(()).unwrap();
+        held.wait().unwrap();
+        c.end();
+        s.end();
+    }
+}
+
+#[test]
+fn async_calls_overlap_and_complete_in_any_order() {
+    for t in TRANSPORTS {
+        let (s, c, stub, _) = service(t);
+        // Futures awaited on an executor.
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let got = rt.block_on(async {
+            let slow = stub.sleep_ms_async(50);
+            let fast: Vec<_> = (0..10).map(|i| stub.add_async(i, i)).collect();
+            let mut sums = Vec::new();
+            for f in fast {
+                sums.push(f.await.unwrap());
+            }
+            (slow.await.unwrap(), sums)
+        });
+        assert_eq!(got.0, 50, "{t}");
+        assert_eq!(got.1, (0..10).map(|i| 2 * i).collect::<Vec<_>>());
+        // Futures waited for by blocking, in reverse order.
+        let pending: Vec<_> = (0..10).map(|i| stub.add_async(i, 100)).collect();
+        for (i, p) in pending.into_iter().enumerate().rev() {
+            assert_eq!(p.wait().unwrap(), i as i32 + 100);
+        }
+        // A dropped future does not disturb later calls.
+        drop(stub.sleep_ms_async(10));
+        assert_eq!(stub.add(1, 1).unwrap(), 2);
+        c.end();
+        s.end();
+    }
+}
+
+#[test]
+fn oneway_calls_arrive_without_reply() {
+    for t in TRANSPORTS {
+        let (s, c, stub, _) = service(t);
+        for i in 1..=10 {
+            stub.note(i);
+        }
+        stub.note_checked(45).unwrap();
+        // No reply to wait for: poll (bounded) until all arrived.
+        let deadline = Instant::now() + LONG;
+        while stub.noted().unwrap() != 100 {
+            assert!(Instant::now() < deadline, "one-way calls lost over {t}");
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        c.end();
+        s.end();
+    }
+}
+
+#[test]
+fn remote_application_errors_arrive_typed() {
+    for t in TRANSPORTS {
+        let (s, c) = pair(t);
+        let r: BankRef = s.export(BankSkeleton::new(Account::default())).unwrap();
+        let bank = c.stub(&r).unwrap();
+        assert_eq!(bank.deposit(30).unwrap(), 30);
+        assert_eq!(
+            bank.withdraw(50),
+            Err(BankError::Insufficient { have: 30, want: 50 }),
+            "{t}"
+        );
+        assert_eq!(bank.withdraw(10).unwrap(), 20);
+        assert_eq!(bank.balance().unwrap(), 20);
+        c.end();
+        s.end();
+    }
+}
+
+#[test]
+fn a_panicking_method_is_reported_and_the_server_survives() {
+    for t in TRANSPORTS {
+        let (s, c, stub, _) = service(t);
+        match stub.boom() {
+            Err(RmiError::Panicked(what)) => assert!(what.contains("kaboom"), "{what}"),
+            other => panic!("expected Panicked over {t}, got {other:?}"),
+        }
+        assert_eq!(stub.add(2, 3).unwrap(), 5);
+        c.end();
+        s.end();
+    }
+}
+
+#[test]
+fn a_slow_server_times_out_typed_and_later_calls_work() {
+    for t in TRANSPORTS {
+        let (s, c, stub, _) = service(t);
+        let quick = stub.with_timeout(Duration::from_millis(100));
+        assert_eq!(
+            quick.sleep_ms(1_000),
+            Err(RmiError::Timeout(Duration::from_millis(100))),
+            "{t}"
+        );
+        // An async call times out as well.
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let r = rt.block_on(quick.sleep_ms_async(1_000));
+        assert!(matches!(r, Err(RmiError::Timeout(_))), "{r:?}");
+        // The late replies are dropped; the stub goes on working.
+        assert_eq!(stub.add(1, 2).unwrap(), 3);
+        c.end();
+        s.end();
+    }
+}
+
+#[test]
+fn a_server_that_goes_away_fails_calls_in_flight_with_connection_lost() {
+    for t in TRANSPORTS {
+        let (s, c) = pair(t);
+        let obj = ServiceImpl::new();
+        let (started_tx, started_rx) = mpsc::channel();
+        let (release_tx, release_rx) = mpsc::channel::<()>();
+        *obj.started.lock().unwrap() = Some(started_tx);
+        *obj.release.lock().unwrap() = Some(release_rx);
+        let r = s.export(ServiceSkeleton::new(obj)).unwrap();
+        let stub = c.stub(&r).unwrap();
+        let caller = {
+            let stub = stub.clone();
+            std::thread::spawn(move || {
+                let t0 = Instant::now();
+                (stub.hold(), t0.elapsed())
+            })
+        };
+        started_rx.recv_timeout(LONG).expect("hold started");
+        // The server ends while the call runs (its worker is released afterwards, so
+        // that the runtime's end can join it).
+        let ender = std::thread::spawn(move || s.end());
+        let (r, took) = caller.join().unwrap();
+        assert!(
+            matches!(r, Err(RmiError::ConnectionLost(_))),
+            "over {t}: {r:?}"
+        );
+        assert!(took < Duration::from_secs(30), "took {took:?}");
+        drop(release_tx);
+        ender.join().unwrap();
+        // New calls fail too, at once.
+        assert!(stub.add(1, 1).unwrap_err().is_communication());
+        c.end();
+    }
+}
+
+#[test]
+fn calls_after_end_fail_with_ended() {
+    let (s, c, stub, _) = service("inproc");
+    c.end();
+    assert_eq!(stub.add(1, 1), Err(RmiError::Ended));
+    s.end();
+}
+
+#[test]
+fn serial_export_runs_calls_in_order_in_one_thread() {
+    for t in TRANSPORTS {
+        let (s, c) = pair(t);
+        // A Cell is not Sync: only a serial export accepts it.
+        struct Local(std::cell::Cell<i64>);
+        impl Bank for Local {
+            fn deposit(&self, amount: i64) -> Result<i64, BankError> {
+                self.0.set(self.0.get() + amount);
+                Ok(self.0.get())
+            }
+            fn withdraw(&self, amount: i64) -> Result<i64, BankError> {
+                self.deposit(-amount)
+            }
+            fn balance(&self) -> Result<i64, BankError> {
+                Ok(self.0.get())
+            }
+        }
+        let r = s
+            .export_serial(BankSkeleton::new(Local(std::cell::Cell::new(0))))
+            .unwrap();
+        let bank = c.stub(&r).unwrap();
+        let pending: Vec<_> = (1..=20).map(|i| bank.deposit_async(i)).collect();
+        let results: Vec<i64> = pending.into_iter().map(|p| p.wait().unwrap()).collect();
+        // In order: the running sums.
+        let want: Vec<i64> = (1..=20)
+            .scan(0, |acc, i| {
+                *acc += i;
+                Some(*acc)
+            })
+            .collect();
+        assert_eq!(results, want, "{t}");
+        c.end();
+        s.end();
+    }
+}
+
+#[test]
+fn unexport_withdraws_the_object() {
+    let (s, c, stub, _) = service("inproc");
+    s.unexport(&stub.remote_ref()).unwrap();
+    let e = stub.add(1, 2).unwrap_err();
+    assert!(e.is_communication(), "{e:?}");
+    assert!(matches!(
+        s.unexport(&stub.remote_ref()),
+        Err(RmiError::NotBound(_))
+    ));
+    c.end();
+    s.end();
+}

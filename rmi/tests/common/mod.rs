@@ -1,0 +1,257 @@
+//! Shared by the RMI integration tests: runtimes in one process over a chosen transport,
+//! and the test interfaces.
+#![allow(dead_code)]
+
+use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
+use std::sync::mpsc;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use ibis_rmi::{remote, RemoteRef, Rmi, RmiError};
+use serde::{Deserialize, Serialize};
+
+/// A generous bound for "soon" on a loaded machine.
+pub const LONG: Duration = Duration::from_secs(20);
+
+/// The transports every test runs over.
+pub const TRANSPORTS: [&str; 2] = ["inproc", "tcp"];
+
+/// A pool name unique in this process.
+pub fn pool(prefix: &str) -> String {
+    static N: AtomicUsize = AtomicUsize::new(0);
+    format!(
+        "{prefix}-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// `n` runtimes in one pool, in this process, over `transport`.
+pub fn runtimes(transport: &str, n: usize, builder: ibis_rmi::RmiBuilder) -> Vec<Rmi> {
+    let reg = ipl::EmbeddedRegistry::new();
+    let secret = ipl_auth::PoolSecret::generate().expect("secret");
+    let p = pool(transport);
+    (0..n)
+        .map(|i| {
+            let ibis = ibis_rmi::ibis_builder()
+                .expect("port type")
+                .pool(p.as_str())
+                .name(format!("m{i}"))
+                .registry(&reg)
+                .secret(secret.clone())
+                .prefer_transport(transport)
+                .build()
+                .expect("ibis builds");
+            builder.clone().start(ibis).expect("rmi starts")
+        })
+        .collect()
+}
+
+/// Two runtimes (server, client) with default options.
+pub fn pair(transport: &str) -> (Rmi, Rmi) {
+    let mut v = runtimes(transport, 2, Rmi::builder());
+    let c = v.pop().unwrap();
+    let s = v.pop().unwrap();
+    (s, c)
+}
+
+/// An application error type: the remote side's own failures plus the call's.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum BankError {
+    /// Not enough money.
+    Insufficient { have: i64, want: i64 },
+    /// The call itself failed.
+    Rmi(RmiError),
+}
+
+impl From<RmiError> for BankError {
+    fn from(e: RmiError) -> Self {
+        BankError::Rmi(e)
+    }
+}
+
+/// A binary tree, as an argument.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Tree {
+    pub value: i32,
+    pub left: Option<Box<Tree>>,
+    pub right: Option<Box<Tree>>,
+}
+
+impl Tree {
+    pub fn build(depth: u32, next: &mut i32) -> Option<Box<Tree>> {
+        if depth == 0 {
+            return None;
+        }
+        *next += 1;
+        let value = *next;
+        Some(Box::new(Tree {
+            value,
+            left: Tree::build(depth - 1, next),
+            right: Tree::build(depth - 1, next),
+        }))
+    }
+    pub fn sum(&self) -> i64 {
+        self.value as i64
+            + self.left.as_ref().map_or(0, |t| t.sum())
+            + self.right.as_ref().map_or(0, |t| t.sum())
+    }
+}
+
+#[remote]
+pub trait Bank {
+    fn deposit(&self, amount: i64) -> Result<i64, BankError>;
+    fn withdraw(&self, amount: i64) -> Result<i64, BankError>;
+    #[nonblocking]
+    fn balance(&self) -> Result<i64, BankError>;
+}
+
+#[derive(Default)]
+pub struct Account(pub AtomicI64);
+
+impl Bank for Account {
+    fn deposit(&self, amount: i64) -> Result<i64, BankError> {
+        Ok(self.0.fetch_add(amount, Ordering::SeqCst) + amount)
+    }
+    fn withdraw(&self, amount: i64) -> Result<i64, BankError> {
+        let have = self.0.load(Ordering::SeqCst);
+        if have < amount {
+            return Err(BankError::Insufficient { have, want: amount });
+        }
+        Ok(self.0.fetch_sub(amount, Ordering::SeqCst) - amount)
+    }
+    fn balance(&self) -> Result<i64, BankError> {
+        Ok(self.0.load(Ordering::SeqCst))
+    }
+}
+
+#[remote]
+pub trait Service {
+    fn add(&self, a: i32, b: i32) -> Result<i32, RmiError>;
+    fn concat(&self, parts: Vec<String>, sep: &str) -> Result<String, RmiError>;
+    fn checksum(&self, data: &[u8]) -> Result<u64, RmiError>;
+    fn tree_sum(&self, t: &Tree) -> Result<i64, RmiError>;
+    fn sleep_ms(&self, ms: u64) -> Result<u64, RmiError>;
+    fn boom(&self) -> Result<(), RmiError>;
+    #[oneway]
+    fn note(&self, n: i64);
+    #[oneway]
+    fn note_checked(&self, n: i64) -> Result<(), RmiError>;
+    #[nonblocking]
+    fn noted(&self) -> Result<i64, RmiError>;
+    /// Blocks until `release` is called (or 20 s pass); reports it started.
+    fn hold(&self) -> Result<(), RmiError>;
+}
+
+pub struct ServiceImpl {
+    pub noted: AtomicI64,
+    pub started: Mutex<Option<mpsc::Sender<()>>>,
+    pub release: Mutex<Option<mpsc::Receiver<()>>>,
+}
+
+impl ServiceImpl {
+    pub fn new() -> Self {
+        ServiceImpl {
+            noted: AtomicI64::new(0),
+            started: Mutex::new(None),
+            release: Mutex::new(None),
+        }
+    }
+}
+
+impl Service for ServiceImpl {
+    fn add(&self, a: i32, b: i32) -> Result<i32, RmiError> {
+        Ok(a + b)
+    }
+    fn concat(&self, parts: Vec<String>, sep: &str) -> Result<String, RmiError> {
+        Ok(parts.join(sep))
+    }
+    fn checksum(&self, data: &[u8]) -> Result<u64, RmiError> {
+        Ok(data.iter().map(|&b| b as u64).sum())
+    }
+    fn tree_sum(&self, t: &Tree) -> Result<i64, RmiError> {
+        Ok(t.sum())
+    }
+    fn sleep_ms(&self, ms: u64) -> Result<u64, RmiError> {
+        std::thread::sleep(Duration::from_millis(ms));
+        Ok(ms)
+    }
+    fn boom(&self) -> Result<(), RmiError> {
+        panic!("kaboom")
+    }
+    fn note(&self, n: i64) {
+        self.noted.fetch_add(n, Ordering::SeqCst);
+    }
+    fn note_checked(&self, n: i64) -> Result<(), RmiError> {
+        self.noted.fetch_add(n, Ordering::SeqCst);
+        Ok(())
+    }
+    fn noted(&self) -> Result<i64, RmiError> {
+        Ok(self.noted.load(Ordering::SeqCst))
+    }
+    fn hold(&self) -> Result<(), RmiError> {
+        if let Some(tx) = self.started.lock().unwrap().as_ref() {
+            let _ = tx.send(());
+        }
+        let rx = self.release.lock().unwrap().take();
+        if let Some(rx) = rx {
+            let _ = rx.recv_timeout(LONG);
+        }
+        Ok(())
+    }
+}
+
+#[remote]
+pub trait Counter {
+    fn increment(&self) -> Result<u32, RmiError>;
+    fn label(&self) -> Result<String, RmiError>;
+}
+
+pub struct CounterImpl {
+    pub label: String,
+    pub n: AtomicUsize,
+}
+
+impl Counter for CounterImpl {
+    fn increment(&self) -> Result<u32, RmiError> {
+        Ok(self.n.fetch_add(1, Ordering::SeqCst) as u32 + 1)
+    }
+    fn label(&self) -> Result<String, RmiError> {
+        Ok(self.label.clone())
+    }
+}
+
+#[remote]
+pub trait Factory {
+    /// Exports a new counter and returns its reference.
+    fn make(&self, label: String) -> Result<CounterRef, RmiError>;
+    /// Calls `increment` `times` times on the counter behind `r` (a reference passed as
+    /// an argument), returning the last value.
+    fn bump(&self, r: CounterRef, times: u32) -> Result<u32, RmiError>;
+}
+
+pub struct FactoryImpl {
+    pub rmi: Rmi,
+}
+
+impl Factory for FactoryImpl {
+    fn make(&self, label: String) -> Result<CounterRef, RmiError> {
+        self.rmi.export(CounterSkeleton::new(CounterImpl {
+            label,
+            n: AtomicUsize::new(0),
+        }))
+    }
+    fn bump(&self, r: CounterRef, times: u32) -> Result<u32, RmiError> {
+        let c = self.rmi.stub(&r)?;
+        let mut last = 0;
+        for _ in 0..times {
+            last = c.increment()?;
+        }
+        Ok(last)
+    }
+}
+
+/// A reference to something, for type checks.
+pub fn same_member<I: ?Sized>(r: &RemoteRef<I>, rmi: &Rmi) -> bool {
+    r.member() == rmi.identifier()
+}
