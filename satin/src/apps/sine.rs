@@ -7,6 +7,9 @@
 //! covers the integration benchmark's `[0, 100000]`; outside that range it falls back to
 //! the standard library. The tests compare it with libm.
 
+// The constants are written with all the digits of their published decimal forms.
+#![allow(clippy::excessive_precision)]
+
 // pi/2 = P1 + P2 + P3. P1 and P2 carry 33 significant bits each, so that k*P1 and k*P2
 // are exact for |k| < 2^20.
 const P1: f64 = 1.570_796_326_734_125_614_17e0;
