@@ -41,7 +41,7 @@ const LIMIT: f64 = 524_288.0 * core::f64::consts::FRAC_PI_2;
 /// `sin(x)`, to about one ulp for `|x| < 8e5` (libm's beyond).
 #[inline]
 pub fn sin(x: f64) -> f64 {
-    if !(x.abs() < LIMIT) {
+    if x.is_nan() || x.abs() >= LIMIT {
         return x.sin();
     }
     // 1.5 * 2^52: adding it rounds to the nearest integer, which then sits in the low
