@@ -9,3 +9,4 @@ pub mod matmul;
 pub mod noverk;
 pub mod nqueens;
 pub mod primes;
+pub mod sine;

@@ -10,21 +10,29 @@ pub const SPAWN_ROWS: usize = 4;
 /// Largest supported board.
 pub const MAX_N: usize = 32;
 
+/// The columns of row `row` attacked by the queens of the earlier rows, as a bit set.
+///
+/// Every candidate column is checked against every earlier row for the same column or a
+/// diagonal, as the algorithm prescribes; the check runs bit-parallel over the
+/// candidates (one pass over the earlier rows marks the three columns each queen
+/// attacks) instead of one candidate at a time, so the search visits the same boards in
+/// the same order without a mispredicted branch per candidate.
 #[inline]
-// The indexed loop is deliberate: the iterator form compiles to slower code here.
-#[allow(clippy::needless_range_loop)]
-fn ok(board: &[u8; MAX_N], row: usize, col: u8) -> bool {
-    // Every earlier row, first to last, for the same column or a diagonal. The test of
-    // each row is OR-ed into one flag instead of leaving at the first conflict: the loop
-    // has no data-dependent branch, which is 2.3x faster on this machine (n = 13) than
-    // the early exit, whose branch mispredicts.
-    let mut bad = false;
-    for r in 0..row.min(MAX_N) {
-        let c = board[r];
-        let d = (row - r) as u8;
-        bad |= (c == col) | (c.wrapping_add(d) == col) | (col.wrapping_add(d) == c);
+fn attacked(board: &[u8; MAX_N], row: usize) -> u64 {
+    let mut bad = 0u64;
+    for (r, &c) in board.iter().enumerate().take(row.min(MAX_N)) {
+        let d = (row - r) as u32;
+        let q = 1u64 << (c as u32 & 63);
+        bad |= q | (q << d) | (q >> d);
     }
-    !bad
+    bad
+}
+
+/// The candidate columns of row `row` that no earlier queen attacks, lowest first.
+#[inline]
+fn free_columns(board: &[u8; MAX_N], row: usize, n: usize) -> u64 {
+    let all = if n >= 64 { u64::MAX } else { (1u64 << n) - 1 };
+    !attacked(board, row) & all
 }
 
 fn seq(board: &mut [u8; MAX_N], row: usize, n: usize) -> u64 {
@@ -32,11 +40,11 @@ fn seq(board: &mut [u8; MAX_N], row: usize, n: usize) -> u64 {
         return 1;
     }
     let mut count = 0;
-    for col in 0..n as u8 {
-        if ok(board, row, col) {
-            board[row] = col;
-            count += seq(board, row + 1, n);
-        }
+    let mut free = free_columns(board, row, n);
+    while free != 0 {
+        board[row] = free.trailing_zeros() as u8;
+        free &= free - 1;
+        count += seq(board, row + 1, n);
     }
     count
 }
@@ -80,15 +88,46 @@ impl Job for NQueens {
         }
         let mut f = ctx.frame();
         let mut tickets = Vec::with_capacity(n);
-        for col in 0..n as u8 {
-            if ok(&self.board, row, col) {
-                let mut child = self;
-                child.board[row] = col;
-                child.row += 1;
-                tickets.push(f.spawn(child));
-            }
+        let mut free = free_columns(&self.board, row, n);
+        while free != 0 {
+            let mut child = self;
+            child.board[row] = free.trailing_zeros() as u8;
+            child.row += 1;
+            free &= free - 1;
+            tickets.push(f.spawn(child));
         }
         let r = f.sync();
         tickets.into_iter().map(|t| r.get(t)).sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn known_solution_counts() {
+        // OEIS A000170.
+        let known = [1u64, 0, 0, 2, 10, 4, 40, 92, 352, 724, 2680];
+        for (i, &k) in known.iter().enumerate() {
+            assert_eq!(nqueens_seq(i + 1), k, "n = {}", i + 1);
+        }
+    }
+
+    #[test]
+    fn attacked_marks_column_and_both_diagonals() {
+        let mut board = [0u8; MAX_N];
+        board[0] = 3;
+        board[1] = 7;
+        // Row 2: the queen at (0, 3) attacks columns 1, 3 and 5, the one at (1, 7)
+        // columns 6, 7 and 8.
+        assert_eq!(
+            attacked(&board, 2),
+            (1 << 1) | (1 << 3) | (1 << 5) | (1 << 6) | (1 << 7) | (1 << 8)
+        );
+        // Off the board on the left: only the column and the right diagonal remain.
+        board[0] = 0;
+        assert_eq!(attacked(&board, 1), 0b11);
+        assert_eq!(free_columns(&board, 1, 4), 0b1100);
     }
 }
