@@ -12,10 +12,13 @@
 //! Network transports are measured between two processes on this host: this process
 //! and a child copy of it, joined in one pool through a registry server started here,
 //! over 127.0.0.1. Both processes are placed by the OS on the machine's cores; receivers
-//! block (after the IPL's short poll, `IPL_SPIN_US`). The raw baseline is a plain TCP
-//! socket between the same two processes: blocking reads, TCP_NODELAY, the same message
-//! sizes, the same placement. The in-process transport is measured between two threads
-//! against a thread-to-thread channel ping-pong.
+//! block (after the IPL's short poll, `IPL_SPIN_US`). The raw baseline runs between the
+//! same two processes with the same message sizes and placement, and depends on the
+//! transport: for shm a spinning shared-memory ping-pong and stream
+//! (`ipl_transport_shm::baseline`), for quic a plain quinn ping-pong and stream
+//! (`ipl_transport_quic::baseline`), for every other transport a plain TCP socket
+//! (blocking reads, TCP_NODELAY). The in-process transport is measured between two
+//! threads against a thread-to-thread channel ping-pong.
 //!
 //! Output: a table, then lines `name value unit`:
 //! `ipl.latency.<t>.<size>B.rtt_us`, `raw.latency.<t>.<size>B.rtt_us`,
@@ -118,7 +121,7 @@ fn main() {
     let argv: Vec<String> = std::env::args().skip(1).collect();
     let result = match argv.first().map(String::as_str) {
         Some("list") => list(),
-        Some("__peer") => parse_peer(&argv[1..]).and_then(|(port, a)| peer(port, &a)),
+        Some("__peer") => parse_peer(&argv[1..]).and_then(|(spec, a)| peer(&spec, &a)),
         Some("latency" | "throughput") => {
             let a = parse_args(&argv);
             measure(&a)
@@ -131,9 +134,167 @@ fn main() {
     }
 }
 
-fn parse_peer(v: &[String]) -> Res<(u16, Args)> {
-    let port = v.first().ok_or("missing raw port")?.parse()?;
-    Ok((port, parse_args(&v[1..])))
+fn parse_peer(v: &[String]) -> Res<(String, Args)> {
+    let spec = v.first().ok_or("missing raw baseline")?.clone();
+    Ok((spec, parse_args(&v[1..])))
+}
+
+// ---- the raw baselines -------------------------------------------------------------
+
+/// One side of the raw baseline that a transport is compared with.
+enum Raw {
+    /// A plain TCP socket (tcp and every transport without a baseline of its own).
+    Tcp(TcpStream),
+    /// A spinning shared-memory ping-pong and stream (shm).
+    Shm(ipl_transport_shm::baseline::RawShm),
+    /// The measuring side of a plain quinn connection (quic).
+    QuicClient(ipl_transport_quic::baseline::RawClient),
+    /// The echoing side of a plain quinn connection (quic).
+    QuicServer(ipl_transport_quic::baseline::RawServer),
+}
+
+/// The baseline that goes with a transport.
+fn raw_kind(transport: &str) -> &'static str {
+    match transport {
+        "shm" => "shm",
+        "quic" => "quic",
+        _ => "tcp",
+    }
+}
+
+fn raw_description(kind: &str) -> &'static str {
+    match kind {
+        "shm" => "raw = spinning shared-memory ping-pong / stream, one copy per message",
+        "quic" => "raw = plain quinn ping-pong / stream (TLS 1.3), one tokio thread per side",
+        _ => "raw = plain TCP socket, blocking reads, TCP_NODELAY",
+    }
+}
+
+impl Raw {
+    /// The measuring side: median (tcp) or mean round trip in us.
+    fn latency(&mut self, size: usize, iters: usize) -> Res<f64> {
+        Ok(match self {
+            Raw::Tcp(s) => raw_latency(s, size, iters)?,
+            Raw::Shm(r) => r.latency(size, iters)?,
+            Raw::QuicClient(c) => c.latency(size, iters)?,
+            Raw::QuicServer(_) => return Err("the echoing side cannot measure".into()),
+        })
+    }
+
+    /// The measuring side: MB/s of a stream of `count` messages.
+    fn throughput(&mut self, size: usize, count: usize) -> Res<f64> {
+        Ok(match self {
+            Raw::Tcp(s) => raw_throughput(s, size, count)?,
+            Raw::Shm(r) => r.stream(size, count)?,
+            Raw::QuicClient(c) => c.throughput(size, count)?,
+            Raw::QuicServer(_) => return Err("the echoing side cannot measure".into()),
+        })
+    }
+
+    /// The peer's half of [`Raw::latency`].
+    fn echo(&mut self, size: usize, iters: usize) -> Res<()> {
+        match self {
+            Raw::Tcp(s) => {
+                let n = iters + iters / 10 + 10; // with the measurer's warm-up
+                let mut buf = vec![0u8; 4 + size];
+                for _ in 0..n {
+                    s.read_exact(&mut buf)?;
+                    s.write_all(&buf)?;
+                }
+            }
+            Raw::Shm(r) => r.echo(size, iters)?,
+            Raw::QuicServer(q) => q.echo(size, iters)?,
+            Raw::QuicClient(_) => return Err("the measuring side cannot echo".into()),
+        }
+        Ok(())
+    }
+
+    /// The peer's half of [`Raw::throughput`].
+    fn sink(&mut self, size: usize, count: usize) -> Res<()> {
+        match self {
+            Raw::Tcp(s) => {
+                let (mut hdr, mut buf) = ([0u8; 4], vec![0u8; size]);
+                for _ in 0..count {
+                    s.read_exact(&mut hdr)?;
+                    s.read_exact(&mut buf)?;
+                }
+                s.write_all(&[1])?;
+            }
+            Raw::Shm(r) => r.sink(size, count)?,
+            Raw::QuicServer(q) => q.sink(size, count)?,
+            Raw::QuicClient(_) => return Err("the measuring side cannot sink".into()),
+        }
+        Ok(())
+    }
+}
+
+/// The measuring side's set-up before the peer starts: the argument that tells the peer
+/// where the baseline is, and what to finish once the peer runs.
+enum RawSetup {
+    Tcp(TcpListener),
+    Shm(ipl_transport_shm::baseline::RawShm),
+    /// The peer serves and prints `RAW <addr>` on its standard output.
+    Quic,
+}
+
+impl RawSetup {
+    fn new(kind: &str, a: &Args) -> Res<(RawSetup, String)> {
+        Ok(match kind {
+            "shm" => {
+                let max = a.sizes.iter().copied().max().unwrap_or(1).max(8);
+                let (r, name) = ipl_transport_shm::baseline::RawShm::create(max)?;
+                (RawSetup::Shm(r), format!("shm:{name}"))
+            }
+            "quic" => (RawSetup::Quic, "quic".into()),
+            _ => {
+                let l = TcpListener::bind("127.0.0.1:0")?;
+                let port = l.local_addr()?.port();
+                (RawSetup::Tcp(l), format!("tcp:{port}"))
+            }
+        })
+    }
+
+    fn finish(self, peer_raw_addr: &mpsc::Receiver<String>) -> Res<Raw> {
+        Ok(match self {
+            RawSetup::Tcp(l) => {
+                let (sock, _) = l.accept()?;
+                sock.set_nodelay(true)?;
+                Raw::Tcp(sock)
+            }
+            RawSetup::Shm(r) => {
+                r.wait_peer()?;
+                Raw::Shm(r)
+            }
+            RawSetup::Quic => {
+                let addr = peer_raw_addr
+                    .recv_timeout(WAIT)
+                    .map_err(|_| "the peer did not report its quinn address")?;
+                Raw::QuicClient(ipl_transport_quic::baseline::RawClient::connect(
+                    addr.parse()?,
+                )?)
+            }
+        })
+    }
+}
+
+/// The peer's side of the baseline named by the measurer.
+fn raw_peer(spec: &str) -> Res<Raw> {
+    Ok(match spec.split_once(':') {
+        Some(("tcp", port)) => {
+            let s = TcpStream::connect(("127.0.0.1", port.parse::<u16>()?))?;
+            s.set_nodelay(true)?;
+            Raw::Tcp(s)
+        }
+        Some(("shm", name)) => Raw::Shm(ipl_transport_shm::baseline::RawShm::open(name)?),
+        None if spec == "quic" => {
+            let (addr, server) =
+                ipl_transport_quic::baseline::serve("127.0.0.1:0".parse()?)?;
+            println!("RAW {addr}");
+            std::io::stdout().flush()?;
+            Raw::QuicServer(server)
+        }
+        _ => return Err(format!("unknown raw baseline {spec:?}").into()),
+    })
 }
 
 /// `ipl-bench list`: every plugin, linked in or found on the search path, loaded or
@@ -226,9 +387,10 @@ fn measure(a: &Args) -> Res<()> {
     let secret = ipl_auth::PoolSecret::generate()?;
     let server =
         ipl_registry::RegistryServer::bind("127.0.0.1:0", secret.clone())?.run_in_background()?;
-    let raw = TcpListener::bind("127.0.0.1:0")?;
+    let kind = raw_kind(&transport);
+    let (setup, spec) = RawSetup::new(kind, &a)?;
     let pool = format!("ipl-bench-{}", std::process::id());
-    let mut argv = vec!["__peer".to_string(), raw.local_addr()?.port().to_string()];
+    let mut argv = vec!["__peer".to_string(), spec];
     argv.extend(to_argv(&a));
     let mut child = Command::new(std::env::current_exe()?)
         .args(&argv)
@@ -240,13 +402,18 @@ fn measure(a: &Args) -> Res<()> {
         .stdout(Stdio::piped())
         .spawn()?;
     let child_out = child.stdout.take().ok_or("no child stdout")?;
+    let (addr_tx, addr_rx) = mpsc::channel();
     std::thread::spawn(move || {
         for line in BufReader::new(child_out).lines().map_while(Result::ok) {
-            eprintln!("[peer] {line}");
+            match line.strip_prefix("RAW ") {
+                Some(addr) => {
+                    let _ = addr_tx.send(addr.to_string());
+                }
+                None => eprintln!("[peer] {line}"),
+            }
         }
     });
-    let (mut sock, _) = raw.accept()?;
-    sock.set_nodelay(true)?;
+    let mut raw = setup.finish(&addr_rx)?;
     let t = port_type(&a)?;
     let ibis = Ibis::builder()
         .pool(pool.as_str())
@@ -273,12 +440,12 @@ fn measure(a: &Args) -> Res<()> {
     for _ in 0..a.repeat {
         for (i, &size) in a.sizes.iter().enumerate() {
             let (r, x) = if a.cmd == "latency" {
-                let r = raw_latency(&mut sock, size, iters_for(&a, size))?;
+                let r = raw.latency(size, iters_for(&a, size))?;
                 let x =
                     us(stats(&mut ipl_latency(&rp, &mut sp, size, iters_for(&a, size))?).median);
                 (r, x)
             } else {
-                let r = raw_throughput(&mut sock, size, count_for(&a, size))?;
+                let r = raw.throughput(size, count_for(&a, size))?;
                 let x = ipl_throughput(&rp, &mut sp, size, count_for(&a, size))?;
                 (r, x)
             };
@@ -301,14 +468,14 @@ fn measure(a: &Args) -> Res<()> {
                 "latency",
                 "us",
                 format!("IPL {tn} {size} B round trip"),
-                format!("raw socket {size} B round trip"),
+                format!("raw {kind} {size} B round trip"),
             )
         } else {
             (
                 "throughput",
                 "MB/s",
                 format!("IPL {tn} stream of {size} B messages"),
-                format!("raw socket stream of {size} B writes"),
+                format!("raw {kind} stream of {size} B messages"),
             )
         };
         let suffix = if a.cmd == "latency" { "rtt_us" } else { "MBps" };
@@ -331,7 +498,9 @@ fn measure(a: &Args) -> Res<()> {
             what: format!("IPL / raw, {size} B (range {})", spread(&ratio_v[i])),
         });
     }
-    sock.write_all(&u32::MAX.to_le_bytes())?;
+    if let Raw::Tcp(sock) = &mut raw {
+        sock.write_all(&u32::MAX.to_le_bytes())?;
+    }
     sp.close();
     let status = child.wait()?;
     if !status.success() {
@@ -344,10 +513,10 @@ fn measure(a: &Args) -> Res<()> {
         &format!(
             "ipl-bench {}: transport {transport}, two processes on this host over 127.0.0.1, \
              placed by the OS; blocking receivers (IPL: polls up to {} us, yielding, then \
-             sleeps); raw = plain TCP socket, blocking reads, TCP_NODELAY; median of {} \
-             alternating repetitions",
+             sleeps); {}; median of {} alternating repetitions",
             a.cmd,
             std::env::var("IPL_SPIN_US").unwrap_or_else(|_| "50".into()),
+            raw_description(kind),
             a.repeat
         ),
         &figures,
@@ -456,9 +625,8 @@ fn raw_throughput(s: &mut TcpStream, size: usize, count: usize) -> Res<f64> {
 }
 
 /// The child: echoes the raw phase, then the IPL phase, following the same schedule.
-fn peer(raw_port: u16, a: &Args) -> Res<()> {
-    let mut s = TcpStream::connect(("127.0.0.1", raw_port))?;
-    s.set_nodelay(true)?;
+fn peer(raw_spec: &str, a: &Args) -> Res<()> {
+    let mut raw = raw_peer(raw_spec)?;
     let t = port_type(a)?;
     let ibis = Ibis::builder()
         .capabilities(ipl::IbisCapabilities::ELECTIONS)
@@ -467,25 +635,13 @@ fn peer(raw_port: u16, a: &Args) -> Res<()> {
         .port_type(t)
         .build()?;
     let (rp, mut sp) = pair(&ibis, &t)?;
-    let mut hdr = [0u8; 4];
-    let mut buf = Vec::new();
     for _ in 0..a.repeat {
         for &size in &a.sizes {
             // The raw phase of this size...
             if a.cmd == "latency" {
-                let n = iters_for(a, size) + iters_for(a, size) / 10 + 10;
-                buf.resize(4 + size, 0);
-                for _ in 0..n {
-                    s.read_exact(&mut buf)?;
-                    s.write_all(&buf)?;
-                }
+                raw.echo(size, iters_for(a, size))?;
             } else {
-                buf.resize(size, 0);
-                for _ in 0..count_for(a, size) {
-                    s.read_exact(&mut hdr)?;
-                    s.read_exact(&mut buf)?;
-                }
-                s.write_all(&[1])?;
+                raw.sink(size, count_for(a, size))?;
             }
             // ...then the IPL phase.
             if a.cmd == "latency" {
@@ -512,7 +668,10 @@ fn peer(raw_port: u16, a: &Args) -> Res<()> {
             }
         }
     }
-    s.read_exact(&mut hdr)?; // the measuring side is done
+    if let Raw::Tcp(s) = &mut raw {
+        let mut hdr = [0u8; 4];
+        s.read_exact(&mut hdr)?; // the measuring side is done
+    }
     while rp.receive_timeout(Duration::from_millis(100)).is_ok() {}
     sp.close();
     ibis.end()?;
