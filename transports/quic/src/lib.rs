@@ -1,1 +1,94 @@
-//! Work in progress.
+//! The QUIC transport: endpoints in other processes and on other hosts, encrypted and
+//! authenticated with TLS 1.3 (quinn + rustls with the `ring` provider), one QUIC
+//! connection per pair of endpoints carrying all their channels.
+//!
+//! **Configuration** (`key=value` lines given to `create`; unknown keys are ignored):
+//! `secret=<64 hex>` the pool's secret (required), `pool=<name>`, `bind=<ip:port>`
+//! (UDP; default `127.0.0.1:0`), `advertise=<ip>`, `max_message=<bytes>` (default 1 GiB),
+//! `idle_timeout_ms` (a peer silent this long is lost; default 10 000, keep-alives every
+//! quarter of it), `linger_ms` (how long `shutdown` waits for sent data to be
+//! acknowledged, default 10 000), `quic_threads` (runtime worker threads, default 1).
+//! **Address**: UTF-8 `ip:port/id`, `id` being the endpoint's random 64-bit id in 16 hex
+//! digits. `connect` also accepts the address with [`UNRELIABLE_SUFFIX`] appended.
+//!
+//! **Security** ([`tls`]): every member derives the same CA from the pool secret and has
+//! it sign a certificate for its endpoint id; TLS is mutual and verified with the
+//! standard webpki verifiers against that CA only. A peer without the secret fails the
+//! handshake: `connect` returns [`Refused`](ipl_transport_abi::TransportError::Refused)
+//! naming the secret, and an accepting endpoint logs a warning and drops it. There is
+//! no switch that turns verification off.
+//!
+//! **Connections and channels** (channel pairing, as in Ibis): `connect` reuses the
+//! connection to the target endpoint, whichever side opened it, and dials only when
+//! there is none. After the TLS handshake each side sends a *hello* (its endpoint id) on
+//! a unidirectional stream; the dialer's `connect` returns only after the server's hello,
+//! which the server sends only after accepting the client's certificate. Each channel is
+//! one bidirectional QUIC stream, opened with a [`wire::StreamHeader`]; messages on it
+//! are `u32` LE length-prefixed ([`wire::Decoder`]); closing a channel finishes the
+//! stream, which the peer reports as closed; a lost connection reports every channel on
+//! it lost.
+//!
+//! **Unreliable channels**: a channel opened to `address + "?unreliable"` sends each
+//! message that fits as one QUIC datagram (`u64` LE stream id of the channel, then the
+//! message), in both directions; such messages may be lost, duplicated never, reordered
+//! possibly. A message too large for a datagram goes on the channel's stream. The IPL
+//! chooses this for port types with `communication.unreliable`.
+//!
+//! **Threading**: a tokio runtime owned by the endpoint (`quic_threads` workers) runs
+//! quinn and one task per connection and per channel; host callbacks are made from those
+//! tasks through the in-flight [`Gate`](ipl_transport_abi::Gate). `send` and `connect`
+//! never use `Handle::block_on`: `send` writes to the quinn stream from the caller's
+//! thread, parking only while flow control holds it back (see `blocking`), so a callback
+//! may send too. Received messages are copied into recycled buffers
+//! ([`BufferPool`](ipl_transport_abi::BufferPool)).
+//!
+//! **Errors**: a length above `max_message`, a bad stream header or a stream that ends
+//! inside a message loses that channel (reported with the reason, the stream is reset),
+//! never the process. `shutdown` closes the gate, writes [`wire::GOODBYE`] on every
+//! channel and finishes its stream, waits up to `linger_ms` until the peers acknowledged
+//! all data sent (closing a QUIC connection discards what is unsent, and `send` returns
+//! once its bytes are queued), then closes every connection (peers report their channels
+//! lost after the last message) and stops the runtime.
+//!
+//! [`baseline`] is a plain quinn ping-pong for benchmarks.
+
+mod address;
+mod blocking;
+mod config;
+mod endpoint;
+
+pub mod baseline;
+#[doc(hidden)]
+pub mod tls;
+pub mod wire;
+
+use std::sync::{Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+pub use address::{Address, UNRELIABLE_SUFFIX};
+pub use config::{DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_MESSAGE};
+#[doc(hidden)]
+pub use endpoint::ConnectionStats;
+pub use endpoint::QuicTransport;
+
+ipl_transport_abi::declare_plugin!(
+    /// The QUIC transport's descriptor, for static linking.
+    pub static PLUGIN = QuicTransport;
+);
+
+/// Locks a mutex, ignoring poisoning (no invariant of ours spans a panic).
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+pub(crate) fn read_lock<T>(l: &RwLock<T>) -> RwLockReadGuard<'_, T> {
+    l.read().unwrap_or_else(|p| p.into_inner())
+}
+
+pub(crate) fn write_lock<T>(l: &RwLock<T>) -> RwLockWriteGuard<'_, T> {
+    l.write().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The README example, compiled and run as a doc test.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctest;

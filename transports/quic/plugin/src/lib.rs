@@ -1,1 +1,8 @@
-//! Work in progress.
+//! The QUIC transport packaged as a plugin library (`libipl_plugin_quic.so`), found at
+//! run time by the IPL's plugin loader like any other transport.
+//!
+//! The transport itself lives in `ipl-transport-quic`; this crate only exports its
+//! descriptor as the entry symbol. It is a crate of its own so that programs linking the
+//! transport statically never carry the entry symbol.
+
+ipl_transport_abi::export_plugin!(ipl_transport_quic::PLUGIN);

@@ -1,0 +1,224 @@
+//! The endpoint's `key=value` configuration.
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::time::Duration;
+
+use ipl_auth::PoolSecret;
+use ipl_transport_abi::TransportError;
+
+/// Default `max_message`: 1 GiB.
+pub const DEFAULT_MAX_MESSAGE: u32 = 1 << 30;
+
+/// Default `idle_timeout`: a peer silent this long (no keep-alive either) is lost.
+pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Default `linger_ms`: how long `shutdown` waits for sent data to be acknowledged.
+pub const DEFAULT_LINGER: Duration = Duration::from_secs(10);
+
+/// A parsed configuration.
+#[derive(Debug, Clone)]
+pub(crate) struct Config {
+    pub secret: PoolSecret,
+    pub pool: String,
+    pub bind: SocketAddr,
+    pub advertise: Option<IpAddr>,
+    pub max_message: u32,
+    pub idle_timeout: Duration,
+    pub linger: Duration,
+    pub threads: usize,
+}
+
+fn invalid(msg: String) -> TransportError {
+    TransportError::InvalidArgument(msg)
+}
+
+impl Config {
+    /// Parses `key=value` lines; blank lines and `#` comments are skipped, unknown keys
+    /// ignored (the same configuration may serve several transports).
+    pub fn parse(text: &str) -> Result<Self, TransportError> {
+        let mut secret = None;
+        let mut pool = String::new();
+        let mut bind = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 0);
+        let mut advertise = None;
+        let mut max_message = DEFAULT_MAX_MESSAGE;
+        let mut idle_timeout = DEFAULT_IDLE_TIMEOUT;
+        let mut linger = DEFAULT_LINGER;
+        let mut threads = 1;
+        for line in text.lines() {
+            let line = line.trim();
+            if line.is_empty() || line.starts_with('#') {
+                continue;
+            }
+            let (key, value) = line
+                .split_once('=')
+                .ok_or_else(|| invalid(format!("quic config: line {line:?} is not key=value")))?;
+            let (key, value) = (key.trim(), value.trim());
+            match key {
+                "secret" => {
+                    secret = Some(PoolSecret::from_hex(value).map_err(|e| {
+                        invalid(format!("quic config: secret: {e} (64 hex digits expected)"))
+                    })?)
+                }
+                "pool" => pool = value.to_string(),
+                "bind" => {
+                    bind = value.parse().map_err(|_| {
+                        invalid(format!("quic config: bind={value:?} is not ip:port"))
+                    })?
+                }
+                "advertise" => {
+                    let ip: IpAddr = value.parse().map_err(|_| {
+                        invalid(format!(
+                            "quic config: advertise={value:?} is not an IP address"
+                        ))
+                    })?;
+                    if ip.is_unspecified() {
+                        return Err(invalid(format!(
+                            "quic config: advertise={value:?} cannot be reached by peers"
+                        )));
+                    }
+                    advertise = Some(ip);
+                }
+                "max_message" => {
+                    max_message = value
+                        .parse::<u32>()
+                        .ok()
+                        .filter(|&n| n > 0 && n < crate::wire::GOODBYE)
+                        .ok_or_else(|| {
+                            invalid(format!(
+                                "quic config: max_message={value:?} must be 1..={} bytes",
+                                crate::wire::GOODBYE - 1
+                            ))
+                        })?
+                }
+                "idle_timeout_ms" => {
+                    idle_timeout = value
+                        .parse::<u64>()
+                        .ok()
+                        .filter(|&n| (100..=3_600_000).contains(&n))
+                        .map(Duration::from_millis)
+                        .ok_or_else(|| {
+                            invalid(format!(
+                                "quic config: idle_timeout_ms={value:?} must be 100..=3600000"
+                            ))
+                        })?
+                }
+                "linger_ms" => {
+                    linger = value
+                        .parse::<u64>()
+                        .ok()
+                        .filter(|&n| n <= 3_600_000)
+                        .map(Duration::from_millis)
+                        .ok_or_else(|| {
+                            invalid(format!(
+                                "quic config: linger_ms={value:?} must be 0..=3600000"
+                            ))
+                        })?
+                }
+                "quic_threads" => {
+                    threads = value
+                        .parse::<usize>()
+                        .ok()
+                        .filter(|n| (1..=64).contains(n))
+                        .ok_or_else(|| {
+                            invalid(format!(
+                                "quic config: quic_threads={value:?} must be 1..=64"
+                            ))
+                        })?
+                }
+                other => tracing::debug!(key = other, "quic config: ignoring unknown key"),
+            }
+        }
+        let secret = secret.ok_or_else(|| {
+            invalid(format!(
+                "quic transport: no pool secret configured: add secret=<64 hex digits> to the \
+                 transport configuration (the pool's secret, as in {}); the pool's TLS \
+                 certificates are derived from it",
+                ipl_auth::SECRET_ENV
+            ))
+        })?;
+        Ok(Config {
+            secret,
+            pool,
+            bind,
+            advertise,
+            max_message,
+            idle_timeout,
+            linger,
+            threads,
+        })
+    }
+
+    /// The IP peers should dial, given the address actually bound.
+    pub fn advertised_ip(&self, bound: &SocketAddr) -> IpAddr {
+        match self.advertise {
+            Some(ip) => ip,
+            None => match bound.ip() {
+                IpAddr::V4(ip) if ip.is_unspecified() => IpAddr::V4(Ipv4Addr::LOCALHOST),
+                IpAddr::V6(ip) if ip.is_unspecified() => IpAddr::V6(Ipv6Addr::LOCALHOST),
+                ip => ip,
+            },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const S: &str = "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff";
+
+    #[test]
+    fn defaults_and_keys() {
+        let c = Config::parse(&format!("secret={S}\n# comment\n\nfoo=bar\n")).unwrap();
+        assert_eq!(c.bind, "127.0.0.1:0".parse().unwrap());
+        assert_eq!(c.max_message, DEFAULT_MAX_MESSAGE);
+        assert_eq!(c.idle_timeout, DEFAULT_IDLE_TIMEOUT);
+        assert_eq!(c.threads, 1);
+        assert_eq!(c.linger, DEFAULT_LINGER);
+        let c = Config::parse(&format!(
+            " secret = {S} \npool=p1\nbind=0.0.0.0:0\nmax_message=1024\nidle_timeout_ms=500\nquic_threads=2\nlinger_ms=0"
+        ))
+        .unwrap();
+        assert_eq!(c.pool, "p1");
+        assert_eq!(c.max_message, 1024);
+        assert_eq!(c.idle_timeout, Duration::from_millis(500));
+        assert_eq!(c.threads, 2);
+        assert_eq!(c.linger, Duration::ZERO);
+        assert_eq!(
+            c.advertised_ip(&"0.0.0.0:5".parse().unwrap()),
+            IpAddr::V4(Ipv4Addr::LOCALHOST)
+        );
+        let c = Config::parse(&format!("secret={S}\nadvertise=10.1.2.3")).unwrap();
+        assert_eq!(
+            c.advertised_ip(&"0.0.0.0:5".parse().unwrap()),
+            "10.1.2.3".parse::<IpAddr>().unwrap()
+        );
+    }
+
+    #[test]
+    fn malformed_values_are_invalid_arguments() {
+        for bad in [
+            String::new(),
+            "pool=x".to_string(),
+            "secret=abc".to_string(),
+            format!("secret={S}\nbind=localhost"),
+            format!("secret={S}\nadvertise=0.0.0.0"),
+            format!("secret={S}\nmax_message=0"),
+            format!("secret={S}\nmax_message=99999999999"),
+            format!("secret={S}\nmax_message=4294967295"),
+            format!("secret={S}\nidle_timeout_ms=5"),
+            format!("secret={S}\nquic_threads=0"),
+            format!("secret={S}\nlinger_ms=-1"),
+            format!("secret={S}\njunk"),
+        ] {
+            let e = Config::parse(&bad).unwrap_err();
+            assert!(
+                matches!(e, TransportError::InvalidArgument(_)),
+                "{bad:?}: {e:?}"
+            );
+        }
+        let e = Config::parse("pool=x").unwrap_err();
+        assert!(e.detail().contains("IPL_POOL_SECRET"), "{e}");
+        assert!(e.detail().contains("no pool secret"), "{e}");
+    }
+}
