@@ -1,0 +1,475 @@
+//! Travelling salesperson, branch and bound, with the global bound as a RepMI replicated
+//! object (thesis 2.7.7 and figure 5.4).
+//!
+//! `tsp [N] [--members P] [--seed S] [--depth D] [--read-every R] [--seq] [--check]`
+//! (defaults N = 13 cities, P = 4 members, S = 1, D = 3, R = 16)
+//!
+//! The cities are random points (from the seed) on a 1000 x 1000 grid with rounded
+//! Euclidean distances; tours start and end in city 0. The search space is split into
+//! jobs, one per route prefix of D cities. The replicated object `Search` holds the best
+//! tour length found so far *and* the job counter: a member takes its next job with a
+//! totally ordered write (a fetch-and-add that every replica applies in the same
+//! order, so no job is given twice), reads the bound locally for every pruning
+//! decision (every R search nodes; R = 1 reads it at every node as thesis figure 5.4
+//! does), and writes a better bound when it completes a shorter tour (the
+//! non-deterministic version: the bound starts unknown).
+//!
+//! Runs in this process with P Ibis instances (default, one command), or under
+//! `ipl-run -n P -- tsp ...` with one member per process (member 0 prints). `--seq` runs
+//! the sequential search only; `--check` runs both and fails (exit 1) unless the optimal
+//! lengths are equal.
+
+use std::error::Error;
+use std::time::{Duration, Instant};
+
+use ibis_repmi::{declare, Options, Replica, Replicated};
+use ipl::{EmbeddedRegistry, Ibis, IbisBuilder, IbisCapabilities as C};
+use serde::{Deserialize, Serialize};
+
+type Res<T> = Result<T, Box<dyn Error + Send + Sync>>;
+
+const WAIT: Duration = Duration::from_secs(600);
+
+/// splitmix64.
+fn mix(mut x: u64) -> u64 {
+    x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    x ^ (x >> 31)
+}
+
+/// The problem: distances, each city's neighbours nearest first, and each city's
+/// cheapest outgoing edge (for the lower bound).
+struct Problem {
+    n: usize,
+    dist: Vec<Vec<u32>>,
+    near: Vec<Vec<usize>>,
+    min_out: Vec<u32>,
+}
+
+impl Problem {
+    fn new(n: usize, seed: u64) -> Self {
+        let pts: Vec<(f64, f64)> = (0..n as u64)
+            .map(|i| {
+                let r = mix(seed ^ mix(i));
+                ((r % 1000) as f64, ((r >> 20) % 1000) as f64)
+            })
+            .collect();
+        let dist: Vec<Vec<u32>> = pts
+            .iter()
+            .map(|a| {
+                pts.iter()
+                    .map(|b| ((a.0 - b.0).hypot(a.1 - b.1)).round() as u32)
+                    .collect()
+            })
+            .collect();
+        let near = (0..n)
+            .map(|c| {
+                let mut v: Vec<usize> = (0..n).filter(|&o| o != c).collect();
+                v.sort_by_key(|&o| (dist[c][o], o));
+                v
+            })
+            .collect();
+        let min_out = (0..n)
+            .map(|c| {
+                (0..n)
+                    .filter(|&o| o != c)
+                    .map(|o| dist[c][o])
+                    .min()
+                    .unwrap_or(0)
+            })
+            .collect();
+        Problem {
+            n,
+            dist,
+            near,
+            min_out,
+        }
+    }
+
+    /// Depth-first branch and bound below a partial route ending in `last`, which has
+    /// visited the cities in `visited`. `bound()` is the best known length; `found` is
+    /// told about shorter complete tours and returns the new bound.
+    fn search(
+        &self,
+        last: usize,
+        visited: u64,
+        length: u32,
+        rest_min: u32,
+        bound: &mut dyn FnMut() -> u32,
+        found: &mut dyn FnMut(u32) -> u32,
+    ) -> u64 {
+        // Every remaining city, and `last`, must still be left once.
+        if length + rest_min + self.min_out[last] >= bound() {
+            return 1;
+        }
+        let mut nodes = 1;
+        if visited.count_ones() as usize == self.n {
+            let tour = length + self.dist[last][0];
+            if tour < bound() {
+                found(tour);
+            }
+            return nodes;
+        }
+        for &c in &self.near[last] {
+            if visited & (1 << c) == 0 {
+                nodes += self.search(
+                    c,
+                    visited | (1 << c),
+                    length + self.dist[last][c],
+                    rest_min - self.min_out[c],
+                    bound,
+                    found,
+                );
+            }
+        }
+        nodes
+    }
+
+    fn all_min(&self, visited: u64) -> u32 {
+        (0..self.n)
+            .filter(|c| visited & (1 << c) == 0)
+            .map(|c| self.min_out[c])
+            .sum()
+    }
+
+    /// The jobs: every route prefix 0, c1, .., c(depth-1) of distinct cities, shortest
+    /// first.
+    fn jobs(&self, depth: usize) -> Vec<Vec<usize>> {
+        let mut out = vec![vec![0]];
+        for _ in 1..depth.clamp(1, self.n) {
+            out = out
+                .into_iter()
+                .flat_map(|p| {
+                    (1..self.n)
+                        .filter(|c| !p.contains(c))
+                        .map(|c| {
+                            let mut q = p.clone();
+                            q.push(c);
+                            q
+                        })
+                        .collect::<Vec<_>>()
+                })
+                .collect();
+        }
+        // Shortest prefixes first: good tours (and a tight bound) come early.
+        out.sort_by_key(|p| p.windows(2).map(|w| self.dist[w[0]][w[1]]).sum::<u32>());
+        out
+    }
+
+    /// Searches below one prefix.
+    fn search_prefix(
+        &self,
+        prefix: &[usize],
+        bound: &mut dyn FnMut() -> u32,
+        found: &mut dyn FnMut(u32) -> u32,
+    ) -> u64 {
+        let visited = prefix.iter().fold(0u64, |v, &c| v | (1 << c));
+        let length = prefix.windows(2).map(|w| self.dist[w[0]][w[1]]).sum();
+        let last = *prefix.last().unwrap_or(&0);
+        self.search(last, visited, length, self.all_min(visited), bound, found)
+    }
+
+    fn sequential(&self) -> (u32, u64) {
+        let best = std::cell::Cell::new(u32::MAX);
+        let nodes = self.search_prefix(&[0], &mut || best.get(), &mut |t| {
+            best.set(t);
+            t
+        });
+        (best.get(), nodes)
+    }
+}
+
+/// The replicated search state: the global minimum (figure 5.4) and the job counter.
+#[derive(Serialize, Deserialize)]
+struct Search {
+    best: u32,
+    next_job: u32,
+    finished: u32,
+    improvements: u32,
+}
+
+#[derive(Serialize, Deserialize)]
+enum SearchOp {
+    /// `set(new_val)`: keep the smaller. Returns the bound after it.
+    Improve(u32),
+    /// Take the next job. Returns its number.
+    TakeJob,
+    /// This member has no more jobs. Returns how many members are finished.
+    Finished,
+}
+
+impl Replicated for Search {
+    type Op = SearchOp;
+    type Output = u32;
+    fn apply(&mut self, op: &SearchOp) -> u32 {
+        match op {
+            SearchOp::Improve(v) => {
+                if *v < self.best {
+                    self.best = *v;
+                    self.improvements += 1;
+                }
+                self.best
+            }
+            SearchOp::TakeJob => {
+                self.next_job += 1;
+                self.next_job - 1
+            }
+            SearchOp::Finished => {
+                self.finished += 1;
+                self.finished
+            }
+        }
+    }
+}
+
+struct MemberOut {
+    best: u32,
+    nodes: u64,
+    jobs: u64,
+    improvements: u32,
+    secs: f64,
+}
+
+fn member(
+    ibis: &Ibis,
+    size: usize,
+    prob: &Problem,
+    depth: usize,
+    read_every: u32,
+) -> Res<MemberOut> {
+    let opts = Options::default().timeout(Duration::from_secs(120));
+    let search = Replica::join_with(
+        ibis,
+        "tsp",
+        || Search {
+            best: u32::MAX,
+            next_job: 0,
+            finished: 0,
+            improvements: 0,
+        },
+        opts,
+    )?;
+    let jobs = prob.jobs(depth);
+    let start = Instant::now();
+    let (mut nodes, mut taken) = (0u64, 0u64);
+    let mut failure = None;
+    let cache = std::cell::Cell::new((u32::MAX, 0u32));
+    loop {
+        let j = search.write(SearchOp::TakeJob)? as usize;
+        let Some(prefix) = jobs.get(j) else { break };
+        taken += 1;
+        nodes += prob.search_prefix(
+            prefix,
+            &mut || {
+                // A local read of the replica every `read_every` nodes; a bound that is a
+                // little stale only prunes less (it never grows).
+                let (bound, left) = cache.get();
+                if left == 0 {
+                    let b = search.read(|s| s.best);
+                    cache.set((b, read_every - 1));
+                    b
+                } else {
+                    cache.set((bound, left - 1));
+                    bound
+                }
+            },
+            &mut |t| match search.write(SearchOp::Improve(t)) {
+                Ok(b) => {
+                    cache.set((b, read_every - 1));
+                    b
+                }
+                Err(e) => {
+                    failure.get_or_insert(e);
+                    t
+                }
+            },
+        );
+        if let Some(e) = failure.take() {
+            return Err(e.into());
+        }
+    }
+    search.write(SearchOp::Finished)?;
+    // Every member's improvements are ordered before its Finished.
+    search.wait_for(|s| s.finished as usize >= size, WAIT)?;
+    let secs = start.elapsed().as_secs_f64();
+    let (best, improvements) = search.read(|s| (s.best, s.improvements));
+    // Nobody leaves (and takes the sequencer away) before everybody has read the result.
+    search.write(SearchOp::Finished)?;
+    search.wait_for(|s| s.finished as usize >= 2 * size, WAIT)?;
+    Ok(MemberOut {
+        best,
+        nodes,
+        jobs: taken,
+        improvements,
+        secs,
+    })
+}
+
+fn builder() -> IbisBuilder {
+    declare(Ibis::builder().capabilities(C::MEMBERSHIP | C::ELECTIONS))
+}
+
+fn rank_of(ibis: &Ibis) -> Res<(usize, usize)> {
+    ibis.registry()
+        .wait_until_pool_closed(Some(Duration::from_secs(120)))?;
+    let members = ibis.registry().members()?;
+    let rank = members
+        .iter()
+        .position(|m| m == ibis.identifier())
+        .ok_or("this member is not in the pool")?;
+    Ok((rank, members.len()))
+}
+
+struct Args {
+    n: usize,
+    members: usize,
+    seed: u64,
+    depth: usize,
+    read_every: u32,
+    seq_only: bool,
+    check: bool,
+}
+
+fn parse() -> Res<Args> {
+    let mut a = Args {
+        n: 13,
+        members: 4,
+        seed: 1,
+        depth: 3,
+        read_every: 16,
+        seq_only: false,
+        check: false,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(s) = it.next() {
+        let mut val = |name: &str| -> Res<u64> {
+            let v = it.next().ok_or(format!("{name} needs a value"))?;
+            Ok(v.parse()
+                .map_err(|_| format!("{name}: {v:?} is not a number"))?)
+        };
+        match s.as_str() {
+            "--members" => a.members = val("--members")? as usize,
+            "--seed" => a.seed = val("--seed")?,
+            "--depth" => a.depth = val("--depth")? as usize,
+            "--read-every" => a.read_every = (val("--read-every")? as u32).max(1),
+            "--seq" => a.seq_only = true,
+            "--check" => a.check = true,
+            "-h" | "--help" => {
+                println!("tsp [N] [--members P] [--seed S] [--depth D] [--read-every R] [--seq] [--check]");
+                std::process::exit(0);
+            }
+            n => a.n = n.parse().map_err(|_| format!("unknown argument {n:?}"))?,
+        }
+    }
+    if !(2..=63).contains(&a.n) || a.members == 0 {
+        return Err("N must be in 2..=63 and P positive".into());
+    }
+    Ok(a)
+}
+
+fn main() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+    match run() {
+        Ok(true) => {}
+        Ok(false) => std::process::exit(1),
+        Err(e) => {
+            eprintln!("tsp: {e}");
+            std::process::exit(1);
+        }
+    }
+}
+
+fn run() -> Res<bool> {
+    let a = parse()?;
+    let prob = Problem::new(a.n, a.seed);
+    let seq = if a.seq_only || a.check {
+        let t = Instant::now();
+        let (best, nodes) = prob.sequential();
+        let secs = t.elapsed().as_secs_f64();
+        println!(
+            "tsp n={} seed={} sequential: shortest tour {best} ({nodes} nodes) time {secs:.3} s",
+            a.n, a.seed
+        );
+        println!("tsp_seq_time {secs:.6} s");
+        Some(best)
+    } else {
+        None
+    };
+    if a.seq_only {
+        return Ok(true);
+    }
+    let pooled = std::env::var("IPL_POOL").is_ok_and(|v| !v.is_empty());
+    let (outs, size, print) = if pooled {
+        let ibis = builder().from_env()?.build()?;
+        let (rank, size) = rank_of(&ibis)?;
+        let out = member(&ibis, size, &prob, a.depth, a.read_every)?;
+        ibis.end()?;
+        (vec![out], size, rank == 0)
+    } else {
+        let reg = EmbeddedRegistry::new();
+        let pool = format!("tsp-{}", std::process::id());
+        let prob = &prob;
+        let members = a.members;
+        let depth = a.depth;
+        let read_every = a.read_every;
+        let outs = std::thread::scope(|s| -> Res<Vec<MemberOut>> {
+            let threads: Vec<_> = (0..members)
+                .map(|_| {
+                    let (reg, pool) = (reg.clone(), pool.clone());
+                    s.spawn(move || -> Res<MemberOut> {
+                        let ibis = builder()
+                            .pool(pool)
+                            .registry(&reg)
+                            .capabilities(C::MEMBERSHIP | C::ELECTIONS | C::CLOSED_WORLD)
+                            .pool_size(members)
+                            .build()?;
+                        let (_, size) = rank_of(&ibis)?;
+                        member(&ibis, size, prob, depth, read_every)
+                    })
+                })
+                .collect();
+            let mut outs = Vec::new();
+            for t in threads {
+                outs.push(t.join().map_err(|_| "a member panicked")??);
+            }
+            Ok(outs)
+        })?;
+        (outs, members, true)
+    };
+    let best = outs[0].best;
+    if outs.iter().any(|o| o.best != best) {
+        println!("members disagree on the bound: FAILED");
+        return Ok(false);
+    }
+    if print {
+        let secs = outs.iter().map(|o| o.secs).fold(0.0, f64::max);
+        let nodes: u64 = outs.iter().map(|o| o.nodes).sum();
+        let jobs: Vec<u64> = outs.iter().map(|o| o.jobs).collect();
+        println!(
+            "tsp n={} seed={} parallel ({}) members={size}: shortest tour {best} ({} nodes here, jobs per member here {jobs:?}, {} bound updates) time {secs:.3} s",
+            a.n,
+            a.seed,
+            if pooled { "processes" } else { "in-process" },
+            nodes,
+            outs[0].improvements,
+        );
+        println!("tsp_time {secs:.6} s");
+        println!("tsp_length {best} length");
+    }
+    if let Some(s) = seq {
+        if s != best {
+            println!("check: FAILED: parallel {best} != sequential {s}");
+            return Ok(false);
+        }
+        if print {
+            println!("check: ok (parallel == sequential == {s})");
+        }
+    }
+    Ok(true)
+}
