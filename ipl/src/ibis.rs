@@ -386,9 +386,36 @@ pub fn default_registry() -> EmbeddedRegistry {
     REG.get_or_init(EmbeddedRegistry::new).clone()
 }
 
-/// The transports linked into this build: in-process and TCP.
+/// Descriptors registered with [`register_static_plugin`].
+static REGISTERED: Mutex<Vec<&'static ipl_transport_abi::ffi::PluginDescriptor>> =
+    Mutex::new(Vec::new());
+
+/// Adds a transport linked into the program (its crate's `PLUGIN` descriptor) to
+/// [`static_plugins`], so that every Ibis built afterwards in this process can use it
+/// without finding its plugin library on the search path. Registering the same
+/// descriptor twice has no effect.
+///
+/// ```
+/// // A program that links the transport crate registers it once, at start:
+/// // ipl::register_static_plugin(&ipl_transport_shm::PLUGIN);
+/// ipl::register_static_plugin(&ipl_transport_inproc::PLUGIN); // already built in: no-op
+/// assert_eq!(ipl::static_plugins().iter().filter(|p| p.name() == "inproc").count(), 1);
+/// ```
+pub fn register_static_plugin(desc: &'static ipl_transport_abi::ffi::PluginDescriptor) {
+    let mut r = lock(&REGISTERED);
+    if !r.iter().any(|d| std::ptr::eq(*d, desc)) {
+        r.push(desc);
+    }
+}
+
+/// The transports linked into this build: in-process and TCP, then those registered
+/// with [`register_static_plugin`] (a name already present is skipped).
 pub fn static_plugins() -> Vec<Plugin> {
-    [&ipl_transport_inproc::PLUGIN, &ipl_transport_tcp::PLUGIN]
+    let mut descs: Vec<&'static ipl_transport_abi::ffi::PluginDescriptor> =
+        vec![&ipl_transport_inproc::PLUGIN, &ipl_transport_tcp::PLUGIN];
+    descs.extend(lock(&REGISTERED).iter().copied());
+    let mut plugins: Vec<Plugin> = Vec::new();
+    for p in descs
         .into_iter()
         .filter_map(|d| match Plugin::from_static(d) {
             Ok(p) => Some(p),
@@ -397,7 +424,12 @@ pub fn static_plugins() -> Vec<Plugin> {
                 None
             }
         })
-        .collect()
+    {
+        if !plugins.iter().any(|q| q.name() == p.name()) {
+            plugins.push(p);
+        }
+    }
+    plugins
 }
 
 /// The statically linked transports, then every plugin found on the search path

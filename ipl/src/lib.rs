@@ -66,7 +66,8 @@ mod send_port;
 pub use capabilities::{IbisCapabilities, PortCapabilities};
 pub use error::{IplError, Result};
 pub use ibis::{
-    default_plugins, default_registry, static_plugins, Ibis, IbisBuilder, ReceivePortBuilder,
+    default_plugins, default_registry, register_static_plugin, static_plugins, Ibis, IbisBuilder,
+    ReceivePortBuilder,
 };
 pub use identifiers::{ReceivePortIdentifier, SendPortIdentifier};
 pub use ipl_registry::{

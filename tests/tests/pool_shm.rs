@@ -1,10 +1,8 @@
 //! The pool scenarios of `pool.rs` (see `ipl-pool-check`), with every member on the
 //! shared-memory transport (`IPL_TRANSPORT=shm`). A member whose preferred transport is
 //! unavailable or lacks a capability fails to start, so a passing pool ran on shm.
-//!
-//! The plugin library must be built (`cargo build -p ipl-plugin-shm`; `cargo test
-//! --workspace` builds it) so that the members find `libipl_plugin_shm.so` next to
-//! their executable.
+//! `ipl-pool-check` links the transport in and registers it
+//! (`ipl::register_static_plugin`), so no plugin library needs to be built first.
 
 use std::time::Duration;
 

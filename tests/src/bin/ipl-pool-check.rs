@@ -55,6 +55,9 @@ fn main() {
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .try_init();
+    // Linked in, so that `IPL_TRANSPORT=shm|quic` works without plugin libraries.
+    ipl::register_static_plugin(&ipl_transport_shm::PLUGIN);
+    ipl::register_static_plugin(&ipl_transport_quic::PLUGIN);
     let scenario = std::env::args().nth(1).unwrap_or_default();
     match run(&scenario) {
         Ok(()) => println!("{scenario}: ok"),
