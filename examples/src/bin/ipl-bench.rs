@@ -287,8 +287,7 @@ fn raw_peer(spec: &str) -> Res<Raw> {
         }
         Some(("shm", name)) => Raw::Shm(ipl_transport_shm::baseline::RawShm::open(name)?),
         None if spec == "quic" => {
-            let (addr, server) =
-                ipl_transport_quic::baseline::serve("127.0.0.1:0".parse()?)?;
+            let (addr, server) = ipl_transport_quic::baseline::serve("127.0.0.1:0".parse()?)?;
             println!("RAW {addr}");
             std::io::stdout().flush()?;
             Raw::QuicServer(server)
