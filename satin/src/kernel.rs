@@ -12,15 +12,6 @@
 //!   crossbeam deque (owner LIFO, thieves FIFO). The most recently spawned child of a
 //!   frame is *held* in the frame until the next spawn or the sync, which runs it first
 //!   (it is the LIFO end anyway); only held-back children are not stealable.
-//! - Frames nested deeper than [`eager_depth`] (their jobs are small) are *lazy*: their
-//!   children go to the worker's private stack, with no atomic operation or fence, and
-//!   are published on the deque only on demand. A thief that finds a worker's deque
-//!   empty raises the worker's `wanted` flag; the worker, at its next spawn or at a
-//!   child run by a sync, moves its oldest private child to the deque (work stealing
-//!   with private deques, Acar, Charguéraud and Rainey, PPoPP 2013). The price is that
-//!   a worker in a long sequential stretch answers only at its next spawn or sync, as
-//!   the Java Satin answers steal requests at its poll points; shallow frames, whose
-//!   jobs are the large ones, publish at once.
 //! - The record lives until the frame that spawned it has been synced and its results
 //!   are dead. Frames are strictly nested on a worker's stack, a job runs to completion
 //!   on one thread, and a frame never returns (not even by unwinding) while one of its
@@ -32,8 +23,7 @@
 //!   that spawned it until that frame's list is released; a released record is only in
 //!   the free list.
 //! - I2: the slot of a record is accessed by exactly one thread at a time: the spawning
-//!   thread until the record is published on the deque (a record on the private stack
-//!   is not published); then the single thread that
+//!   thread until the record is published on the deque; then the single thread that
 //!   popped/stole it (crossbeam hands each element to exactly one taker) until it
 //!   stores `DONE` with `Release`; then the spawning thread again after it observed
 //!   `DONE` with `Acquire` (or after it ran the record itself).
@@ -52,7 +42,6 @@ use crate::Job;
 use crossbeam_deque::{Steal, Worker};
 use std::any::Any;
 use std::cell::UnsafeCell;
-use std::collections::VecDeque;
 use std::marker::PhantomData;
 use std::mem::{self, MaybeUninit};
 use std::panic::{self, AssertUnwindSafe};
@@ -280,18 +269,6 @@ impl RecordPool {
     }
 }
 
-/// Frames nested deeper than this are lazy (see the module documentation):
-/// `SATIN_EAGER_DEPTH`, default 6 (the top 6 levels of fib publish at once, 64 frames).
-pub(crate) fn eager_depth() -> u32 {
-    static D: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
-    *D.get_or_init(|| {
-        std::env::var("SATIN_EAGER_DEPTH")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(6)
-    })
-}
-
 /// The context of the job running on a worker: gives access to frames (spawn/sync).
 ///
 /// Every [`Job::run`] receives `&mut Ctx`; it is not `Send` (a job runs to completion
@@ -299,12 +276,6 @@ pub(crate) fn eager_depth() -> u32 {
 pub struct Ctx {
     pub(crate) worker: usize,
     pub(crate) deque: Worker<JobRef>,
-    /// Children of lazy frames not yet published (oldest first; only this thread).
-    private: VecDeque<JobRef>,
-    /// Nesting depth of the open frames of the job running now.
-    depth: u32,
-    /// Frames deeper than this are lazy.
-    eager_depth: u32,
     pub(crate) shared: Arc<Shared>,
     pool: RecordPool,
     next_frame_id: u64,
@@ -322,9 +293,6 @@ impl Ctx {
         Ctx {
             worker,
             deque,
-            private: VecDeque::with_capacity(256),
-            depth: 0,
-            eager_depth: eager_depth(),
             shared,
             pool: RecordPool::new(),
             next_frame_id: 1,
@@ -345,15 +313,12 @@ impl Ctx {
         self.release_deferred();
         let id = self.next_frame_id;
         self.next_frame_id += 1;
-        self.depth += 1;
-        let lazy = self.depth > self.eager_depth;
         Frame {
             ctx: self,
             id,
             head: ptr::null_mut(),
             held: None,
             outstanding: 0,
-            lazy,
             _brand: PhantomData,
         }
     }
@@ -392,30 +357,6 @@ impl Ctx {
         }
     }
 
-    /// Answers a thief's request (the `wanted` flag): moves the oldest private child to
-    /// the deque. Called at spawns and syncs of lazy frames.
-    #[inline]
-    fn serve_wanted(&mut self) {
-        if self.shared.wanted[self.worker].load(Ordering::Relaxed) {
-            self.publish_oldest();
-        }
-    }
-
-    #[cold]
-    fn publish_oldest(&mut self) {
-        self.shared.wanted[self.worker].store(false, Ordering::Relaxed);
-        if let Some(j) = self.private.pop_front() {
-            self.deque.push(j);
-        }
-    }
-
-    /// Publishes every private child (`Frame::publish`).
-    fn publish_all(&mut self) {
-        while let Some(j) = self.private.pop_front() {
-            self.deque.push(j);
-        }
-    }
-
     fn next_rand(&mut self) -> u64 {
         let mut x = self.rng;
         x ^= x << 13;
@@ -446,11 +387,7 @@ impl Ctx {
                             break 'victims;
                         }
                         Steal::Retry => continue,
-                        Steal::Empty => {
-                            // Ask the victim to publish private work, if it has any.
-                            self.shared.wanted[v].store(true, Ordering::Relaxed);
-                            break;
-                        }
+                        Steal::Empty => break,
                     }
                 }
             }
@@ -507,10 +444,7 @@ impl Ctx {
             (*r.as_ptr()).state.store(STOLEN, Ordering::Relaxed);
             let vt = (*r.as_ptr()).vtable;
             let owner = (*r.as_ptr()).owner as usize;
-            // A stolen job is a root of its own: its first frames are eager again.
-            let depth = mem::replace(&mut self.depth, 0);
             let res = panic::catch_unwind(AssertUnwindSafe(|| (vt.run)(r, self)));
-            self.depth = depth;
             self.release_deferred();
             let done = match res {
                 Ok(()) => DONE,
@@ -561,8 +495,6 @@ pub struct Frame<'a> {
     held: Option<JobRef>,
     /// Children not known to have run on this thread.
     outstanding: usize,
-    /// Children go to the private stack (see the module documentation).
-    lazy: bool,
     _brand: PhantomData<fn(&'a ()) -> &'a ()>,
 }
 
@@ -647,10 +579,7 @@ impl<'a> Frame<'a> {
         self.head = r.as_ptr();
         self.outstanding += 1;
         ctx.stats.spawns += 1;
-        if self.lazy {
-            ctx.private.push_back(JobRef(r));
-            ctx.serve_wanted();
-        } else if let Some(prev) = self.held.replace(JobRef(r)) {
+        if let Some(prev) = self.held.replace(JobRef(r)) {
             ctx.deque.push(prev);
         }
         Spawned {
@@ -664,7 +593,6 @@ impl<'a> Frame<'a> {
     /// sync.
     #[inline]
     pub fn publish(&mut self) {
-        self.ctx.publish_all();
         if let Some(h) = self.held.take() {
             self.ctx.deque.push(h);
         }
@@ -685,8 +613,7 @@ impl<'a> Frame<'a> {
     #[inline(always)]
     pub fn sync(mut self) -> Synced<'a> {
         self.ctx.stats.syncs += 1;
-        let outstanding = mem::replace(&mut self.outstanding, 0);
-        let panic = sync_children(self.ctx, self.id, self.head, self.held.take(), outstanding);
+        let panic = self.sync_children();
         let head = mem::replace(&mut self.head, ptr::null_mut());
         // The frame is now empty: its Drop does nothing.
         if let Some(p) = panic {
@@ -700,187 +627,144 @@ impl<'a> Frame<'a> {
             _brand: PhantomData,
         }
     }
-}
 
-// The slow paths below are free functions over the frame's fields, not methods on
-// `&mut Frame`: a frame whose address never escapes lives in registers, which saves a
-// copy of it (and a store-forwarding stall) at every sync.
-
-/// Runs own children (the held one, the private ones, then those on the deque), then
-/// waits for stolen ones. Returns the first panic payload of a stolen child.
-#[inline(always)]
-fn sync_children(
-    ctx: &mut Ctx,
-    id: u64,
-    head: *mut Record,
-    held: Option<JobRef>,
-    mut outstanding: usize,
-) -> Option<Panic> {
-    if let Some(h) = held {
-        outstanding -= 1;
-        ctx.run_local(h);
-    }
-    // Private children of this frame are on top of the private stack (frames nest
-    // strictly); the ones published meanwhile are on the deque.
-    while outstanding > 0 {
-        match ctx.private.back() {
-            // SAFETY: records on our private stack are live (I3); frame_id is immutable.
-            Some(&j) if unsafe { (*j.0.as_ptr()).frame_id } == id => {
-                ctx.private.pop_back();
-                outstanding -= 1;
-                ctx.serve_wanted();
-                ctx.run_local(j);
-            }
-            _ => break,
+    /// Runs own children from the deque, then waits for stolen ones. Returns the
+    /// first panic payload of a stolen child.
+    #[inline(always)]
+    fn sync_children(&mut self) -> Option<Panic> {
+        if let Some(h) = self.held.take() {
+            self.outstanding -= 1;
+            self.ctx.run_local(h);
         }
-    }
-    while outstanding > 0 {
-        match ctx.deque.pop() {
-            Some(j) => {
-                // SAFETY: records on our deque are live (I3); frame_id is immutable.
-                if unsafe { (*j.0.as_ptr()).frame_id } == id {
-                    outstanding -= 1;
-                    ctx.run_local(j);
-                } else {
-                    // Not ours: every remaining child of this frame was stolen.
-                    ctx.deque.push(j);
-                    break;
+        while self.outstanding > 0 {
+            match self.ctx.deque.pop() {
+                Some(j) => {
+                    // SAFETY: records on our deque are live (I3); frame_id is immutable.
+                    if unsafe { (*j.0.as_ptr()).frame_id } == self.id {
+                        self.outstanding -= 1;
+                        self.ctx.run_local(j);
+                    } else {
+                        // Not ours: every remaining child of this frame was stolen.
+                        self.ctx.deque.push(j);
+                        break;
+                    }
                 }
+                None => break,
             }
-            None => break,
         }
-    }
-    if outstanding > 0 {
-        wait_stolen(ctx, head, true)
-    } else {
-        None
-    }
-}
-
-/// Whether every child in the frame's list is done or ran here.
-fn all_done(head: *mut Record) -> bool {
-    let mut p = head;
-    while let Some(r) = NonNull::new(p) {
-        // SAFETY: our own live records (I1); the state is atomic, `next` immutable.
-        unsafe {
-            let s = (*r.as_ptr()).state.load(Ordering::Acquire);
-            if s != DONE && s != LOCAL && s != PANICKED {
-                return false;
-            }
-            p = (*r.as_ptr()).next;
-        }
-    }
-    true
-}
-
-/// Waits until every stolen child of the frame whose list starts at `head` stored DONE;
-/// while waiting, runs other work if `help` (the ancestors' jobs on our private stack
-/// and deque, then stolen jobs), then spins and parks. Returns the first panic payload
-/// of a stolen child.
-#[cold]
-fn wait_stolen(ctx: &mut Ctx, head: *mut Record, help: bool) -> Option<Panic> {
-    let mut idle = 0u32;
-    while !all_done(head) {
-        if help {
-            if let Some(j) = ctx.private.pop_back() {
-                ctx.run_local(j);
-                idle = 0;
-                continue;
-            }
-            if let Some(j) = ctx.deque.pop() {
-                ctx.run_local(j);
-                idle = 0;
-                continue;
-            }
-            if let Some(w) = ctx.steal_work() {
-                ctx.set_hungry(false);
-                ctx.execute(w);
-                idle = 0;
-                continue;
-            }
-            ctx.set_hungry(true);
-        }
-        idle += 1;
-        if idle < 64 {
-            std::hint::spin_loop();
-        } else if idle < 128 {
-            std::thread::yield_now();
+        if self.outstanding > 0 {
+            self.wait_stolen(true)
         } else {
-            std::thread::park_timeout(std::time::Duration::from_micros(200));
+            None
         }
     }
-    ctx.set_hungry(false);
-    let mut first = None;
-    let mut p = head;
-    while let Some(r) = NonNull::new(p) {
-        // SAFETY: every child is DONE (Acquire observed) or ran here: we hold the slots
-        // again (I2).
-        unsafe {
-            if (*r.as_ptr()).state.load(Ordering::Acquire) == PANICKED {
-                let payload = ctx.shared.take_panic(r.as_ptr() as usize);
-                if first.is_none() {
-                    first = payload;
+
+    fn all_done(&self) -> bool {
+        let mut p = self.head;
+        while let Some(r) = NonNull::new(p) {
+            // SAFETY: our own live records (I1); the state is atomic, `next` immutable.
+            unsafe {
+                let s = (*r.as_ptr()).state.load(Ordering::Acquire);
+                if s != DONE && s != LOCAL && s != PANICKED {
+                    return false;
                 }
+                p = (*r.as_ptr()).next;
             }
-            p = (*r.as_ptr()).next;
         }
+        true
     }
-    first
+
+    /// Waits until every stolen child stored DONE; while waiting, runs other work if
+    /// `help` (the ancestors' jobs on our deque, then stolen jobs), then spins and
+    /// parks. Returns the first panic payload of a stolen child.
+    #[cold]
+    fn wait_stolen(&mut self, help: bool) -> Option<Panic> {
+        let mut idle = 0u32;
+        while !self.all_done() {
+            if help {
+                if let Some(j) = self.ctx.deque.pop() {
+                    self.ctx.run_local(j);
+                    idle = 0;
+                    continue;
+                }
+                if let Some(w) = self.ctx.steal_work() {
+                    self.ctx.set_hungry(false);
+                    self.ctx.execute(w);
+                    idle = 0;
+                    continue;
+                }
+                self.ctx.set_hungry(true);
+            }
+            idle += 1;
+            if idle < 64 {
+                std::hint::spin_loop();
+            } else if idle < 128 {
+                std::thread::yield_now();
+            } else {
+                std::thread::park_timeout(std::time::Duration::from_micros(200));
+            }
+        }
+        self.ctx.set_hungry(false);
+        let mut first = None;
+        let mut p = self.head;
+        while let Some(r) = NonNull::new(p) {
+            // SAFETY: every child is DONE (Acquire observed) or ran here: we hold the
+            // slots again (I2).
+            unsafe {
+                if (*r.as_ptr()).state.load(Ordering::Acquire) == PANICKED {
+                    let payload = self.ctx.shared.take_panic(r.as_ptr() as usize);
+                    if first.is_none() {
+                        first = payload;
+                    }
+                }
+                p = (*r.as_ptr()).next;
+            }
+        }
+        first
+    }
 }
 
 impl Drop for Frame<'_> {
     #[inline(always)]
     fn drop(&mut self) {
-        if !self.head.is_null() {
-            drop_slow(
-                self.ctx,
-                self.id,
-                self.head,
-                self.held.take(),
-                self.outstanding,
-            );
+        if self.head.is_null() {
+            return; // synced, or nothing spawned
         }
-        self.ctx.depth -= 1;
+        self.drop_slow();
     }
 }
 
-/// A frame dropped without `sync`: an implicit sync, or, while unwinding, the cleanup.
-#[cold]
-fn drop_slow(ctx: &mut Ctx, id: u64, head: *mut Record, held: Option<JobRef>, outstanding: usize) {
-    if std::thread::panicking() {
-        // Unwinding: drop the children still queued here unrun, wait for stolen ones
-        // (without running other work), then release everything.
-        if let Some(h) = held {
-            // SAFETY: the held record was never published: we hold its slot.
-            unsafe { (*h.0.as_ptr()).state.store(DONE, Ordering::Relaxed) };
-        }
-        while let Some(&j) = ctx.private.back() {
-            // SAFETY: records on our private stack are live (I3).
-            if unsafe { (*j.0.as_ptr()).frame_id } != id {
-                break;
+impl Frame<'_> {
+    #[cold]
+    fn drop_slow(&mut self) {
+        if std::thread::panicking() {
+            // Unwinding: drop the children still queued here unrun, wait for stolen
+            // ones (without running other work), then release everything.
+            if let Some(h) = self.held.take() {
+                // SAFETY: the held record was never published: we hold its slot.
+                unsafe { (*h.0.as_ptr()).state.store(DONE, Ordering::Relaxed) };
             }
-            ctx.private.pop_back();
-            // SAFETY: never published: we hold the slot; release() drops the job.
-            unsafe { (*j.0.as_ptr()).state.store(DONE, Ordering::Relaxed) };
-        }
-        while let Some(j) = ctx.deque.pop() {
-            // SAFETY: records on our deque are live (I3).
-            if unsafe { (*j.0.as_ptr()).frame_id } == id {
-                // SAFETY: popped by us: we hold the slot; release() drops the job.
-                unsafe { (*j.0.as_ptr()).state.store(DONE, Ordering::Relaxed) };
-            } else {
-                ctx.deque.push(j);
-                break;
+            while let Some(j) = self.ctx.deque.pop() {
+                // SAFETY: records on our deque are live (I3).
+                if unsafe { (*j.0.as_ptr()).frame_id } == self.id {
+                    // SAFETY: popped by us: we hold the slot; release() drops the job.
+                    unsafe { (*j.0.as_ptr()).state.store(DONE, Ordering::Relaxed) };
+                } else {
+                    self.ctx.deque.push(j);
+                    break;
+                }
             }
-        }
-        let _ = wait_stolen(ctx, head, false);
-        ctx.release_list(head);
-    } else {
-        ctx.stats.syncs += 1;
-        let p = sync_children(ctx, id, head, held, outstanding);
-        ctx.release_list(head);
-        if let Some(p) = p {
-            panic::resume_unwind(p);
+            let _ = self.wait_stolen(false);
+            let head = self.head;
+            self.ctx.release_list(head);
+        } else {
+            self.ctx.stats.syncs += 1;
+            let p = self.sync_children();
+            let head = self.head;
+            self.ctx.release_list(head);
+            if let Some(p) = p {
+                panic::resume_unwind(p);
+            }
         }
     }
 }

@@ -12,9 +12,6 @@ use std::sync::{mpsc, Arc, Condvar, Mutex, OnceLock};
 use std::thread::{JoinHandle, Thread};
 use std::time::Duration;
 
-/// How long [`ExternalStealer::steal`] waits for a worker to publish private work.
-const PUBLISH_WAIT: Duration = Duration::from_micros(20);
-
 /// Work that enters a worker from outside its own deque.
 pub(crate) enum Injected {
     /// A record stolen from a deque or given back by the external stealer.
@@ -23,23 +20,9 @@ pub(crate) enum Injected {
     Task(Box<dyn FnOnce(&mut Ctx) + Send>),
 }
 
-/// A flag on a cache line of its own (raised by thieves, read at every lazy spawn).
-#[repr(align(64))]
-#[derive(Default)]
-pub(crate) struct Wanted(AtomicBool);
-
-impl std::ops::Deref for Wanted {
-    type Target = AtomicBool;
-    fn deref(&self) -> &AtomicBool {
-        &self.0
-    }
-}
-
 /// State shared by all workers of one Satin instance.
 pub(crate) struct Shared {
     pub(crate) stealers: Vec<Stealer<JobRef>>,
-    /// Per worker: a thief found its deque empty and asks it to publish private work.
-    pub(crate) wanted: Vec<Wanted>,
     pub(crate) injector: Injector<Injected>,
     threads: OnceLock<Vec<Thread>>,
     /// Root and wire tasks submitted and not yet finished; workers sleep when zero.
@@ -179,7 +162,6 @@ impl SatinBuilder {
         let deques: Vec<Worker<JobRef>> = (0..n).map(|_| Worker::new_lifo()).collect();
         let shared = Arc::new(Shared {
             stealers: deques.iter().map(|d| d.stealer()).collect(),
-            wanted: deques.iter().map(|_| Wanted::default()).collect(),
             injector: Injector::new(),
             threads: OnceLock::new(),
             active: AtomicUsize::new(0),
@@ -385,32 +367,15 @@ impl ExternalStealer {
             match s.steal() {
                 Steal::Success(j) => return Some(StolenJob::new(j, self.shared.clone())),
                 Steal::Retry => continue,
-                Steal::Empty => {
-                    // Ask the worker to publish private work at its next spawn or sync.
-                    self.shared.wanted[victim].store(true, Ordering::Relaxed);
-                    return None;
-                }
+                Steal::Empty => return None,
             }
         }
     }
 
-    /// Steals the oldest job of some worker (trying each once, round robin). When every
-    /// deque is empty it raises the workers' `wanted` flags and keeps trying for a
-    /// few microseconds: a busy worker publishes private work at its next spawn.
+    /// Steals the oldest job of some worker (trying each once, round robin).
     pub fn steal(&self) -> Option<StolenJob> {
         let n = self.workers();
         let start = self.next.fetch_add(1, Ordering::Relaxed);
-        let first = (0..n).find_map(|k| self.steal_from((start + k) % n));
-        if first.is_some() || n == 0 {
-            return first;
-        }
-        let until = std::time::Instant::now() + PUBLISH_WAIT;
-        while std::time::Instant::now() < until {
-            std::thread::yield_now();
-            if let Some(j) = (0..n).find_map(|k| self.steal_from((start + k) % n)) {
-                return Some(j);
-            }
-        }
-        None
+        (0..n).find_map(|k| self.steal_from((start + k) % n))
     }
 }
