@@ -45,6 +45,8 @@ struct Slot {
     name: &'static str,
     /// The transport delivers through receiver-driven progress (capability `polled`).
     polled: bool,
+    /// The transport offers unreliable channels (capability `unreliable`).
+    unreliable: bool,
     instance: Mutex<Option<Arc<TransportInstance>>>,
 }
 
@@ -61,6 +63,11 @@ pub(crate) struct IbisShared {
 impl IbisShared {
     pub(crate) fn transport_name(&self, slot: usize) -> &'static str {
         self.slots.get(slot).map(|s| s.name).unwrap_or("?")
+    }
+
+    /// Whether transport `slot` delivers through receiver-driven progress.
+    pub(crate) fn is_polled(&self, slot: usize) -> bool {
+        self.slots.get(slot).is_some_and(|s| s.polled)
     }
 
     /// The live transports that deliver through receiver-driven progress, for a receiver
@@ -96,15 +103,25 @@ impl IbisShared {
         }
     }
 
+    /// Opens a channel on transport `slot` to `address`; `unreliable`: the port type
+    /// asks for unreliable communication, which a transport that offers it is told with
+    /// [`UNRELIABLE_SUFFIX`](ipl_transport_abi::UNRELIABLE_SUFFIX).
     pub(crate) fn open_channel(
         &self,
         slot: usize,
         address: &[u8],
+        unreliable: bool,
         timeout: Duration,
         link: Arc<OutLink>,
     ) -> Result<ChannelKey> {
         let inst = self.instance(slot)?;
-        let ch = inst.connect(address, timeout)?;
+        let ch = if unreliable && self.slots.get(slot).is_some_and(|s| s.unreliable) {
+            let mut a = address.to_vec();
+            a.extend_from_slice(ipl_transport_abi::UNRELIABLE_SUFFIX);
+            inst.connect(&a, timeout)?
+        } else {
+            inst.connect(address, timeout)?
+        };
         let key = (slot, ch);
         lock(&self.routes).insert(key, Role::Outgoing(link));
         Ok(key)
@@ -627,6 +644,7 @@ impl IbisBuilder {
                     slots.push(Slot {
                         name: p.name(),
                         polled: p.capabilities().contains(TransportCapabilities::POLLED),
+                        unreliable: p.capabilities().contains(TransportCapabilities::UNRELIABLE),
                         instance: Mutex::new(Some(Arc::new(inst))),
                     });
                     used.push(pi);

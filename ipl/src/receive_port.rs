@@ -95,6 +95,10 @@ pub(crate) struct PortShared {
     ready: AtomicBool,
     /// The current poll budget of a blocking receive, in ns (adaptive, see `next`).
     spin_ns: std::sync::atomic::AtomicU64,
+    /// Some connection came over a transport with receiver-driven progress: a waiting
+    /// receive polls the transports itself (never set otherwise, so that a port whose
+    /// connections are all on, say, TCP keeps yielding to the transport's threads).
+    polled: AtomicBool,
     connect_upcall: Option<Box<dyn ReceivePortConnectUpcall>>,
 }
 
@@ -131,6 +135,7 @@ impl PortShared {
             cond: Condvar::new(),
             ready: AtomicBool::new(false),
             spin_ns: std::sync::atomic::AtomicU64::new(spin_budget().as_nanos() as u64),
+            polled: AtomicBool::new(false),
             connect_upcall,
         }
     }
@@ -184,6 +189,11 @@ impl PortShared {
             return Some(Control::Reject(RejectReason::Closed));
         }
         let origin = Arc::new(origin.clone());
+        if !self.polled.load(Ordering::Relaxed)
+            && self.ibis.upgrade().is_some_and(|i| i.is_polled(key.0))
+        {
+            self.polled.store(true, Ordering::Relaxed);
+        }
         if st.outstanding {
             st.pending.push((key, origin));
             None
@@ -307,11 +317,14 @@ impl PortShared {
         if !self.ready.load(Ordering::Acquire) {
             let budget = Duration::from_nanos(self.spin_ns.load(Ordering::Relaxed)).min(max);
             let spin_until = deadline.map_or(start + budget, |d| d.min(start + budget));
-            let polled = self
-                .ibis
-                .upgrade()
-                .map(|i| i.polled_instances())
-                .unwrap_or_default();
+            let polled = if self.polled.load(Ordering::Relaxed) {
+                self.ibis
+                    .upgrade()
+                    .map(|i| i.polled_instances())
+                    .unwrap_or_default()
+            } else {
+                Vec::new()
+            };
             if polled.is_empty() {
                 while !self.ready.load(Ordering::Acquire) && Instant::now() < spin_until {
                     std::thread::yield_now();
@@ -463,7 +476,8 @@ impl ReceivePort {
         self.need(PortCapabilities::RECEIVE_POLL, "receive.poll")?;
         if !self.shared.ready.load(Ordering::Acquire) {
             // Give receiver-driven transports one chance to deliver.
-            if let Some(ibis) = self.shared.ibis.upgrade() {
+            let ibis = self.shared.ibis.upgrade();
+            if let Some(ibis) = ibis.filter(|_| self.shared.polled.load(Ordering::Relaxed)) {
                 for t in ibis.polled_instances() {
                     t.progress();
                 }

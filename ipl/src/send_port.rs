@@ -282,10 +282,14 @@ impl SendPort {
             let link = OutLink::new();
             *lock(&link.port) = Some(Arc::downgrade(&self.shared));
             let left = deadline.saturating_duration_since(Instant::now());
-            match self
-                .ibis
-                .open_channel(slot, &address.address, left, Arc::clone(&link))
-            {
+            match self.ibis.open_channel(
+                slot,
+                &address.address,
+                self.port_type
+                    .has(crate::capabilities::PortCapabilities::COMMUNICATION_UNRELIABLE),
+                left,
+                Arc::clone(&link),
+            ) {
                 Ok(key) => {
                     opened = Some((key, link));
                     break;

@@ -5,6 +5,8 @@ mod common;
 use common::{pool, simple, ty};
 use ipl::{EmbeddedRegistry, Ibis, IbisCapabilities, IplError, PortCapabilities as P, PortType};
 
+/// With only the built-in transports (inproc and tcp; a quic plugin found on the search
+/// path would offer unreliable channels), no transport can carry unreliable types.
 #[test]
 fn unreliable_port_type_has_no_transport() {
     let t = PortType::new(
@@ -15,11 +17,11 @@ fn unreliable_port_type_has_no_transport() {
     )
     .unwrap();
     let reg = EmbeddedRegistry::new();
-    let r = Ibis::builder()
-        .pool(pool("unrel"))
-        .registry(&reg)
-        .port_type(t)
-        .build();
+    let mut b = Ibis::builder().pool(pool("unrel")).registry(&reg);
+    for p in ipl::static_plugins() {
+        b = b.plugin(p);
+    }
+    let r = b.port_type(t).build();
     match r {
         Err(IplError::CapabilityUnavailable { capability, .. }) => {
             assert_eq!(capability, "communication.unreliable")

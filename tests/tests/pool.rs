@@ -14,6 +14,8 @@ fn pool(n: usize, clusters: usize, scenario: &str) -> LaunchOutcome {
     cfg.clusters = clusters;
     cfg.timeout = Some(Duration::from_secs(240));
     cfg.grace = Duration::from_secs(90);
+    // TCP explicitly: the members also link shm (which would win on one host) and quic.
+    cfg.env = vec![("IPL_TRANSPORT".into(), "tcp".into())];
     launch(&cfg).expect("launch the pool")
 }
 

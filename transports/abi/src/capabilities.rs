@@ -97,3 +97,9 @@ impl fmt::Display for TransportCapabilities {
         f.write_str(&self.names().join(","))
     }
 }
+
+/// Appended to a peer's address in `connect`, asks a transport with
+/// [`TransportCapabilities::UNRELIABLE`] for a channel whose messages may be dropped or
+/// reordered (QUIC datagrams, say). The IPL appends it for port types that ask for
+/// unreliable communication; a transport without the capability never sees it.
+pub const UNRELIABLE_SUFFIX: &[u8] = b"?unreliable";

@@ -64,7 +64,7 @@ pub mod loader;
 pub mod plugin;
 pub mod pool;
 
-pub use capabilities::TransportCapabilities;
+pub use capabilities::{TransportCapabilities, UNRELIABLE_SUFFIX};
 pub use error::{LoadError, TransportError};
 pub use gate::Gate;
 pub use host::{ChannelClosed, Plugin, ReceivedBuffer, TransportEvents, TransportInstance};
