@@ -412,7 +412,6 @@ fn measure(a: &Args) -> Res<()> {
             }
         }
     });
-    let mut raw = setup.finish(&addr_rx)?;
     let t = port_type(&a)?;
     let ibis = Ibis::builder()
         .pool(pool.as_str())
@@ -429,6 +428,9 @@ fn measure(a: &Args) -> Res<()> {
         .port_type(t)
         .build()?;
     let (rp, mut sp) = pair(&ibis, &t)?;
+    // The baseline connects only now: a quinn handshake completes when the peer serves
+    // its first call, which it does after joining the pool.
+    let mut raw = setup.finish(&addr_rx)?;
     // Repetitions alternate raw and IPL phases for every size, so that both see the
     // same machine state; each figure is the median over the repetitions, and each
     // ratio the median of the per-repetition ratios.
