@@ -105,6 +105,10 @@ pub(crate) struct PortShared {
 /// How long a blocking receive polls before it sleeps (the thesis's "poll for about two
 /// latencies, then yield"): waking a sleeping thread costs 11-12 us on this kind of
 /// machine, more than a whole in-process round trip. `IPL_SPIN_US` overrides it.
+/// The longest poll a port learns from the waits it sees (see `next`); a message that
+/// comes later than this halves the budget instead.
+const LEARN_LIMIT: Duration = Duration::from_millis(1);
+
 fn spin_budget() -> Duration {
     static SPIN: std::sync::OnceLock<Duration> = std::sync::OnceLock::new();
     *SPIN.get_or_init(|| {
@@ -308,14 +312,15 @@ impl PortShared {
     /// Waits for the next message up to `deadline` (None: forever).
     fn next(self: &Arc<Self>, deadline: Option<Instant>) -> Result<Option<ReadMessage>> {
         // Poll (yielding the CPU between polls) for an adaptive budget before sleeping.
-        // When a message comes within the maximum budget, the budget goes back to the
-        // maximum; when it comes later (or not at all), the budget halves, so a port
-        // whose messages come far apart (a stream, an idle server) soon stops taking
-        // CPU that senders and transport threads need.
+        // When a message comes within LEARN_LIMIT, the next budget is twice this wait
+        // (at least IPL_SPIN_US): "poll for about two latencies". When it comes later
+        // (or not at all), the budget halves, so a port whose messages come far apart
+        // (a stream, an idle server) soon stops taking CPU that senders and transport
+        // threads need.
         let start = Instant::now();
         let max = spin_budget();
         if !self.ready.load(Ordering::Acquire) {
-            let budget = Duration::from_nanos(self.spin_ns.load(Ordering::Relaxed)).min(max);
+            let budget = Duration::from_nanos(self.spin_ns.load(Ordering::Relaxed));
             let spin_until = deadline.map_or(start + budget, |d| d.min(start + budget));
             let polled = if self.polled.load(Ordering::Relaxed) {
                 self.ibis
@@ -350,8 +355,12 @@ impl PortShared {
         }
         let adapt = |got: bool| {
             let budget = Duration::from_nanos(self.spin_ns.load(Ordering::Relaxed));
-            let next = if got && start.elapsed() <= max {
-                max
+            let waited = start.elapsed();
+            let next = if got && waited <= LEARN_LIMIT {
+                // About two latencies of what this port waits for, at least the
+                // configured budget: a transport whose round trip is longer than the
+                // budget (QUIC: 70-90 us here) is still caught while polling.
+                (waited * 2).clamp(max, LEARN_LIMIT)
             } else {
                 (budget / 2).max(Duration::from_micros(1))
             };
