@@ -71,6 +71,9 @@ pub(crate) struct Incoming {
 
 #[derive(Default)]
 struct PortState {
+    /// Threads waiting on the port's condition variable: a notify is a system call
+    /// even when nobody waits, so it is made only when somebody does.
+    sleepers: usize,
     enabled: bool,
     closed: bool,
     outstanding: bool,
@@ -151,7 +154,9 @@ impl PortShared {
 
     fn notify(&self, st: &mut PortState) {
         self.sync_ready(st);
-        self.cond.notify_all();
+        if st.sleepers > 0 {
+            self.cond.notify_all();
+        }
         for w in st.wakers.drain(..) {
             w.wake();
         }
@@ -374,18 +379,24 @@ impl PortShared {
                 return r.map(Some);
             }
             match deadline {
-                None => st = self.cond.wait(st).unwrap_or_else(|p| p.into_inner()),
+                None => {
+                    st.sleepers += 1;
+                    st = self.cond.wait(st).unwrap_or_else(|p| p.into_inner());
+                    st.sleepers -= 1;
+                }
                 Some(d) => {
                     let now = Instant::now();
                     if now >= d {
                         adapt(false);
                         return Ok(None);
                     }
+                    st.sleepers += 1;
                     st = self
                         .cond
                         .wait_timeout(st, d - now)
                         .map(|(g, _)| g)
                         .unwrap_or_else(|p| p.into_inner().0);
+                    st.sleepers -= 1;
                 }
             }
         }
@@ -562,14 +573,20 @@ impl ReceivePort {
             match deadline {
                 Some(d) if now >= d => break,
                 Some(d) => {
+                    st.sleepers += 1;
                     st = self
                         .shared
                         .cond
                         .wait_timeout(st, d - now)
                         .map(|(g, _)| g)
-                        .unwrap_or_else(|p| p.into_inner().0)
+                        .unwrap_or_else(|p| p.into_inner().0);
+                    st.sleepers -= 1;
                 }
-                None => st = self.shared.cond.wait(st).unwrap_or_else(|p| p.into_inner()),
+                None => {
+                    st.sleepers += 1;
+                    st = self.shared.cond.wait(st).unwrap_or_else(|p| p.into_inner());
+                    st.sleepers -= 1;
+                }
             }
         }
         st.closed = true;
