@@ -53,6 +53,7 @@
 //! ```
 
 pub mod capabilities;
+mod channel_map;
 pub mod error;
 mod ibis;
 pub mod identifiers;

@@ -1,7 +1,7 @@
 //! Receive ports: explicit receive, poll, receive with timeout, async receive, and
 //! message upcalls (at most one running per port), plus connection upcalls.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::future::poll_fn;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
@@ -78,13 +78,13 @@ struct PortState {
     closed: bool,
     outstanding: bool,
     queue: VecDeque<Incoming>,
-    connections: HashMap<ChannelKey, Arc<SendPortIdentifier>>,
+    connections: crate::channel_map::ChannelMap<Arc<SendPortIdentifier>>,
     /// Connects that arrived while a message was outstanding: accepted at its finish.
     pending: Vec<(ChannelKey, Arc<SendPortIdentifier>)>,
     lost: Vec<(SendPortIdentifier, Disconnect)>,
     wakers: Vec<Waker>,
     /// Bytes of messages finished per connection since credits were last returned.
-    finished: HashMap<ChannelKey, u64>,
+    finished: crate::channel_map::ChannelMap<u64>,
 }
 
 pub(crate) struct PortShared {

@@ -22,7 +22,14 @@ pub struct Entered<'a>(&'a Gate);
 
 impl Drop for Entered<'_> {
     fn drop(&mut self) {
-        if self.0.in_flight.fetch_sub(1, Ordering::SeqCst) == 1 {
+        // Only `close` waits, and only after it shut the gate: an open gate needs no
+        // notification (a condition variable's notify is a system call even with no
+        // waiter, once per message otherwise). If `close` shuts the gate after the load
+        // below saw it open, its own load of `in_flight` (later in the SeqCst order)
+        // sees this exit.
+        if self.0.in_flight.fetch_sub(1, Ordering::SeqCst) == 1
+            && !self.0.open.load(Ordering::SeqCst)
+        {
             let _g = self.0.drained.0.lock().unwrap_or_else(|p| p.into_inner());
             self.0.drained.1.notify_all();
         }
