@@ -42,6 +42,8 @@ fn median(v: &[f64]) -> f64 {
 
 fn run() -> Res<()> {
     let mut args: Vec<String> = std::env::args().skip(1).collect();
+    // The transport between the processes: IPL_TRANSPORT, else TCP (as between hosts).
+    let transport = std::env::var("IPL_TRANSPORT").unwrap_or_else(|_| "tcp".into());
     let mut take = |flag: &str, default: usize| -> Res<usize> {
         match args.iter().position(|a| a == flag) {
             Some(i) if i + 1 < args.len() => {
@@ -94,6 +96,7 @@ fn run() -> Res<()> {
             LaunchConfig::new(processes, app.clone(), ap.iter().map(Into::into).collect());
         cfg.clusters = clusters;
         cfg.timeout = Some(Duration::from_secs(1800));
+        cfg.env = vec![("IPL_TRANSPORT".into(), transport.clone().into())];
         let o = launch(&cfg)?;
         if o.exit_code() != 0 {
             return Err(format!("pool run failed: {o:?}").into());
@@ -110,7 +113,7 @@ fn run() -> Res<()> {
     let p = processes;
     println!(
         "# satin-speedup {what}: 1 process x 1 worker against {p} processes x 1 worker \
-         ({clusters} clusters, ipl-run pool over TCP on 127.0.0.1, default policy), \
+         ({clusters} clusters, ipl-run pool over {transport} on this host, default policy), \
          median of {repeat} alternating repetitions"
     );
     println!("{:<44} {:>10}  unit", "measurement", "value");
