@@ -110,7 +110,7 @@ pub(crate) struct PortShared {
 /// machine, more than a whole in-process round trip. `IPL_SPIN_US` overrides it.
 /// The longest poll a port learns from the waits it sees (see `next`); a message that
 /// comes later than this halves the budget instead.
-const LEARN_LIMIT: Duration = Duration::from_millis(1);
+const LEARN_LIMIT: Duration = Duration::from_micros(200);
 
 fn spin_budget() -> Duration {
     static SPIN: std::sync::OnceLock<Duration> = std::sync::OnceLock::new();
@@ -317,13 +317,19 @@ impl PortShared {
     /// Waits for the next message up to `deadline` (None: forever).
     fn next(self: &Arc<Self>, deadline: Option<Instant>) -> Result<Option<ReadMessage>> {
         // Poll (yielding the CPU between polls) for an adaptive budget before sleeping.
-        // When a message comes within LEARN_LIMIT, the next budget is twice this wait
-        // (at least IPL_SPIN_US): "poll for about two latencies". When it comes later
-        // (or not at all), the budget halves, so a port whose messages come far apart
-        // (a stream, an idle server) soon stops taking CPU that senders and transport
-        // threads need.
+        // When a message comes within IPL_SPIN_US, the budget goes back to it; when an
+        // answer to this thread's own send comes within LEARN_LIMIT, the next budget is
+        // twice this wait: "poll for about two latencies" of a round trip. Otherwise
+        // (later, or not at all) the budget halves, so a port whose messages come far
+        // apart (a stream, an idle server) soon stops taking CPU that senders and
+        // transport threads need.
         let start = Instant::now();
         let max = spin_budget();
+        // This thread sent something since its last receive: it probably waits for the
+        // answer, whose delay (a round trip) is worth learning. A thread that only
+        // receives (a stream) keeps the configured budget, and sleeps sooner, leaving
+        // the CPU to the transport threads that bring its data.
+        let awaits_reply = crate::send_port::take_sent_since_receive();
         if !self.ready.load(Ordering::Acquire) {
             let budget = Duration::from_nanos(self.spin_ns.load(Ordering::Relaxed));
             let spin_until = deadline.map_or(start + budget, |d| d.min(start + budget));
@@ -361,7 +367,9 @@ impl PortShared {
         let adapt = |got: bool| {
             let budget = Duration::from_nanos(self.spin_ns.load(Ordering::Relaxed));
             let waited = start.elapsed();
-            let next = if got && waited <= LEARN_LIMIT {
+            let next = if got && waited <= max {
+                max
+            } else if got && awaits_reply && waited <= LEARN_LIMIT {
                 // About two latencies of what this port waits for, at least the
                 // configured budget: a transport whose round trip is longer than the
                 // budget (QUIC: 70-90 us here) is still caught while polling.

@@ -403,6 +403,7 @@ impl SendPort {
     }
 
     pub(crate) fn send_message(&mut self, writer: MessageWriter<'_>) -> Result<usize> {
+        SENT_SINCE_RECEIVE.with(|s| s.set(true));
         let len = writer.len();
         let header = protocol::data_header(self.seq);
         self.seq = self.seq.wrapping_add(1);
@@ -488,4 +489,15 @@ impl Drop for SendPort {
     fn drop(&mut self) {
         self.close();
     }
+}
+
+thread_local! {
+    /// This thread sent a message since its last receive (see the receive port's poll
+    /// budget).
+    static SENT_SINCE_RECEIVE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Whether this thread sent a message since it last asked; clears the mark.
+pub(crate) fn take_sent_since_receive() -> bool {
+    SENT_SINCE_RECEIVE.with(|s| s.replace(false))
 }
