@@ -1,11 +1,12 @@
 //! Pools of several processes started by the launcher, each exercising one IPL
-//! capability across processes over TCP on 127.0.0.1 (see `ipl-pool-check`).
+//! capability across processes on 127.0.0.1 (see `ipl-pool-check`): the same scenarios
+//! over tcp, shm and quic.
 
 use std::time::Duration;
 
 use ipl_tools::launcher::{launch, LaunchConfig, LaunchOutcome};
 
-fn pool(n: usize, clusters: usize, scenario: &str) -> LaunchOutcome {
+fn pool(transport: &str, n: usize, clusters: usize, scenario: &str) -> LaunchOutcome {
     let mut cfg = LaunchConfig::new(
         n,
         env!("CARGO_BIN_EXE_ipl-pool-check"),
@@ -14,8 +15,11 @@ fn pool(n: usize, clusters: usize, scenario: &str) -> LaunchOutcome {
     cfg.clusters = clusters;
     cfg.timeout = Some(Duration::from_secs(240));
     cfg.grace = Duration::from_secs(90);
-    // TCP explicitly: the members also link shm (which would win on one host) and quic.
-    cfg.env = vec![("IPL_TRANSPORT".into(), "tcp".into())];
+    // `IPL_TRANSPORT` makes it the only transport the members' port types may use (a
+    // member that cannot create it fails), so a pool that passes ran over it. The
+    // members link shm and quic in (`ipl::register_static_plugin`): no plugin library
+    // needs to be built first.
+    cfg.env = vec![("IPL_TRANSPORT".into(), transport.into())];
     launch(&cfg).expect("launch the pool")
 }
 
@@ -26,34 +30,57 @@ fn assert_all_ok(o: &LaunchOutcome) {
     }
 }
 
-#[test]
-fn rpc_across_processes() {
-    assert_all_ok(&pool(3, 1, "rpc"));
-}
-
-#[test]
-fn multicast_across_processes() {
-    assert_all_ok(&pool(4, 2, "multicast"));
-}
-
-#[test]
-fn many_to_one_across_processes() {
-    assert_all_ok(&pool(4, 2, "manytoone"));
-}
-
-#[test]
-fn election_and_signals_across_processes() {
-    assert_all_ok(&pool(4, 2, "election"));
-}
-
-#[test]
-fn killed_member_is_reported_dead_and_its_connection_lost() {
-    let o = pool(3, 1, "kill");
+fn assert_victim_reported(o: &LaunchOutcome) {
     assert!(!o.timed_out, "pool timed out: {o:?}");
     assert!(!o.ends[1].success(), "member 1 should have aborted: {o:?}");
     assert!(o.ends[0].success(), "member 0: {o:?}");
     assert!(o.ends[2].success(), "member 2: {o:?}");
 }
+
+/// The same scenarios over one transport, as a module of tests named after it.
+macro_rules! scenarios_over {
+    ($transport:ident $(, $extra:ident)*) => {
+        mod $transport {
+            use super::*;
+
+            #[test]
+            fn rpc_across_processes() {
+                assert_all_ok(&pool(stringify!($transport), 3, 1, "rpc"));
+            }
+
+            #[test]
+            fn multicast_across_processes() {
+                assert_all_ok(&pool(stringify!($transport), 4, 2, "multicast"));
+            }
+
+            #[test]
+            fn many_to_one_across_processes() {
+                assert_all_ok(&pool(stringify!($transport), 4, 2, "manytoone"));
+            }
+
+            #[test]
+            fn election_and_signals_across_processes() {
+                assert_all_ok(&pool(stringify!($transport), 4, 2, "election"));
+            }
+
+            $(scenarios_over!(@ $extra $transport);)*
+        }
+    };
+    (@ kill $transport:ident) => {
+        #[test]
+        fn killed_member_is_reported_dead_and_its_connection_lost() {
+            assert_victim_reported(&pool(stringify!($transport), 3, 1, "kill"));
+        }
+    };
+}
+
+scenarios_over!(tcp, kill);
+scenarios_over!(shm, kill);
+// Not `kill` over quic: the scenario expects the message the victim finished just
+// before abort() to arrive, which holds where the kernel owns sent data (tcp) or it sits
+// in shared memory (shm), but a user-space QUIC stack loses what it had not yet put on
+// the wire when its process dies (seen here: the message never came).
+scenarios_over!(quic);
 
 /// A process with the wrong secret can neither join the pool nor connect to a member.
 #[test]
