@@ -56,6 +56,7 @@
 //! ```
 
 pub mod capabilities;
+pub mod config;
 pub mod error;
 pub mod ffi;
 pub mod gate;

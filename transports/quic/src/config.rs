@@ -44,15 +44,7 @@ impl Config {
         let mut idle_timeout = DEFAULT_IDLE_TIMEOUT;
         let mut linger = DEFAULT_LINGER;
         let mut threads = 1;
-        for line in text.lines() {
-            let line = line.trim();
-            if line.is_empty() || line.starts_with('#') {
-                continue;
-            }
-            let (key, value) = line
-                .split_once('=')
-                .ok_or_else(|| invalid(format!("quic config: line {line:?} is not key=value")))?;
-            let (key, value) = (key.trim(), value.trim());
+        for (key, value) in ipl_transport_abi::config::entries(text, "quic")? {
             match key {
                 "secret" => {
                     secret = Some(PoolSecret::from_hex(value).map_err(|e| {

@@ -76,15 +76,7 @@ impl Config {
             spin: Duration::from_micros(DEFAULT_SPIN_US),
             send_timeout: DEFAULT_SEND_TIMEOUT,
         };
-        for line in text.lines() {
-            let line = line.trim();
-            if line.is_empty() || line.starts_with('#') {
-                continue;
-            }
-            let (key, value) = line
-                .split_once('=')
-                .ok_or_else(|| invalid(format!("shm config: line {line:?} is not key=value")))?;
-            let (key, value) = (key.trim(), value.trim());
+        for (key, value) in ipl_transport_abi::config::entries(text, "shm")? {
             match key {
                 "secret" => {
                     secret = Some(PoolSecret::from_hex(value).map_err(|e| {

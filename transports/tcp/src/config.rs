@@ -31,15 +31,7 @@ impl Config {
         let mut bind = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 0);
         let mut advertise = None;
         let mut max_message = DEFAULT_MAX_MESSAGE;
-        for line in text.lines() {
-            let line = line.trim();
-            if line.is_empty() || line.starts_with('#') {
-                continue;
-            }
-            let (key, value) = line
-                .split_once('=')
-                .ok_or_else(|| invalid(format!("tcp config: line {line:?} is not key=value")))?;
-            let (key, value) = (key.trim(), value.trim());
+        for (key, value) in ipl_transport_abi::config::entries(text, "tcp")? {
             match key {
                 "secret" => {
                     secret = Some(PoolSecret::from_hex(value).map_err(|e| {
