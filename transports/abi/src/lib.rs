@@ -64,6 +64,7 @@ pub mod host;
 pub mod loader;
 pub mod plugin;
 pub mod pool;
+pub mod testing;
 
 pub use capabilities::{TransportCapabilities, UNRELIABLE_SUFFIX};
 pub use error::{LoadError, TransportError};

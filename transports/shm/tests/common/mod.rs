@@ -3,85 +3,12 @@
 
 #![allow(dead_code)]
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
-use std::time::{Duration, Instant};
+#[allow(unused_imports)] // each test file uses part of them
+pub use ipl_transport_abi::testing::{pattern, EventLog as Log, Events, PATIENCE};
+use std::sync::Arc;
 
 use ipl_auth::PoolSecret;
-use ipl_transport_abi::{
-    ChannelClosed, Plugin, ReceivedBuffer, TransportEvents, TransportInstance,
-};
-
-/// Bound on every wait: only a guard against hangs, never a timing assertion.
-pub const PATIENCE: Duration = Duration::from_secs(30);
-
-#[derive(Default, Debug)]
-pub struct Events {
-    pub opened: Vec<u64>,
-    pub messages: Vec<(u64, Vec<u8>)>,
-    /// Buffers kept unreleased (when the log keeps them).
-    pub kept: Vec<(u64, ReceivedBuffer)>,
-    pub closed: Vec<(u64, ChannelClosed)>,
-}
-
-#[derive(Default)]
-pub struct Log {
-    events: Mutex<Events>,
-    changed: Condvar,
-    /// Keep received buffers instead of releasing them at once.
-    pub keep: AtomicBool,
-}
-
-impl Log {
-    pub fn new() -> Arc<Self> {
-        Arc::new(Log::default())
-    }
-
-    pub fn events(&self) -> MutexGuard<'_, Events> {
-        self.events.lock().unwrap()
-    }
-
-    /// Waits until `done` holds (panics after [`PATIENCE`], naming `what`).
-    pub fn wait(&self, what: &str, done: impl Fn(&Events) -> bool) -> MutexGuard<'_, Events> {
-        let end = Instant::now() + PATIENCE;
-        let mut g = self.events.lock().unwrap();
-        while !done(&g) {
-            let left = end
-                .checked_duration_since(Instant::now())
-                .unwrap_or_else(|| panic!("timed out waiting for {what}: {g:?}"));
-            g = self.changed.wait_timeout(g, left).unwrap().0;
-        }
-        g
-    }
-
-    pub fn until(&self, what: &str, done: impl Fn(&Events) -> bool) {
-        drop(self.wait(what, done));
-    }
-
-    fn update(&self, f: impl FnOnce(&mut Events)) {
-        f(&mut self.events.lock().unwrap());
-        self.changed.notify_all();
-    }
-}
-
-impl TransportEvents for Log {
-    fn channel_opened(&self, ch: u64) {
-        self.update(|e| e.opened.push(ch));
-    }
-    fn message(&self, ch: u64, buf: ReceivedBuffer) {
-        let v = buf.to_vec();
-        let keep = self.keep.load(Ordering::SeqCst);
-        self.update(|e| {
-            e.messages.push((ch, v));
-            if keep {
-                e.kept.push((ch, buf));
-            }
-        });
-    }
-    fn channel_closed(&self, ch: u64, why: ChannelClosed) {
-        self.update(|e| e.closed.push((ch, why)));
-    }
-}
+use ipl_transport_abi::{Plugin, TransportInstance};
 
 pub fn plugin() -> Plugin {
     Plugin::from_static(&ipl_transport_shm::PLUGIN).unwrap()
@@ -101,19 +28,6 @@ pub fn endpoint(cfg: &str) -> (TransportInstance, Arc<Log>) {
 pub fn connect(from: &TransportInstance, to: &TransportInstance) -> u64 {
     from.connect(&to.local_address().unwrap(), PATIENCE)
         .unwrap()
-}
-
-/// Payload pattern for integrity checks.
-pub fn pattern(seed: u64, len: usize) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
 }
 
 /// The name of the mapping `p` points into, from `/proc/self/maps`.

@@ -1,0 +1,133 @@
+//! Helpers for testing a transport through the host side of the ABI: an event log that
+//! records what a [`TransportInstance`](crate::TransportInstance) reports and lets a
+//! test wait for it (with a bound, never a timing assertion), and a payload pattern for
+//! integrity checks. Used by the tests of the tcp, quic and shm transports.
+//!
+//! ```
+//! use ipl_transport_abi::testing::{pattern, EventLog};
+//! use ipl_transport_abi::TransportEvents;
+//! let log = EventLog::new();
+//! log.channel_opened(7);
+//! let e = log.wait("the channel", |e| e.opened.contains(&7));
+//! assert_eq!(e.opened, vec![7]);
+//! assert_eq!(pattern(1, 16), pattern(1, 16));
+//! assert_ne!(pattern(1, 16), pattern(2, 16));
+//! ```
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
+
+use crate::{ChannelClosed, ReceivedBuffer, TransportEvents};
+
+/// Bound on every wait of [`EventLog::wait`]: a guard against hangs only.
+pub const PATIENCE: Duration = Duration::from_secs(30);
+
+/// What a transport instance reported, in order.
+#[derive(Default, Debug)]
+pub struct Events {
+    /// Channels the peer opened.
+    pub opened: Vec<u64>,
+    /// Messages received, copied, with their channel.
+    pub messages: Vec<(u64, Vec<u8>)>,
+    /// Received buffers kept unreleased (only while [`EventLog::keep`] is set).
+    pub kept: Vec<(u64, ReceivedBuffer)>,
+    /// Channels closed or lost, with the reason.
+    pub closed: Vec<(u64, ChannelClosed)>,
+}
+
+impl Events {
+    /// The messages received on channel `ch`, in order.
+    pub fn on(&self, ch: u64) -> Vec<&[u8]> {
+        self.messages
+            .iter()
+            .filter(|(c, _)| *c == ch)
+            .map(|(_, m)| m.as_slice())
+            .collect()
+    }
+}
+
+/// A [`TransportEvents`] sink that records everything and can be waited on.
+#[derive(Default)]
+pub struct EventLog {
+    events: Mutex<Events>,
+    changed: Condvar,
+    /// Also keep each received buffer (unreleased) in [`Events::kept`].
+    pub keep: AtomicBool,
+}
+
+impl EventLog {
+    /// An empty log.
+    pub fn new() -> Arc<Self> {
+        Arc::new(EventLog::default())
+    }
+
+    /// The events so far.
+    pub fn events(&self) -> MutexGuard<'_, Events> {
+        self.events.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Waits until `done` holds.
+    ///
+    /// # Panics
+    /// After [`PATIENCE`], naming `what` and showing the events (this is for tests).
+    pub fn wait(&self, what: &str, done: impl Fn(&Events) -> bool) -> MutexGuard<'_, Events> {
+        let end = Instant::now() + PATIENCE;
+        let mut g = self.events();
+        while !done(&g) {
+            let left = end
+                .checked_duration_since(Instant::now())
+                .unwrap_or_else(|| panic!("timed out waiting for {what}: {g:?}"));
+            g = self
+                .changed
+                .wait_timeout(g, left)
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
+        }
+        g
+    }
+
+    /// Like [`wait`](Self::wait), for when the events are not needed.
+    pub fn until(&self, what: &str, done: impl Fn(&Events) -> bool) {
+        drop(self.wait(what, done));
+    }
+
+    fn update(&self, f: impl FnOnce(&mut Events)) {
+        f(&mut self.events());
+        self.changed.notify_all();
+    }
+}
+
+impl TransportEvents for EventLog {
+    fn channel_opened(&self, ch: u64) {
+        self.update(|e| e.opened.push(ch));
+    }
+
+    fn message(&self, ch: u64, buf: ReceivedBuffer) {
+        let v = buf.to_vec();
+        let keep = self.keep.load(Ordering::SeqCst);
+        self.update(|e| {
+            e.messages.push((ch, v));
+            if keep {
+                e.kept.push((ch, buf));
+            }
+        });
+    }
+
+    fn channel_closed(&self, ch: u64, why: ChannelClosed) {
+        self.update(|e| e.closed.push((ch, why)));
+    }
+}
+
+/// A deterministic pseudo-random payload of `len` bytes for integrity checks.
+pub fn pattern(seed: u64, len: usize) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
