@@ -310,3 +310,8 @@ mod tests {
         assert!(PoolSecret::from_hex(&"é".repeat(32)).is_err());
     }
 }
+
+/// The README's example, compiled and run as a doc test.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctest;
