@@ -8,10 +8,24 @@
 //!   place where its result is stored, and a state word. Records come from a per-worker
 //!   free list ([`RecordPool`]), so a spawn does not allocate (jobs larger than
 //!   [`INLINE_BYTES`] are boxed into the record instead of stored inline).
-//! - A spawn writes the record and pushes a pointer to it onto the worker's
-//!   crossbeam deque (owner LIFO, thieves FIFO). The most recently spawned child of a
-//!   frame is *held* in the frame until the next spawn or the sync, which runs it first
-//!   (it is the LIFO end anyway); only held-back children are not stealable.
+//! - A spawn writes the record and pushes a pointer to it onto the worker's *private
+//!   stack*, a plain vector no other thread sees: no fence, no atomic read-modify-write.
+//!   The oldest part of a worker's work lives in its crossbeam deque instead (owner
+//!   LIFO, thieves FIFO): every deque entry is older than every private one, so the
+//!   two together form one deque, popped private end first.
+//! - Publishing moves the oldest private record to the deque. A worker publishes when
+//!   its deque is empty and someone could steal (other workers, or an
+//!   [`ExternalStealer`](crate::ExternalStealer) of the distributed layer): then one
+//!   job, the oldest and usually largest, is always there for a thief, and the fenced
+//!   deque operations happen only when that job is taken or popped back, not per spawn.
+//!   With one worker and no external stealer nothing is ever published (the split
+//!   deque of Lace, van Dijk and van de Pol 2014, with a fixed one-job shared part).
+//! - Adaptive inlining (lazy task creation): when the worker already holds
+//!   `inline_depth` unstarted jobs, a spawn runs the child at once as a plain call and
+//!   its ticket carries the result; no record is made. Thieves take the oldest jobs,
+//!   which stay queued, so parallelism is not lost; the deep, small jobs that nobody
+//!   would steal cost a call. `SatinBuilder::inline_depth` sets the depth
+//!   (`usize::MAX`: never inline).
 //! - The record lives until the frame that spawned it has been synced and its results
 //!   are dead. Frames are strictly nested on a worker's stack, a job runs to completion
 //!   on one thread, and a frame never returns (not even by unwinding) while one of its
@@ -28,7 +42,9 @@
 //!   stores `DONE` with `Release`; then the spawning thread again after it observed
 //!   `DONE` with `Acquire` (or after it ran the record itself).
 //! - I3: a frame's records are released only after every child is `DONE`, was run by
-//!   this thread (`LOCAL`), or was popped back and dropped unrun by this thread.
+//!   this thread (`QUEUED`: never published; `LOCAL`: popped back from the deque), or
+//!   was popped back and dropped unrun by this thread. Only `PUBLISHED` and `STOLEN`
+//!   children may still be in another thread's hands.
 //! - I4: the pool memory (chunks) lives as long as the worker's `Ctx`, which outlives
 //!   every record of that worker (the worker thread leaves its loop only when idle).
 //! - I5: `Slot<J>` of a record is accessed only through the vtable or ticket of the
@@ -53,10 +69,16 @@ use std::time::Instant;
 /// Bytes of job/result storage inside an invocation record; larger jobs are boxed.
 pub const INLINE_BYTES: usize = 64;
 
+/// Spawned and never published: it runs (or ran) on the spawning thread.
 const QUEUED: u32 = 0;
+/// Published, then popped back from the deque by its own worker.
 const LOCAL: u32 = 1;
+/// Taken by a thief (another worker or the external stealer).
 const STOLEN: u32 = 2;
+/// Finished by a thief; the owner may read the slot after observing this (Acquire).
 const DONE: u32 = 3;
+/// Moved to the worker's deque, where a thief may take it.
+const PUBLISHED: u32 = 5;
 /// Done, and its panic payload waits in `Shared::panics` (rare, kept out of the slot
 /// so that slots of plain types need no drop).
 const PANICKED: u32 = 4;
@@ -222,9 +244,10 @@ impl<J: Job> VTableOf<J> {
     };
 }
 
-/// A per-worker free list of invocation records (no allocation per spawn).
+/// A per-worker free list of invocation records (no allocation per spawn), linked
+/// through the records' `next` field.
 pub(crate) struct RecordPool {
-    free: Vec<NonNull<Record>>,
+    free: *mut Record,
     chunks: Vec<Box<[MaybeUninit<Record>]>>,
 }
 
@@ -233,39 +256,69 @@ const CHUNK: usize = 256;
 impl RecordPool {
     pub(crate) fn new() -> Self {
         RecordPool {
-            free: Vec::new(),
+            free: ptr::null_mut(),
             chunks: Vec::new(),
         }
     }
 
-    #[inline]
+    #[inline(always)]
     fn alloc(&mut self) -> NonNull<Record> {
-        match self.free.pop() {
-            Some(r) => r,
+        match NonNull::new(self.free) {
+            Some(r) => {
+                // SAFETY: a record on the free list is owned by the pool (I1) and its
+                // `next` field was written when it was freed.
+                self.free = unsafe { (*r.as_ptr()).next };
+                r
+            }
             None => self.grow(),
         }
     }
 
     #[cold]
+    #[inline(never)]
     fn grow(&mut self) -> NonNull<Record> {
         let mut chunk: Box<[MaybeUninit<Record>]> =
             (0..CHUNK).map(|_| MaybeUninit::uninit()).collect();
         let base = chunk.as_mut_ptr() as *mut Record;
-        self.free.reserve(CHUNK);
         for i in 1..CHUNK {
             // SAFETY: `i < CHUNK`, so the pointer is inside the chunk allocation, which is
-            // never freed before the pool (I4); boxes do not move their contents.
-            self.free
-                .push(unsafe { NonNull::new_unchecked(base.add(i)) });
+            // never freed before the pool (I4); boxes do not move their contents. Only
+            // the `next` field is written; the rest stays uninitialized until a spawn.
+            unsafe {
+                let r = base.add(i);
+                ptr::addr_of_mut!((*r).next).write(self.free);
+                self.free = r;
+            }
         }
         self.chunks.push(chunk);
         // SAFETY: index 0 of the same live chunk.
         unsafe { NonNull::new_unchecked(base) }
     }
 
-    #[inline]
-    fn free(&mut self, r: NonNull<Record>) {
-        self.free.push(r);
+    /// Returns a dead frame's list of records (linked by `next`, ending in null) to
+    /// the pool, dropping what their slots hold.
+    ///
+    /// # Safety
+    /// The records belong to a dead frame of this worker (I3): no other thread refers
+    /// to them, and their vtables match their slots (I5).
+    #[inline(always)]
+    unsafe fn free_list(&mut self, head: *mut Record) {
+        let mut r = head;
+        // SAFETY: caller contract; every record of the list is live and ours.
+        unsafe {
+            loop {
+                if let Some(release) = (*r).vtable.release {
+                    release(NonNull::new_unchecked(r));
+                }
+                let next = (*r).next;
+                if next.is_null() {
+                    (*r).next = self.free;
+                    break;
+                }
+                r = next;
+            }
+        }
+        self.free = head;
     }
 }
 
@@ -273,18 +326,30 @@ impl RecordPool {
 ///
 /// Every [`Job::run`] receives `&mut Ctx`; it is not `Send` (a job runs to completion
 /// on one worker thread).
+#[repr(C)] // field order chosen so that counters bumped together are not adjacent
 pub struct Ctx {
     pub(crate) worker: usize,
     pub(crate) deque: Worker<JobRef>,
+    /// Spawned records not yet published, oldest at `private_base`. Only this thread
+    /// sees them; all are younger than every record in `deque`.
+    private: Vec<JobRef>,
+    /// Index of the oldest unpublished record in `private` (the ones below were
+    /// published; the vector is compacted when it empties).
+    private_base: usize,
+    /// Whether another thread may steal from this worker (so one job is kept
+    /// published); refreshed from `Shared` whenever the worker takes outside work.
+    thieves: bool,
+    /// Spawns run inline once this many private jobs wait.
+    inline_depth: usize,
     pub(crate) shared: Arc<Shared>,
-    pool: RecordPool,
     next_frame_id: u64,
+    rng: u64,
+    pool: RecordPool,
+    /// Whether this worker is counted in `Shared::hungry` (it found no work).
+    hungry: bool,
     /// The records of the last synced frame whose results may still be read.
     deferred: *mut Record,
     pub(crate) stats: LocalStats,
-    rng: u64,
-    /// Whether this worker is counted in `Shared::hungry` (it found no work).
-    hungry: bool,
     _not_send: PhantomData<*const ()>,
 }
 
@@ -293,6 +358,10 @@ impl Ctx {
         Ctx {
             worker,
             deque,
+            private: Vec::with_capacity(64),
+            private_base: 0,
+            thieves: shared.has_thieves(),
+            inline_depth: shared.inline_depth,
             shared,
             pool: RecordPool::new(),
             next_frame_id: 1,
@@ -308,16 +377,14 @@ impl Ctx {
     ///
     /// Results of an earlier frame of this context can no longer be read after this
     /// (the borrow checker enforces it: its [`Synced`] and tickets borrow the context).
+    /// Opening a frame costs nothing: its id is drawn, and the records of the last
+    /// synced frame are recycled, only once it queues a child.
     #[inline(always)]
     pub fn frame(&mut self) -> Frame<'_> {
-        self.release_deferred();
-        let id = self.next_frame_id;
-        self.next_frame_id += 1;
         Frame {
             ctx: self,
-            id,
+            id: 0,
             head: ptr::null_mut(),
-            held: None,
             outstanding: 0,
             _brand: PhantomData,
         }
@@ -333,28 +400,111 @@ impl Ctx {
         self.shared.stealers.len()
     }
 
-    #[inline]
+    #[inline(always)]
     pub(crate) fn release_deferred(&mut self) {
-        if !self.deferred.is_null() {
-            let head = mem::replace(&mut self.deferred, ptr::null_mut());
-            self.release_list(head);
+        let head = mem::replace(&mut self.deferred, ptr::null_mut());
+        self.release_list(head);
+    }
+
+    /// Returns every record of a dead frame's list to the pool, dropping what their
+    /// slots hold.
+    #[inline(always)]
+    fn release_list(&mut self, head: *mut Record) {
+        if !head.is_null() {
+            // SAFETY: the list's records belong to a dead frame of this worker (I3).
+            unsafe { self.pool.free_list(head) };
         }
     }
 
-    /// Returns every record of a list to the pool, dropping what their slots hold.
+    /// Pushes a fresh record onto the private stack; publishes the oldest private
+    /// record if thieves could find nothing on the deque.
     #[inline(always)]
-    fn release_list(&mut self, mut head: *mut Record) {
-        while let Some(r) = NonNull::new(head) {
-            // SAFETY: `r` is a record of a dead frame of this worker (I3): no other
-            // thread refers to it, and the vtable matches its slot (I5).
-            unsafe {
-                head = (*r.as_ptr()).next;
-                if let Some(release) = (*r.as_ptr()).vtable.release {
-                    release(r);
-                }
-            }
-            self.pool.free(r);
+    fn push_private(&mut self, j: JobRef) {
+        self.private.push(j);
+        if self.thieves && self.deque.is_empty() {
+            self.publish_oldest();
         }
+    }
+
+    /// Runs a spawned job at once (enough work is queued for thieves already).
+    #[inline(always)]
+    fn run_inline<J: Job>(&mut self, job: J) -> J::Output {
+        self.stats.inlined += 1;
+        if self.thieves && self.deque.is_empty() {
+            self.publish_oldest();
+        }
+        job.run(self)
+    }
+
+    /// Moves the oldest private record to the deque (every deque entry stays older
+    /// than every private one).
+    #[cold]
+    #[inline(never)]
+    fn publish_oldest(&mut self) {
+        if let Some(&j) = self.private.get(self.private_base) {
+            self.private_base += 1;
+            publish(&self.deque, j);
+        }
+    }
+
+    /// Publishes every private record, oldest first.
+    fn publish_all(&mut self) {
+        for &j in &self.private[self.private_base..] {
+            publish(&self.deque, j);
+        }
+        self.private.clear();
+        self.private_base = 0;
+    }
+
+    /// Takes the newest own record (private stack first, then the deque) if it belongs
+    /// to frame `frame`; anything else stays where it is.
+    #[inline(always)]
+    fn pop_own(&mut self, frame: u64) -> Option<JobRef> {
+        if self.private.len() > self.private_base {
+            let j = *self.private.last()?;
+            // SAFETY: records on our stack are live (I3); frame_id is immutable.
+            if unsafe { (*j.0.as_ptr()).frame_id } != frame {
+                return None;
+            }
+            self.private.pop();
+            if self.thieves && self.deque.is_empty() {
+                self.publish_oldest();
+            }
+            return Some(j);
+        }
+        self.pop_own_deque(frame)
+    }
+
+    /// [`Ctx::pop_own`] once the private stack is empty: from the deque.
+    #[inline(never)]
+    fn pop_own_deque(&mut self, frame: u64) -> Option<JobRef> {
+        self.private.clear();
+        self.private_base = 0;
+        let j = self.deque.pop()?;
+        // SAFETY: records on our deque are live (I3); frame_id is immutable.
+        if unsafe { (*j.0.as_ptr()).frame_id } == frame {
+            // SAFETY: popped by us: we hold the slot again (I2); it runs here.
+            unsafe { (*j.0.as_ptr()).state.store(LOCAL, Ordering::Relaxed) };
+            Some(j)
+        } else {
+            // Not ours: every remaining child of that frame was stolen.
+            self.deque.push(j);
+            None
+        }
+    }
+
+    /// Takes the newest record of this worker whatever its frame (to help while a
+    /// sync waits).
+    fn pop_any(&mut self) -> Option<JobRef> {
+        if self.private.len() > self.private_base {
+            return self.private.pop();
+        }
+        self.private.clear();
+        self.private_base = 0;
+        let j = self.deque.pop()?;
+        // SAFETY: popped by us: we hold the slot again (I2); it runs here.
+        unsafe { (*j.0.as_ptr()).state.store(LOCAL, Ordering::Relaxed) };
+        Some(j)
     }
 
     fn next_rand(&mut self) -> u64 {
@@ -408,8 +558,25 @@ impl Ctx {
         found
     }
 
+    /// Steals work and runs it; if none is found, counts this worker as hungry and
+    /// returns `false`.
+    pub(crate) fn steal_and_run(&mut self) -> bool {
+        match self.steal_work() {
+            Some(w) => {
+                self.set_hungry(false);
+                self.execute(w);
+                true
+            }
+            None => {
+                self.set_hungry(true);
+                false
+            }
+        }
+    }
+
     /// Runs work found by the idle loop or by a waiting sync.
     pub(crate) fn execute(&mut self, w: Injected) {
+        self.thieves = self.shared.has_thieves();
         match w {
             Injected::Record(j) => self.execute_stolen(j),
             Injected::Task(t) => {
@@ -423,13 +590,11 @@ impl Ctx {
     #[inline(always)]
     fn run_local(&mut self, j: JobRef) {
         let r = j.0;
-        // SAFETY: we popped it from our own deque, so we hold the slot (I2); the record
-        // is live because its frame is suspended below us on this thread (I3).
-        unsafe {
-            (*r.as_ptr()).state.store(LOCAL, Ordering::Relaxed);
-            ((*r.as_ptr()).vtable.run)(r, self);
-            (*r.as_ptr()).state.store(DONE, Ordering::Relaxed);
-        }
+        // SAFETY: we popped it from our own stack or deque, so we hold the slot (I2)
+        // and its state is QUEUED or LOCAL, which its frame counts as done once it
+        // is popped; the record is live because its frame is suspended below us on this
+        // thread (I3).
+        unsafe { ((*r.as_ptr()).vtable.run)(r, self) }
     }
 
     /// Runs a record that was stolen from another worker or given back by the
@@ -492,7 +657,6 @@ pub struct Frame<'a> {
     ctx: &'a mut Ctx,
     id: u64,
     head: *mut Record,
-    held: Option<JobRef>,
     /// Children not known to have run on this thread.
     outstanding: usize,
     _brand: PhantomData<fn(&'a ()) -> &'a ()>,
@@ -502,8 +666,14 @@ pub struct Frame<'a> {
 /// frame's sync. It cannot be read before, and belongs to its frame only.
 #[must_use = "a spawned result can only be read with its ticket"]
 pub struct Spawned<'a, J: Job> {
-    rec: NonNull<Record>,
+    ticket: Ticket<J>,
     _brand: Brand<'a, J>,
+}
+
+/// Where a spawned child's result is: in its record, or already here (inlined).
+enum Ticket<J: Job> {
+    Record(NonNull<Record>),
+    Ready(J::Output),
 }
 
 impl<J: Job> std::fmt::Debug for Spawned<'_, J> {
@@ -532,7 +702,10 @@ impl<'a> Synced<'a> {
     /// compile time; this is the run-time check behind them).
     #[inline]
     pub fn get<J: Job>(&self, ticket: Spawned<'a, J>) -> J::Output {
-        let r = ticket.rec;
+        let r = match ticket.ticket {
+            Ticket::Ready(v) => return v,
+            Ticket::Record(r) => r,
+        };
         // SAFETY: the ticket's record is live: it belongs to a frame of this worker
         // (tickets are !Send), and its frame id is checked against ours before the
         // slot is touched; frame ids are unique per worker and records of a frame are
@@ -564,6 +737,19 @@ impl<'a> Frame<'a> {
     #[inline(always)]
     pub fn spawn<J: Job>(&mut self, job: J) -> Spawned<'a, J> {
         let ctx = &mut *self.ctx;
+        ctx.stats.spawns += 1;
+        if ctx.private.len() - ctx.private_base >= ctx.inline_depth && !ctx.shared.any_hungry() {
+            return Spawned {
+                ticket: Ticket::Ready(ctx.run_inline(job)),
+                _brand: PhantomData,
+            };
+        }
+        if self.id == 0 {
+            // The first queued child: the frame gets its id (0 matches no record).
+            ctx.release_deferred();
+            self.id = ctx.next_frame_id;
+            ctx.next_frame_id += 1;
+        }
         let r = ctx.pool.alloc();
         // SAFETY: a fresh record from our pool, exclusively ours (I1); all fields are
         // written before it is published on the deque (push has Release semantics).
@@ -578,24 +764,20 @@ impl<'a> Frame<'a> {
         }
         self.head = r.as_ptr();
         self.outstanding += 1;
-        ctx.stats.spawns += 1;
-        if let Some(prev) = self.held.replace(JobRef(r)) {
-            ctx.deque.push(prev);
-        }
+        ctx.push_private(JobRef(r));
         Spawned {
-            rec: r,
+            ticket: Ticket::Record(r),
             _brand: PhantomData,
         }
     }
 
-    /// Publishes the held-back newest child, making every spawned child of this frame
-    /// stealable. Call it before long sequential work between the last spawn and the
-    /// sync.
+    /// Makes every spawned child of this frame (and every older unstarted job of this
+    /// worker) stealable. Spawned children are private to the worker until a thief
+    /// could use them; call this before long sequential work between the last spawn
+    /// and the sync, when idle workers should get all of them at once.
     #[inline]
     pub fn publish(&mut self) {
-        if let Some(h) = self.held.take() {
-            self.ctx.deque.push(h);
-        }
+        self.ctx.publish_all();
     }
 
     /// The context, for sequential calls (`job.run(f.ctx())`) or nested frames.
@@ -612,116 +794,148 @@ impl<'a> Frame<'a> {
     /// Resumes the panic of a child that panicked on another worker.
     #[inline(always)]
     pub fn sync(mut self) -> Synced<'a> {
+        // The slow paths take the frame's fields by value, never `&mut self`: the
+        // frame's address does not escape, so it lives in registers and is not copied
+        // through memory when it moves into this call.
         self.ctx.stats.syncs += 1;
-        let panic = self.sync_children();
-        let head = mem::replace(&mut self.head, ptr::null_mut());
-        // The frame is now empty: its Drop does nothing.
-        if let Some(p) = panic {
-            self.ctx.release_list(head);
-            panic::resume_unwind(p);
+        let head = self.head;
+        if !head.is_null() {
+            // If a child run here panics, the unwinding passes through this frame's
+            // Drop, which waits for the stolen children and releases the records.
+            let failed = sync_children(self.ctx, self.id, head, self.outstanding);
+            // The frame is now empty: its Drop does nothing.
+            self.head = ptr::null_mut();
+            if failed {
+                sync_failed(self.ctx, head);
+            }
+            // The records of the frame synced before are dead: no Synced of it can
+            // be alive while this frame borrows the context.
+            self.ctx.release_deferred();
+            self.ctx.deferred = head;
         }
-        self.ctx.release_deferred();
-        self.ctx.deferred = head;
         Synced {
             id: self.id,
             _brand: PhantomData,
         }
     }
+}
 
-    /// Runs own children from the deque, then waits for stolen ones. Returns the
-    /// first panic payload of a stolen child.
-    #[inline(always)]
-    fn sync_children(&mut self) -> Option<Panic> {
-        if let Some(h) = self.held.take() {
-            self.outstanding -= 1;
-            self.ctx.run_local(h);
+/// Runs a frame's own children from the private stack (then the deque), then waits
+/// for stolen ones. Returns whether a stolen child panicked.
+#[inline(always)]
+fn sync_children(ctx: &mut Ctx, id: u64, head: *mut Record, mut outstanding: usize) -> bool {
+    while outstanding > 0 {
+        match ctx.pop_own(id) {
+            Some(j) => {
+                outstanding -= 1;
+                ctx.run_local(j);
+            }
+            // Every remaining child of this frame was stolen.
+            None => return wait_stolen(ctx, head, true),
         }
-        while self.outstanding > 0 {
-            match self.ctx.deque.pop() {
-                Some(j) => {
-                    // SAFETY: records on our deque are live (I3); frame_id is immutable.
-                    if unsafe { (*j.0.as_ptr()).frame_id } == self.id {
-                        self.outstanding -= 1;
-                        self.ctx.run_local(j);
-                    } else {
-                        // Not ours: every remaining child of this frame was stolen.
-                        self.ctx.deque.push(j);
-                        break;
-                    }
-                }
-                None => break,
+    }
+    false
+}
+
+/// Releases a synced frame's records and resumes the panic of its first panicked
+/// child.
+#[cold]
+#[inline(never)]
+fn sync_failed(ctx: &mut Ctx, head: *mut Record) -> ! {
+    let p = take_first_panic(ctx, head);
+    ctx.release_list(head);
+    match p {
+        Some(p) => panic::resume_unwind(p),
+        None => panic::resume_unwind(Box::new("satin: a stolen child failed")),
+    }
+}
+
+/// Marks a record published and pushes it onto the worker's deque.
+#[inline]
+fn publish(deque: &Worker<JobRef>, j: JobRef) {
+    // SAFETY: the record is private to this worker (I2) until the push below, which
+    // publishes it with Release semantics.
+    unsafe { (*j.0.as_ptr()).state.store(PUBLISHED, Ordering::Relaxed) };
+    deque.push(j);
+}
+
+/// Whether every record of a frame's list ran here or is done elsewhere.
+fn all_done(head: *mut Record) -> bool {
+    let mut p = head;
+    while let Some(r) = NonNull::new(p) {
+        // SAFETY: our own live records (I1); the state is atomic, `next` immutable.
+        unsafe {
+            let s = (*r.as_ptr()).state.load(Ordering::Acquire);
+            if s == PUBLISHED || s == STOLEN {
+                return false;
+            }
+            p = (*r.as_ptr()).next;
+        }
+    }
+    true
+}
+
+/// Waits until every stolen child of the frame whose list starts at `head` stored
+/// DONE; while waiting, runs other work if `help` (the ancestors' jobs of this worker,
+/// then stolen jobs), then spins and parks. Returns whether a stolen child panicked.
+#[cold]
+#[inline(never)]
+fn wait_stolen(ctx: &mut Ctx, head: *mut Record, help: bool) -> bool {
+    let mut idle = 0u32;
+    while !all_done(head) {
+        if help {
+            if let Some(j) = ctx.pop_any() {
+                ctx.run_local(j);
+                idle = 0;
+                continue;
+            }
+            if ctx.steal_and_run() {
+                idle = 0;
+                continue;
             }
         }
-        if self.outstanding > 0 {
-            self.wait_stolen(true)
+        idle += 1;
+        if idle < 64 {
+            std::hint::spin_loop();
+        } else if idle < 128 {
+            std::thread::yield_now();
         } else {
-            None
+            std::thread::park_timeout(std::time::Duration::from_micros(200));
         }
     }
+    ctx.set_hungry(false);
+    let mut p = head;
+    while let Some(r) = NonNull::new(p) {
+        // SAFETY: every child is DONE (Acquire observed) or ran here: we hold the
+        // slots again (I2).
+        unsafe {
+            if (*r.as_ptr()).state.load(Ordering::Acquire) == PANICKED {
+                return true;
+            }
+            p = (*r.as_ptr()).next;
+        }
+    }
+    false
+}
 
-    fn all_done(&self) -> bool {
-        let mut p = self.head;
-        while let Some(r) = NonNull::new(p) {
-            // SAFETY: our own live records (I1); the state is atomic, `next` immutable.
-            unsafe {
-                let s = (*r.as_ptr()).state.load(Ordering::Acquire);
-                if s != DONE && s != LOCAL && s != PANICKED {
-                    return false;
+/// Takes the panic payloads of a synced frame's panicked children; returns the first.
+fn take_first_panic(ctx: &mut Ctx, head: *mut Record) -> Option<Panic> {
+    let mut first = None;
+    let mut p = head;
+    while let Some(r) = NonNull::new(p) {
+        // SAFETY: the frame is synced: every child is DONE or PANICKED (Acquire
+        // observed) or ran here, so we hold the slots again (I2).
+        unsafe {
+            if (*r.as_ptr()).state.load(Ordering::Acquire) == PANICKED {
+                let payload = ctx.shared.take_panic(r.as_ptr() as usize);
+                if first.is_none() {
+                    first = payload;
                 }
-                p = (*r.as_ptr()).next;
             }
+            p = (*r.as_ptr()).next;
         }
-        true
     }
-
-    /// Waits until every stolen child stored DONE; while waiting, runs other work if
-    /// `help` (the ancestors' jobs on our deque, then stolen jobs), then spins and
-    /// parks. Returns the first panic payload of a stolen child.
-    #[cold]
-    fn wait_stolen(&mut self, help: bool) -> Option<Panic> {
-        let mut idle = 0u32;
-        while !self.all_done() {
-            if help {
-                if let Some(j) = self.ctx.deque.pop() {
-                    self.ctx.run_local(j);
-                    idle = 0;
-                    continue;
-                }
-                if let Some(w) = self.ctx.steal_work() {
-                    self.ctx.set_hungry(false);
-                    self.ctx.execute(w);
-                    idle = 0;
-                    continue;
-                }
-                self.ctx.set_hungry(true);
-            }
-            idle += 1;
-            if idle < 64 {
-                std::hint::spin_loop();
-            } else if idle < 128 {
-                std::thread::yield_now();
-            } else {
-                std::thread::park_timeout(std::time::Duration::from_micros(200));
-            }
-        }
-        self.ctx.set_hungry(false);
-        let mut first = None;
-        let mut p = self.head;
-        while let Some(r) = NonNull::new(p) {
-            // SAFETY: every child is DONE (Acquire observed) or ran here: we hold the
-            // slots again (I2).
-            unsafe {
-                if (*r.as_ptr()).state.load(Ordering::Acquire) == PANICKED {
-                    let payload = self.ctx.shared.take_panic(r.as_ptr() as usize);
-                    if first.is_none() {
-                        first = payload;
-                    }
-                }
-                p = (*r.as_ptr()).next;
-            }
-        }
-        first
-    }
+    first
 }
 
 impl Drop for Frame<'_> {
@@ -730,43 +944,43 @@ impl Drop for Frame<'_> {
         if self.head.is_null() {
             return; // synced, or nothing spawned
         }
-        self.drop_slow();
+        frame_drop_slow(self.ctx, self.id, self.head, self.outstanding);
     }
 }
 
-impl Frame<'_> {
-    #[cold]
-    fn drop_slow(&mut self) {
-        if std::thread::panicking() {
-            // Unwinding: drop the children still queued here unrun, wait for stolen
-            // ones (without running other work), then release everything.
-            if let Some(h) = self.held.take() {
-                // SAFETY: the held record was never published: we hold its slot.
-                unsafe { (*h.0.as_ptr()).state.store(DONE, Ordering::Relaxed) };
-            }
-            while let Some(j) = self.ctx.deque.pop() {
-                // SAFETY: records on our deque are live (I3).
-                if unsafe { (*j.0.as_ptr()).frame_id } == self.id {
-                    // SAFETY: popped by us: we hold the slot; release() drops the job.
-                    unsafe { (*j.0.as_ptr()).state.store(DONE, Ordering::Relaxed) };
-                } else {
-                    self.ctx.deque.push(j);
-                    break;
-                }
-            }
-            let _ = self.wait_stolen(false);
-            let head = self.head;
-            self.ctx.release_list(head);
-        } else {
-            self.ctx.stats.syncs += 1;
-            let p = self.sync_children();
-            let head = self.head;
-            self.ctx.release_list(head);
-            if let Some(p) = p {
-                panic::resume_unwind(p);
-            }
+/// The implicit sync of a frame dropped unsynced (or while unwinding).
+#[cold]
+#[inline(never)]
+fn frame_drop_slow(ctx: &mut Ctx, id: u64, head: *mut Record, outstanding: usize) {
+    if std::thread::panicking() {
+        abandon(ctx, id, head);
+        return;
+    }
+    ctx.stats.syncs += 1;
+    match panic::catch_unwind(AssertUnwindSafe(|| {
+        sync_children(ctx, id, head, outstanding)
+    })) {
+        Ok(false) => ctx.release_list(head),
+        Ok(true) => sync_failed(ctx, head),
+        Err(p) => {
+            // A child run here panicked: clean up as an unwinding frame does.
+            abandon(ctx, id, head);
+            panic::resume_unwind(p);
         }
     }
+}
+
+/// Ends a frame that unwinds: drops its children still queued here unrun, waits for
+/// the stolen ones (without running other work), then releases every record.
+fn abandon(ctx: &mut Ctx, id: u64, head: *mut Record) {
+    while let Some(j) = ctx.pop_own(id) {
+        // SAFETY: popped by us: we hold the slot; release() drops the job.
+        unsafe { (*j.0.as_ptr()).state.store(DONE, Ordering::Relaxed) };
+    }
+    if wait_stolen(ctx, head, false) {
+        drop(take_first_panic(ctx, head));
+    }
+    ctx.release_list(head);
 }
 
 /// A job taken from a worker's deque (FIFO end) by a thread outside the worker pool,

@@ -39,12 +39,28 @@ pub(crate) struct Shared {
     hungry: AtomicUsize,
     /// Called when a worker becomes hungry (see [`Satin::set_idle_hook`]).
     idle_hook: OnceLock<IdleHook>,
+    /// Spawns run inline once a worker holds this many unstarted jobs.
+    pub(crate) inline_depth: usize,
+    /// Whether anyone may steal: several workers, or an external stealer exists.
+    /// Workers keep one job published on their deque only then.
+    thieves: AtomicBool,
 }
 
 /// The callback of [`Satin::set_idle_hook`].
 type IdleHook = Box<dyn Fn() + Send + Sync>;
 
 impl Shared {
+    /// Whether some worker found no work (so spawns should make stealable jobs).
+    #[inline(always)]
+    pub(crate) fn any_hungry(&self) -> bool {
+        self.hungry.load(Ordering::Relaxed) != 0
+    }
+
+    /// Whether a worker's jobs may be stolen (see `thieves`).
+    pub(crate) fn has_thieves(&self) -> bool {
+        self.thieves.load(Ordering::Relaxed)
+    }
+
     /// Wakes a worker that may be parked waiting for a stolen child.
     pub(crate) fn wake_worker(&self, w: usize) {
         if let Some(t) = self.threads.get().and_then(|t| t.get(w)) {
@@ -97,13 +113,10 @@ fn worker_main(mut ctx: Ctx) {
     let shared = ctx.shared.clone();
     let mut idle = 0u32;
     loop {
-        if let Some(w) = ctx.steal_work() {
-            ctx.set_hungry(false);
-            ctx.execute(w);
+        if ctx.steal_and_run() {
             idle = 0;
             continue;
         }
-        ctx.set_hungry(true);
         if shared.shutdown.load(Ordering::SeqCst) {
             break;
         }
@@ -129,10 +142,24 @@ fn worker_main(mut ctx: Ctx) {
     ctx.flush_stats();
 }
 
+/// The default of [`SatinBuilder::inline_depth`].
+pub const DEFAULT_INLINE_DEPTH: usize = 4;
+
+/// `SATIN_INLINE_DEPTH` if set to a number (`max` or `off`: never inline), else the
+/// default.
+fn default_inline_depth() -> usize {
+    match std::env::var("SATIN_INLINE_DEPTH") {
+        Ok(v) if v == "max" || v == "off" => usize::MAX,
+        Ok(v) => v.trim().parse().unwrap_or(DEFAULT_INLINE_DEPTH),
+        Err(_) => DEFAULT_INLINE_DEPTH,
+    }
+}
+
 /// Configures and starts a [`Satin`] instance.
 #[derive(Debug, Default)]
 pub struct SatinBuilder {
     workers: Option<usize>,
+    inline_depth: Option<usize>,
     registry: Option<Registry>,
 }
 
@@ -140,6 +167,17 @@ impl SatinBuilder {
     /// Number of worker threads (default: `std::thread::available_parallelism`).
     pub fn workers(mut self, n: usize) -> Self {
         self.workers = Some(n.max(1));
+        self
+    }
+
+    /// Adaptive inlining: once a worker holds `depth` spawned jobs that have not
+    /// started, further spawns run at once as plain calls (their tickets carry the
+    /// result) instead of being queued. The queued jobs are the oldest and largest, the
+    /// ones thieves take, so this keeps the parallelism and drops the cost of jobs too
+    /// deep to be stolen. `usize::MAX` queues every spawn. Default:
+    /// [`DEFAULT_INLINE_DEPTH`], or the environment variable `SATIN_INLINE_DEPTH`.
+    pub fn inline_depth(mut self, depth: usize) -> Self {
+        self.inline_depth = Some(depth);
         self
     }
 
@@ -174,6 +212,8 @@ impl SatinBuilder {
             panics: Mutex::new(Vec::new()),
             hungry: AtomicUsize::new(0),
             idle_hook: OnceLock::new(),
+            thieves: AtomicBool::new(n > 1),
+            inline_depth: self.inline_depth.unwrap_or_else(default_inline_depth),
         });
         let mut handles = Vec::with_capacity(n);
         for (i, d) in deques.into_iter().enumerate() {
@@ -287,7 +327,12 @@ impl Satin {
 
     /// A handle for a thread outside the pool (the network thread) to steal jobs from
     /// the FIFO end of the workers' deques without stopping the workers.
+    ///
+    /// From then on the workers keep one job published for it at all times (without a
+    /// stealer a single worker keeps its jobs private). Workers notice this when they
+    /// next take a root job or stolen work, so create the stealer before submitting.
     pub fn external_stealer(&self) -> ExternalStealer {
+        self.shared.thieves.store(true, Ordering::Relaxed);
         ExternalStealer {
             shared: self.shared.clone(),
             next: AtomicUsize::new(0),

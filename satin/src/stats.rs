@@ -5,19 +5,22 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 /// Counters a worker keeps without atomics; flushed into [`SharedStats`].
 #[derive(Default, Debug, Clone, Copy)]
+#[repr(C)] // the counters bumped on the spawn/sync path are not adjacent
 pub(crate) struct LocalStats {
-    pub spawns: u64,
-    pub syncs: u64,
-    pub steal_attempts: u64,
-    pub steal_successes: u64,
-    pub stolen_executed: u64,
     pub steal_nanos: u64,
+    pub spawns: u64,
+    pub steal_attempts: u64,
+    pub syncs: u64,
+    pub steal_successes: u64,
+    pub inlined: u64,
+    pub stolen_executed: u64,
 }
 
 /// The flushed counters of one worker.
 #[derive(Default, Debug)]
 pub(crate) struct SharedStats {
     spawns: AtomicU64,
+    inlined: AtomicU64,
     syncs: AtomicU64,
     steal_attempts: AtomicU64,
     steal_successes: AtomicU64,
@@ -28,6 +31,7 @@ pub(crate) struct SharedStats {
 impl SharedStats {
     pub(crate) fn add(&self, s: &LocalStats) {
         self.spawns.fetch_add(s.spawns, Relaxed);
+        self.inlined.fetch_add(s.inlined, Relaxed);
         self.syncs.fetch_add(s.syncs, Relaxed);
         self.steal_attempts.fetch_add(s.steal_attempts, Relaxed);
         self.steal_successes.fetch_add(s.steal_successes, Relaxed);
@@ -38,6 +42,7 @@ impl SharedStats {
     pub(crate) fn snapshot(&self) -> WorkerStats {
         WorkerStats {
             spawns: self.spawns.load(Relaxed),
+            inlined: self.inlined.load(Relaxed),
             syncs: self.syncs.load(Relaxed),
             steal_attempts: self.steal_attempts.load(Relaxed),
             steal_successes: self.steal_successes.load(Relaxed),
@@ -49,6 +54,7 @@ impl SharedStats {
     pub(crate) fn reset(&self) {
         for a in [
             &self.spawns,
+            &self.inlined,
             &self.syncs,
             &self.steal_attempts,
             &self.steal_successes,
@@ -137,6 +143,9 @@ pub struct NetStats {
 pub struct WorkerStats {
     /// Jobs spawned by jobs running on this worker.
     pub spawns: u64,
+    /// Of those, spawns run at once as plain calls because the worker already had
+    /// enough stealable work queued (see [`SatinBuilder::inline_depth`](crate::SatinBuilder::inline_depth)).
+    pub inlined: u64,
     /// Syncs (explicit and implicit) executed on this worker.
     pub syncs: u64,
     /// Local steal attempts (one per victim tried).
@@ -152,6 +161,7 @@ pub struct WorkerStats {
 impl WorkerStats {
     fn add(&mut self, o: &WorkerStats) {
         self.spawns += o.spawns;
+        self.inlined += o.inlined;
         self.syncs += o.syncs;
         self.steal_attempts += o.steal_attempts;
         self.steal_successes += o.steal_successes;
@@ -197,8 +207,8 @@ fn pct(a: u64, b: u64) -> f64 {
 fn line(f: &mut fmt::Formatter<'_>, who: &str, w: &WorkerStats) -> fmt::Result {
     writeln!(
         f,
-        "SATIN '{who}': SPAWN_SYNC: spawns = {} syncs = {}",
-        w.spawns, w.syncs
+        "SATIN '{who}': SPAWN_SYNC: spawns = {} (inlined {}) syncs = {}",
+        w.spawns, w.inlined, w.syncs
     )?;
     writeln!(
         f,

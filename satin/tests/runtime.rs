@@ -6,33 +6,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::Duration;
 
-/// Runs `f` on a thread and fails the test if it takes longer than a minute.
-fn bounded<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(f());
-    });
-    rx.recv_timeout(Duration::from_secs(60))
-        .expect("test timed out (hang?)")
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-struct Fib(u32);
-
-#[satin::job]
-impl Job for Fib {
-    type Output = u64;
-    fn run(self, ctx: &mut Ctx) -> u64 {
-        if self.0 < 2 {
-            return self.0 as u64;
-        }
-        let mut f = ctx.frame();
-        let a = f.spawn(Fib(self.0 - 1));
-        let b = f.spawn(Fib(self.0 - 2));
-        let r = f.sync();
-        r.get(a) + r.get(b)
-    }
-}
+mod common;
+use common::{bounded, Fib};
 
 /// Records the order in which leaves run.
 struct Leaf(u32, Arc<Mutex<Vec<u32>>>);
@@ -64,7 +39,12 @@ impl Job for Order {
 #[test]
 fn one_worker_runs_children_at_sync_newest_first() {
     bounded(|| {
-        let s = Satin::builder().workers(1).build().unwrap();
+        // (With inlining a spawn beyond the inline depth would run at once.)
+        let s = Satin::builder()
+            .workers(1)
+            .inline_depth(usize::MAX)
+            .build()
+            .unwrap();
         let log = Arc::new(Mutex::new(Vec::new()));
         assert_eq!(s.run(Order(log.clone())), (10, 20, 30));
         assert_eq!(*log.lock().unwrap(), vec![3, 2, 1]);

@@ -16,6 +16,12 @@
 //! - `rayon.join_ns`: `rayon::join` of two trivial closures per iteration.
 //! - `satin.fib_overhead` / `rayon.fib_overhead`: fib(N) with every call spawning
 //!   (Satin: two spawns and a sync; rayon: a join) over the plain sequential fib(N).
+//!   Satin runs with its default adaptive inlining (spawns deeper than
+//!   `DEFAULT_INLINE_DEPTH` queued jobs run as calls).
+//! - `satin.fib_overhead_queued`: the same with inlining off (`inline_depth(usize::MAX)`):
+//!   every spawn makes a record and goes through the worker's queue.
+//! - `satin.fib_overhead_stealer`: default inlining, with an external stealer attached
+//!   (as in a pool of processes), so the worker keeps one job published on its deque.
 
 use ibis_examples::{report, Figure};
 use satin::apps::fib::{fib_seq, Fib};
@@ -96,6 +102,13 @@ fn main() {
     let repeat = arg(&args, "--repeat", 5) as usize;
 
     let satin = Satin::builder().workers(1).build().expect("satin");
+    let queued = Satin::builder()
+        .workers(1)
+        .inline_depth(usize::MAX)
+        .build()
+        .expect("satin");
+    let stolen = Satin::builder().workers(1).build().expect("satin");
+    let _stealer = stolen.external_stealer();
     let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(1)
         .build()
@@ -120,7 +133,20 @@ fn main() {
             threshold: 0,
         })
     });
+    let tq = best(repeat, || {
+        queued.run(Fib {
+            n: black_box(n),
+            threshold: 0,
+        })
+    });
+    let tst = best(repeat, || {
+        stolen.run(Fib {
+            n: black_box(n),
+            threshold: 0,
+        })
+    });
     let tr = best(repeat, || pool.install(|| fib_rayon(black_box(n))));
+    assert_eq!(queued.run(Fib { n, threshold: 0 }), fib_seq(n));
     assert_eq!(satin.run(Fib { n, threshold: 0 }), fib_seq(n));
 
     let ns = |d: Duration| d.as_secs_f64() * 1e9 / iters as f64;
@@ -174,6 +200,18 @@ fn main() {
             value: sf,
             unit: "x",
             what: "satin fib / sequential fib".into(),
+        },
+        Figure {
+            name: "satin.fib_overhead_queued".into(),
+            value: tq.as_secs_f64() / ts.as_secs_f64(),
+            unit: "x",
+            what: "satin fib / sequential, inlining off (every spawn queued)".into(),
+        },
+        Figure {
+            name: "satin.fib_overhead_stealer".into(),
+            value: tst.as_secs_f64() / ts.as_secs_f64(),
+            unit: "x",
+            what: "satin fib / sequential, external stealer attached".into(),
         },
         Figure {
             name: "rayon.fib_overhead".into(),
