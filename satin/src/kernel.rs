@@ -737,7 +737,6 @@ impl<'a> Frame<'a> {
     #[inline(always)]
     pub fn spawn<J: Job>(&mut self, job: J) -> Spawned<'a, J> {
         let ctx = &mut *self.ctx;
-        ctx.stats.spawns += 1;
         if ctx.private.len() - ctx.private_base >= ctx.inline_depth && !ctx.shared.any_hungry() {
             return Spawned {
                 ticket: Ticket::Ready(ctx.run_inline(job)),
@@ -750,6 +749,7 @@ impl<'a> Frame<'a> {
             self.id = ctx.next_frame_id;
             ctx.next_frame_id += 1;
         }
+        ctx.stats.queued += 1;
         let r = ctx.pool.alloc();
         // SAFETY: a fresh record from our pool, exclusively ours (I1); all fields are
         // written before it is published on the deque (push has Release semantics).

@@ -8,7 +8,8 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 #[repr(C)] // the counters bumped on the spawn/sync path are not adjacent
 pub(crate) struct LocalStats {
     pub steal_nanos: u64,
-    pub spawns: u64,
+    /// Spawns that made a record (the others are counted in `inlined`).
+    pub queued: u64,
     pub steal_attempts: u64,
     pub syncs: u64,
     pub steal_successes: u64,
@@ -30,7 +31,7 @@ pub(crate) struct SharedStats {
 
 impl SharedStats {
     pub(crate) fn add(&self, s: &LocalStats) {
-        self.spawns.fetch_add(s.spawns, Relaxed);
+        self.spawns.fetch_add(s.queued + s.inlined, Relaxed);
         self.inlined.fetch_add(s.inlined, Relaxed);
         self.syncs.fetch_add(s.syncs, Relaxed);
         self.steal_attempts.fetch_add(s.steal_attempts, Relaxed);
