@@ -118,6 +118,22 @@ mod tests {
     }
 
     #[test]
+    fn lanes_agree_with_the_scalar_sine_also_beyond_the_limit() {
+        let x = [1.0, 1e10, -2.5, f64::NAN, 123_456.75, -LIMIT, 0.0, 7.0];
+        let got = sin_lanes(x);
+        for (x, got) in x.into_iter().zip(got) {
+            if x.is_nan() {
+                assert!(got.is_nan());
+            } else if x.abs() >= LIMIT {
+                assert_eq!(got.to_bits(), x.sin().to_bits(), "x = {x}");
+            } else {
+                assert_eq!(got.to_bits(), sin(x).to_bits(), "x = {x}");
+                assert!(ulps(got, x.sin()) <= 2.0, "x = {x}");
+            }
+        }
+    }
+
+    #[test]
     fn small_and_special_arguments() {
         for x in [0.0, -0.0, 1e-300, 1e-8, 0.5, 1.0, 3.0] {
             assert!(ulps(sin(x), x.sin()) <= 1.0, "x = {x}");

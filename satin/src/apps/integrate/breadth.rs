@@ -473,3 +473,73 @@ mod avx512 {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::f;
+    use super::*;
+
+    /// The plain recursion of the specification.
+    fn recursion(a: f64, b: f64, fa: f64, fb: f64, eps: f64) -> f64 {
+        let delta = (b - a) / 2.0;
+        let mid = a + delta;
+        let fm = f(mid);
+        let total = delta * (fa + fb);
+        let left = delta / 2.0 * (fa + fm);
+        let right = delta / 2.0 * (fb + fm);
+        let diff = (total - (left + right)).abs();
+        if diff < eps {
+            return total;
+        }
+        recursion(mid, b, fm, fb, eps) + recursion(a, mid, fa, fm, eps)
+    }
+
+    /// The kernels this processor can run.
+    fn kernels() -> Vec<Kernel> {
+        let mut kernels = vec![Kernel::Portable];
+        #[cfg(target_arch = "x86_64")]
+        {
+            if std::is_x86_feature_detected!("avx512f") {
+                kernels.push(Kernel::Avx512);
+            }
+            if std::is_x86_feature_detected!("avx2") {
+                kernels.push(Kernel::Avx2);
+            }
+        }
+        kernels
+    }
+
+    #[test]
+    fn every_kernel_gives_the_bits_of_the_recursion() {
+        // The last case is wide enough for levels past WIDTH (deeper blocks).
+        for (a, b, eps) in [
+            (0.0, 100.0, 1e-3),
+            (-7.5, 333.25, 1e-4),
+            (5.0, 5.0, 1e-6),
+            (0.0, 2000.0, 1e-4),
+        ] {
+            let want = recursion(a, b, f(a), f(b), eps);
+            let wide = b == 2000.0;
+            for kernel in kernels() {
+                let mut block = Block {
+                    kernel,
+                    levels: Vec::new(),
+                    deeper: None,
+                };
+                // Twice: the second run reuses the scratch space of the first.
+                for _ in 0..2 {
+                    let [got] = block.values([[a, b, f(a), f(b)]], eps);
+                    assert_eq!(got.to_bits(), want.to_bits(), "[{a}, {b}] {eps}");
+                }
+                if wide {
+                    assert!(block.deeper.is_some(), "no level wider than {WIDTH}");
+                }
+                let [r, l] =
+                    block.values([[a, b, f(a), f(b)], [b, b + 1.0, f(b), f(b + 1.0)]], eps);
+                assert_eq!(r.to_bits(), want.to_bits());
+                let want_l = recursion(b, b + 1.0, f(b), f(b + 1.0), eps);
+                assert_eq!(l.to_bits(), want_l.to_bits());
+            }
+        }
+    }
+}
