@@ -7,31 +7,49 @@ use serde::{Deserialize, Serialize};
 /// the call).
 #[inline]
 pub fn f(x: f64) -> f64 {
-    0.1 * x * super::sine::sin(x)
+    f_lanes([x])[0]
+}
+
+/// [`f`] of each lane, vectorized (the same operations, so the same bits).
+#[inline(always)]
+fn f_lanes<const N: usize>(x: [f64; N]) -> [f64; N] {
+    let s = super::sine::sin_lanes(x);
+    let mut out = [0.0; N];
+    for i in 0..N {
+        out[i] = 0.1 * x[i] * s[i];
+    }
+    out
+}
+
+mod breadth;
+
+use breadth::Block;
+use std::cell::RefCell;
+
+thread_local! {
+    /// The scratch space of the breadth-first evaluation, kept between calls.
+    static BLOCK: RefCell<Block> = RefCell::default();
+}
+
+/// The values of `nodes` (`[a, b, f(a), f(b)]`), each integrated to `eps`.
+fn values<const N: usize>(nodes: [[f64; 4]; N], eps: f64) -> [f64; N] {
+    BLOCK.with(|block| match block.try_borrow_mut() {
+        Ok(mut block) => block.values(nodes, eps),
+        Err(_) => Block::default().values(nodes, eps),
+    })
 }
 
 /// The sequential adaptive integration; `fa`, `fb` are `f(a)`, `f(b)`.
 pub fn integrate_seq(a: f64, b: f64, fa: f64, fb: f64, eps: f64) -> f64 {
-    let mid = a + (b - a) / 2.0;
-    integrate_seq_mid(a, b, fa, fb, f(mid), eps)
+    values([[a, b, fa, fb]], eps)[0]
 }
 
-/// [`integrate_seq`] with `f` at the midpoint already known. A node that does not stop
-/// evaluates `f` at both children's midpoints together, before descending: both children
-/// are visited anyway, and the two independent evaluations overlap in the CPU. The
-/// intervals, values and order of the sums are those of the plain recursion.
-fn integrate_seq_mid(a: f64, b: f64, fa: f64, fb: f64, fm: f64, eps: f64) -> f64 {
-    let delta = (b - a) / 2.0;
-    let mid = a + delta;
-    let total = delta * (fa + fb);
-    let left = delta / 2.0 * (fa + fm);
-    let right = delta / 2.0 * (fb + fm);
-    let diff = (total - (left + right)).abs();
-    if diff < eps {
-        return total;
-    }
-    let (fr, fl) = (f(mid + (b - mid) / 2.0), f(a + (mid - a) / 2.0));
-    integrate_seq_mid(mid, b, fm, fb, fr, eps) + integrate_seq_mid(a, mid, fa, fm, fl, eps)
+/// `integrate_seq(mid, b) + integrate_seq(a, mid)` for `[a, b]`, a node that splits, with
+/// `fm = f(mid)`.
+fn split(a: f64, b: f64, fa: f64, fb: f64, fm: f64, eps: f64) -> f64 {
+    let mid = a + (b - a) / 2.0;
+    let [r, l] = values([[mid, b, fm, fb], [a, mid, fa, fm]], eps);
+    r + l
 }
 
 /// The integral of `f` over `[a, b]` to tolerance `eps`: spawns both halves while the
@@ -102,7 +120,7 @@ impl Job for Integrate {
             let s = fr.sync();
             s.get(r) + s.get(l)
         } else {
-            integrate_seq(mid, b, fm, fb, eps) + integrate_seq(a, mid, fa, fm, eps)
+            split(a, b, fa, fb, fm, eps)
         }
     }
 }

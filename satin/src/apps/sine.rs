@@ -41,27 +41,52 @@ const LIMIT: f64 = 524_288.0 * core::f64::consts::FRAC_PI_2;
 /// `sin(x)`, to about one ulp for `|x| < 8e5` (libm's beyond).
 #[inline]
 pub fn sin(x: f64) -> f64 {
-    if x.is_nan() || x.abs() >= LIMIT {
-        return x.sin();
+    sin_lanes([x])[0]
+}
+
+/// [`sin`] of each lane, with the same operations in the same order (so bit for bit the
+/// same values), written lane by lane so that the compiler turns it into vector
+/// instructions: the two polynomials are both evaluated and the quadrant selects between
+/// them with bit masks, without a branch.
+#[inline(always)]
+pub fn sin_lanes<const N: usize>(x: [f64; N]) -> [f64; N] {
+    if !x.iter().all(|x| x.abs() < LIMIT) {
+        // Rare: beyond the reduction's range (or NaN); lane by lane.
+        return x.map(|x| {
+            if x.abs() < LIMIT {
+                in_range([x])[0]
+            } else {
+                x.sin()
+            }
+        });
     }
+    in_range(x)
+}
+
+/// [`sin_lanes`] for lanes known to be below [`LIMIT`].
+#[inline(always)]
+fn in_range<const N: usize>(x: [f64; N]) -> [f64; N] {
     // 1.5 * 2^52: adding it rounds to the nearest integer, which then sits in the low
     // bits of the sum (no call to `round`, which is not an instruction before SSE4.1).
     const MAGIC: f64 = 6_755_399_441_055_744.0;
-    let kb = x * core::f64::consts::FRAC_2_PI + MAGIC;
-    let k = kb - MAGIC;
-    let r = ((x - k * P1) - k * P2) - k * P3;
-    let z = r * r;
-    let s = r + r * z * (S[0] + z * (S[1] + z * (S[2] + z * (S[3] + z * (S[4] + z * S[5])))));
-    let c = 1.0 - 0.5 * z
-        + z * z * (C[0] + z * (C[1] + z * (C[2] + z * (C[3] + z * (C[4] + z * C[5])))));
-    // The quadrant: sin, cos, -sin, -cos.
-    let q = kb.to_bits();
-    let v = if q & 1 == 0 { s } else { c };
-    if q & 2 == 0 {
-        v
-    } else {
-        -v
+    let mut out = [0.0; N];
+    for i in 0..N {
+        let x = x[i];
+        let kb = x * core::f64::consts::FRAC_2_PI + MAGIC;
+        let k = kb - MAGIC;
+        let r = ((x - k * P1) - k * P2) - k * P3;
+        let z = r * r;
+        let s = r + r * z * (S[0] + z * (S[1] + z * (S[2] + z * (S[3] + z * (S[4] + z * S[5])))));
+        let c = 1.0 - 0.5 * z
+            + z * z * (C[0] + z * (C[1] + z * (C[2] + z * (C[3] + z * (C[4] + z * C[5])))));
+        // The quadrant q: sin, cos, -sin, -cos. Bit 0 of q selects the polynomial, bit 1
+        // the sign.
+        let q = kb.to_bits();
+        let odd = (q & 1).wrapping_neg();
+        let v = (s.to_bits() & !odd) | (c.to_bits() & odd);
+        out[i] = f64::from_bits(v ^ ((q & 2) << 62));
     }
+    out
 }
 
 #[cfg(test)]
@@ -89,6 +114,22 @@ mod tests {
         for k in 1..2000 {
             let x = k as f64 * core::f64::consts::PI;
             assert!((sin(x) - x.sin()).abs() <= 2.0 * f64::EPSILON, "x = {x}");
+        }
+    }
+
+    #[test]
+    fn lanes_agree_with_the_scalar_sine_also_beyond_the_limit() {
+        let x = [1.0, 1e10, -2.5, f64::NAN, 123_456.75, -LIMIT, 0.0, 7.0];
+        let got = sin_lanes(x);
+        for (x, got) in x.into_iter().zip(got) {
+            if x.is_nan() {
+                assert!(got.is_nan());
+            } else if x.abs() >= LIMIT {
+                assert_eq!(got.to_bits(), x.sin().to_bits(), "x = {x}");
+            } else {
+                assert_eq!(got.to_bits(), sin(x).to_bits(), "x = {x}");
+                assert!(ulps(got, x.sin()) <= 2.0, "x = {x}");
+            }
         }
     }
 
