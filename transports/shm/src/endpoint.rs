@@ -17,6 +17,7 @@ use ipl_transport_abi::{Gate, HostSink, TransportCapabilities, TransportError, T
 
 use crate::address::{socket_name, Address, HostId};
 use crate::buffer::deliver_in_place;
+use crate::chan_map::ChanMap;
 use crate::config::{Config, WaitMode};
 use crate::handshake;
 use crate::layout::Kind;
@@ -63,7 +64,7 @@ struct Inner {
     /// The link `connect` uses for a peer endpoint id.
     by_peer: Mutex<HashMap<u64, Arc<Link>>>,
     /// Local channel id → route. Read on every send.
-    channels: RwLock<HashMap<u64, Route>>,
+    channels: RwLock<ChanMap<Route>>,
     /// Wakes the endpoint thread (new link, shutdown).
     ctl: OwnedFd,
     handshakes: Mutex<Handshakes>,
@@ -608,7 +609,7 @@ impl TransportPlugin for ShmTransport {
             next_serial: AtomicU64::new(1),
             links: RwLock::new(Arc::from(Vec::new())),
             by_peer: Mutex::new(HashMap::new()),
-            channels: RwLock::new(HashMap::new()),
+            channels: RwLock::new(ChanMap::default()),
             ctl,
             handshakes: Mutex::new(Handshakes::default()),
         });
