@@ -238,16 +238,27 @@ impl Inner {
             Err(TryLockError::WouldBlock) => return 0,
         };
         let mut n = 0;
+        let mut taken_since_publish = 0u32;
         loop {
+            // The sender learns how far we took slots after the batch (and every few
+            // slots of a long one), not before each delivery (see `publish_read`).
+            if taken_since_publish >= 16 {
+                rx.ring.publish_read();
+                taken_since_publish = 0;
+            }
             let taken = match Link::poll(&mut rx, link.cap) {
                 Ok(Some(t)) => t,
-                Ok(None) => return n,
+                Ok(None) => {
+                    rx.ring.publish_read();
+                    return n;
+                }
                 Err(e) => {
                     drop(rx);
                     self.link_lost(link, &format!("peer broke the ring protocol: {e}"));
                     return n;
                 }
             };
+            taken_since_publish += 1;
             let c = taken.completion;
             let release = || {
                 if let Some(seq) = taken.seq {

@@ -120,6 +120,12 @@ impl Producer {
         })
     }
 
+    /// Whether a slot with a `len`-byte payload would go back to the start of the ring
+    /// if the ring were drained (its plan then depends on the current tail).
+    pub fn may_rewind(&self, len: u32) -> bool {
+        self.head % self.cap >= REWIND_AT && slot_size(u64::from(len)) <= REWIND_AT / 4
+    }
+
     /// Records that the planned slot was written and its head published.
     pub fn commit(&mut self, plan: &Plan) {
         self.head = plan.new_head;
