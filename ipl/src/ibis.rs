@@ -281,6 +281,9 @@ struct Router {
     slot: usize,
     state: Mutex<RouterState>,
     ready: std::sync::Condvar,
+    /// The instance once built (set with `state` becoming `Ready`): every event after
+    /// that finds it without taking the lock.
+    built: OnceLock<Weak<IbisShared>>,
 }
 
 enum RouterState {
@@ -298,18 +301,25 @@ impl Router {
             slot,
             state: Mutex::new(RouterState::Pending),
             ready: std::sync::Condvar::new(),
+            built: OnceLock::new(),
         })
     }
 
     fn settle(&self, to: RouterState) {
         let mut st = lock(&self.state);
         if matches!(*st, RouterState::Pending) {
+            if let RouterState::Ready(w) = &to {
+                let _ = self.built.set(w.clone());
+            }
             *st = to;
         }
         self.ready.notify_all();
     }
 
     fn ibis(&self) -> Option<Arc<IbisShared>> {
+        if let Some(w) = self.built.get() {
+            return w.upgrade();
+        }
         let mut st = lock(&self.state);
         loop {
             match &*st {

@@ -314,8 +314,13 @@ impl PortShared {
         }))
     }
 
-    /// Waits for the next message up to `deadline` (None: forever).
-    fn next(self: &Arc<Self>, deadline: Option<Instant>) -> Result<Option<ReadMessage>> {
+    /// Waits for the next message up to `deadline` (None: forever); `start` is when the
+    /// caller began to wait.
+    fn next(
+        self: &Arc<Self>,
+        start: Instant,
+        deadline: Option<Instant>,
+    ) -> Result<Option<ReadMessage>> {
         // Poll (yielding the CPU between polls) for an adaptive budget before sleeping.
         // When a message comes within IPL_SPIN_US, the budget goes back to it; when an
         // answer to this thread's own send comes within LEARN_LIMIT, the next budget is
@@ -323,13 +328,16 @@ impl PortShared {
         // (later, or not at all) the budget halves, so a port whose messages come far
         // apart (a stream, an idle server) soon stops taking CPU that senders and
         // transport threads need.
-        let start = Instant::now();
         let max = spin_budget();
         // This thread sent something since its last receive: it probably waits for the
         // answer, whose delay (a round trip) is worth learning. A thread that only
         // receives (a stream) keeps the configured budget, and sleeps sooner, leaving
         // the CPU to the transport threads that bring its data.
         let awaits_reply = crate::send_port::take_sent_since_receive();
+        // The last clock reading: the poll loops read the clock only every few rounds
+        // (a reading costs about 50 ns on a virtual machine, as much as a round of
+        // polling), and a message that is taken without sleeping is timed with it.
+        let mut now = start;
         if !self.ready.load(Ordering::Acquire) {
             let budget = Duration::from_nanos(self.spin_ns.load(Ordering::Relaxed));
             let spin_until = deadline.map_or(start + budget, |d| d.min(start + budget));
@@ -342,7 +350,10 @@ impl PortShared {
                 Vec::new()
             };
             if polled.is_empty() {
-                while !self.ready.load(Ordering::Acquire) && Instant::now() < spin_until {
+                while !self.ready.load(Ordering::Acquire) && {
+                    now = Instant::now();
+                    now < spin_until
+                } {
                     std::thread::yield_now();
                 }
             } else {
@@ -350,23 +361,29 @@ impl PortShared {
                 // transports itself. It spins without a system call (a yield costs more
                 // than a shared-memory round trip), yielding now and then so that other
                 // threads on a busy CPU still run.
-                let mut idle = 0u32;
-                while !self.ready.load(Ordering::Acquire) && Instant::now() < spin_until {
+                let mut rounds = 0u32;
+                while !self.ready.load(Ordering::Acquire) {
                     let delivered: usize = polled.iter().map(|t| t.progress()).sum();
+                    rounds = rounds.wrapping_add(1);
                     if delivered == 0 {
-                        idle = idle.wrapping_add(1);
-                        if idle % 256 == 0 {
+                        if rounds % 256 == 0 {
                             std::thread::yield_now();
                         } else {
                             std::hint::spin_loop();
                         }
                     }
+                    if rounds % 8 == 0 {
+                        now = Instant::now();
+                        if now >= spin_until {
+                            break;
+                        }
+                    }
                 }
             }
         }
-        let adapt = |got: bool| {
+        let mut slept = false;
+        let adapt = |got: bool, waited: Duration| {
             let budget = Duration::from_nanos(self.spin_ns.load(Ordering::Relaxed));
-            let waited = start.elapsed();
             let next = if got && waited <= max {
                 max
             } else if got && awaits_reply && waited <= LEARN_LIMIT {
@@ -383,9 +400,11 @@ impl PortShared {
         let mut st = lock(&self.state);
         loop {
             if let Some(r) = self.take_locked(&mut st) {
-                adapt(true);
+                let waited = if slept { start.elapsed() } else { now - start };
+                adapt(true, waited);
                 return r.map(Some);
             }
+            slept = true;
             match deadline {
                 None => {
                     st.sleepers += 1;
@@ -395,7 +414,7 @@ impl PortShared {
                 Some(d) => {
                     let now = Instant::now();
                     if now >= d {
-                        adapt(false);
+                        adapt(false, now - start);
                         return Ok(None);
                     }
                     st.sleepers += 1;
@@ -488,14 +507,17 @@ impl ReceivePort {
     /// Blocks until a message arrives (needs `receive.explicit`).
     pub fn receive(&self) -> Result<ReadMessage> {
         self.need(PortCapabilities::RECEIVE_EXPLICIT, "receive.explicit")?;
-        self.shared.next(None)?.ok_or(IplError::PortClosed)
+        self.shared
+            .next(Instant::now(), None)?
+            .ok_or(IplError::PortClosed)
     }
 
     /// Waits at most `timeout` for a message (needs `receive.timeout`).
     pub fn receive_timeout(&self, timeout: Duration) -> Result<ReadMessage> {
         self.need(PortCapabilities::RECEIVE_TIMEOUT, "receive.timeout")?;
+        let start = Instant::now();
         self.shared
-            .next(Some(Instant::now() + timeout))?
+            .next(start, Some(start + timeout))?
             .ok_or(IplError::Timeout(timeout))
     }
 
@@ -558,7 +580,7 @@ impl ReceivePort {
         let handle = std::thread::Builder::new()
             .name(name)
             .spawn(move || {
-                while let Ok(Some(m)) = shared.next(None) {
+                while let Ok(Some(m)) = shared.next(Instant::now(), None) {
                     handler.upcall(m);
                 }
             })

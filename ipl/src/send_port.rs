@@ -1,5 +1,6 @@
 //! Send ports: connect to one or many receive ports, write messages, multicast.
 
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -37,14 +38,17 @@ pub(crate) struct OutLink {
     state: Mutex<LinkState>,
     cond: Condvar,
     port: Mutex<Option<std::sync::Weak<SendShared>>>,
+    /// Bytes the receiver still accepts (flow control). Taken by the sending thread
+    /// without the lock; granted by the router, which then notifies under the lock.
+    credits: AtomicU64,
+    /// Mirrors `state.lost.is_some()`, for the lock-free check of every send.
+    is_lost: AtomicBool,
 }
 
 #[derive(Default)]
 struct LinkState {
     reply: Option<Control>,
     lost: Option<String>,
-    /// Bytes the receiver still accepts (flow control).
-    credits: u64,
 }
 
 impl OutLink {
@@ -53,6 +57,8 @@ impl OutLink {
             state: Mutex::new(LinkState::default()),
             cond: Condvar::new(),
             port: Mutex::new(None),
+            credits: AtomicU64::new(0),
+            is_lost: AtomicBool::new(false),
         })
     }
 
@@ -60,7 +66,7 @@ impl OutLink {
     pub(crate) fn reply(&self, c: Control) {
         let mut st = lock(&self.state);
         if matches!(c, Control::Accept { .. }) {
-            st.credits = protocol::window();
+            self.credits.store(protocol::window(), Ordering::Release);
         }
         st.reply = Some(c);
         drop(st);
@@ -69,23 +75,43 @@ impl OutLink {
 
     /// The receiver finished messages costing `n` more bytes.
     pub(crate) fn credit(&self, n: u64) {
-        let mut st = lock(&self.state);
-        st.credits = st.credits.saturating_add(n);
-        drop(st);
+        let _ = self
+            .credits
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |c| {
+                Some(c.saturating_add(n))
+            });
+        // A sender that found too few credits checks again under the lock before it
+        // waits: taking the lock here means it either sees these credits or waits
+        // already and gets the notification.
+        drop(lock(&self.state));
         self.cond.notify_all();
     }
 
+    /// Takes the credit for a message of `cost` if the window allows it now (a message
+    /// larger than the window goes when nothing is in flight).
+    fn try_take_credit(&self, cost: u64) -> bool {
+        self.credits
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |c| {
+                (c >= cost || c >= protocol::window()).then(|| c.saturating_sub(cost))
+            })
+            .is_ok()
+    }
+
     /// Takes the credit for a message of this cost, waiting while the receiver's window
-    /// is full (a message larger than the window waits until nothing is in flight).
-    /// Returns false if the connection was lost meanwhile.
+    /// is full. Returns false if the connection was lost meanwhile.
     fn take_credit(&self, cost: u64) -> bool {
+        if self.is_lost.load(Ordering::Acquire) {
+            return false;
+        }
+        if self.try_take_credit(cost) {
+            return true;
+        }
         let mut st = lock(&self.state);
         loop {
             if st.lost.is_some() {
                 return false;
             }
-            if st.credits >= cost || st.credits >= protocol::window() {
-                st.credits = st.credits.saturating_sub(cost);
+            if self.try_take_credit(cost) {
                 return true;
             }
             st = self
@@ -105,6 +131,7 @@ impl OutLink {
                 Disconnect::Closed => "closed by the receiver".into(),
                 Disconnect::Local => "closed locally".into(),
             });
+            self.is_lost.store(true, Ordering::Release);
         }
         self.cond.notify_all();
         let port = lock(&self.port).as_ref().and_then(|w| w.upgrade());
@@ -147,6 +174,9 @@ pub(crate) struct SendShared {
     lost: Mutex<Vec<(ReceivePortIdentifier, Disconnect)>>,
     /// Connections lost since the last message was sent: the next `finish` reports them.
     unreported: Mutex<Vec<(ChannelKey, ReceivePortIdentifier)>>,
+    /// Counts losses (bumped under the `connections` lock): a send whose port saw the
+    /// same count at its last snapshot sends on that snapshot without taking a lock.
+    losses: AtomicU64,
     upcall: Option<Box<dyn SendPortDisconnectUpcall>>,
 }
 
@@ -161,6 +191,7 @@ impl SendShared {
             let r = i.map(|i| c.remove(i).receiver);
             if let Some(r) = &r {
                 lock(&self.unreported).push((key, r.clone()));
+                self.losses.fetch_add(1, Ordering::Release);
             }
             r
         };
@@ -182,7 +213,12 @@ pub struct SendPort {
     slots: Vec<usize>,
     seq: u64,
     spare: Vec<u8>,
+    /// The channels of the last snapshot of the connections, and the loss count it was
+    /// taken at (None: take a new one at the next send).
     keys: Vec<(ChannelKey, Arc<OutLink>)>,
+    keys_at: Option<u64>,
+    /// The allocation of the slice list of a message, kept between sends (empty).
+    slice_buf: Vec<&'static [u8]>,
     closed: bool,
 }
 
@@ -208,6 +244,7 @@ impl SendPort {
                 connections: Mutex::new(Vec::new()),
                 lost: Mutex::new(Vec::new()),
                 unreported: Mutex::new(Vec::new()),
+                losses: AtomicU64::new(0),
                 upcall,
             }),
             ibis,
@@ -216,6 +253,8 @@ impl SendPort {
             seq: 0,
             spare: Vec::new(),
             keys: Vec::new(),
+            keys_at: None,
+            slice_buf: Vec::new(),
             closed: false,
         }
     }
@@ -320,6 +359,7 @@ impl SendPort {
             }
             match link.wait_reply(deadline) {
                 Ok(Control::Accept { .. }) => {
+                    self.keys_at = None;
                     lock(&self.shared.connections).push(Connection {
                         key,
                         receiver: target.clone(),
@@ -368,6 +408,7 @@ impl SendPort {
 
     /// Disconnects from one receive port; messages already sent are still delivered.
     pub fn disconnect(&mut self, target: &ReceivePortIdentifier) -> Result<()> {
+        self.keys_at = None;
         let conn = {
             let mut c = lock(&self.shared.connections);
             let i = c
@@ -407,25 +448,34 @@ impl SendPort {
         let len = writer.len();
         let header = protocol::data_header(self.seq);
         self.seq = self.seq.wrapping_add(1);
-        let mut slices: Vec<&[u8]> = Vec::with_capacity(4);
+        // The slice list reuses the allocation of the previous message's (given back
+        // below: collecting an emptied vector into one of another lifetime keeps its
+        // allocation).
+        let mut slices: Vec<&[u8]> = std::mem::take(&mut self.slice_buf);
         slices.push(&header);
         writer.segments_into(&mut slices);
         // Snapshot the channels, then send without holding the lock: a transport may
         // report a lost channel (which takes the lock) from inside a send. Connections
-        // lost before the snapshot did not get this message: report them now.
-        let mut keys = std::mem::take(&mut self.keys);
-        keys.clear();
-        let mut lost: Vec<ReceivePortIdentifier> = {
+        // lost before the snapshot did not get this message: report them now. While no
+        // connection was lost since the last snapshot (the common case), it still holds
+        // and the send takes no lock.
+        let mut lost: Vec<ReceivePortIdentifier> = Vec::new();
+        let losses = self.shared.losses.load(Ordering::Acquire);
+        if self.keys_at != Some(losses) {
             let conns = lock(&self.shared.connections);
-            keys.extend(conns.iter().map(|c| (c.key, Arc::clone(&c.link))));
-            std::mem::take(&mut *lock(&self.shared.unreported))
+            self.keys.clear();
+            self.keys
+                .extend(conns.iter().map(|c| (c.key, Arc::clone(&c.link))));
+            // Bumped under this lock only: the snapshot matches this count.
+            self.keys_at = Some(self.shared.losses.load(Ordering::Acquire));
+            lost = std::mem::take(&mut *lock(&self.shared.unreported))
                 .into_iter()
                 .map(|(_, r)| r)
-                .collect()
-        };
-        let any = !keys.is_empty() || !lost.is_empty();
+                .collect();
+        }
+        let any = !self.keys.is_empty() || !lost.is_empty();
         let mut failed = Vec::new();
-        for (key, link) in &keys {
+        for (key, link) in &self.keys {
             let key = *key;
             // Flow control: wait while this receiver's window is full.
             if !link.take_credit(protocol::cost(len + protocol::HEADER_LEN)) {
@@ -436,9 +486,8 @@ impl SendPort {
                 failed.push((key, e.to_string()));
             }
         }
-        keys.clear();
-        self.keys = keys;
-        drop(slices);
+        slices.clear();
+        self.slice_buf = slices.into_iter().map(|_| &[][..]).collect();
         self.spare = writer.into_buffer();
         if !failed.is_empty() {
             for (key, why) in &failed {
@@ -472,6 +521,8 @@ impl SendPort {
             return;
         }
         self.closed = true;
+        self.keys_at = None;
+        self.keys.clear();
         let conns: Vec<Connection> = std::mem::take(&mut *lock(&self.shared.connections));
         for c in conns {
             self.goodbye(c.key);

@@ -6,6 +6,7 @@
 //! ipl-bench latency    --transport tcp    --sizes 1,1024,65536     [--iters N] [--repeat R]
 //! ipl-bench throughput --transport tcp    --sizes 65536,1048576    [--mbytes M] [--repeat R]
 //! ipl-bench latency    --transport inproc --sizes 1,1024
+//! ipl-bench selfloop   --transport shm    --sizes 8   (the IPL's own cost, one thread)
 //! ipl-bench latency    --require reliable,fifo,network   (choose by properties)
 //! ```
 //!
@@ -125,6 +126,10 @@ fn main() {
         Some("latency" | "throughput") => {
             let a = parse_args(&argv);
             measure(&a)
+        }
+        Some("selfloop") => {
+            let a = parse_args(&argv);
+            selfloop(&a)
         }
         _ => usage(),
     };
@@ -677,6 +682,55 @@ fn peer(raw_spec: &str, a: &Args) -> Res<()> {
     sp.close();
     ibis.end()?;
     println!("peer done");
+    Ok(())
+}
+
+// ---- the IPL's own cost: one thread sends to itself -----------------------------------
+
+/// One thread sends a message to a receive port of its own instance over the transport
+/// and receives it, so that no other thread and no other CPU is involved: the figure is
+/// the software cost of one send plus one receive (IPL and transport), without the hop
+/// between cores that a round trip pays twice.
+fn selfloop(a: &Args) -> Res<()> {
+    let transport = pick_transport(a)?;
+    let t = port_type(a)?;
+    let reg = EmbeddedRegistry::new();
+    let ibis = Ibis::builder()
+        .pool("selfloop")
+        .registry(&reg)
+        .secret(ipl_auth::PoolSecret::generate()?)
+        .prefer_transport(transport.as_str())
+        .port_type(t)
+        .build()?;
+    let rp = ibis.create_receive_port(&t, "in")?;
+    rp.enable_connections();
+    let mut sp = ibis.create_send_port(&t, "out")?;
+    sp.connect(rp.identifier(), WAIT)?;
+    let mut figures = Vec::new();
+    for &size in &a.sizes {
+        let mut per = Vec::new();
+        for _ in 0..a.repeat {
+            let s = stats(&mut ipl_latency(&rp, &mut sp, size, iters_for(a, size))?);
+            per.push(us(s.median));
+        }
+        figures.push(Figure {
+            name: format!("ipl.selfloop.{transport}.{size}B.us"),
+            value: median(&per),
+            unit: "us",
+            what: format!("IPL {transport} {size} B send + receive in one thread (median)"),
+        });
+    }
+    drop(sp);
+    rp.close(Some(Duration::from_secs(1)));
+    ibis.end()?;
+    report(
+        &format!(
+            "ipl-bench selfloop: transport {transport}, one thread sends to its own receive \
+             port; median of {} repetitions",
+            a.repeat
+        ),
+        &figures,
+    );
     Ok(())
 }
 

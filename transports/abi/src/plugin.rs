@@ -290,12 +290,21 @@ pub unsafe extern "C" fn send<T: TransportPlugin>(
             // SAFETY: the host passes n valid RawSlices for the duration of the call.
             unsafe { std::slice::from_raw_parts(slices, n) }
         };
-        let mut parts: Vec<&[u8]> = Vec::with_capacity(raw.len());
-        for s in raw {
-            // SAFETY: each slice is valid for the duration of this call (contract).
-            parts.push(unsafe { s.as_slice() });
+        // SAFETY: each slice is valid for the duration of this call (contract).
+        let view = |s: &RawSlice| -> &[u8] { unsafe { s.as_slice() } };
+        // A message has a handful of slices (header, payload, borrowed arrays): they go
+        // on the stack, so that a send allocates nothing here.
+        const INLINE: usize = 8;
+        if raw.len() <= INLINE {
+            let mut parts: [&[u8]; INLINE] = [&[]; INLINE];
+            for (d, s) in parts.iter_mut().zip(raw) {
+                *d = view(s);
+            }
+            t.send(channel, &parts[..raw.len()])
+        } else {
+            let parts: Vec<&[u8]> = raw.iter().map(view).collect();
+            t.send(channel, &parts)
         }
-        t.send(channel, &parts)
     })
 }
 

@@ -17,6 +17,7 @@ use ipl_transport_abi::{Gate, HostSink, TransportCapabilities, TransportError, T
 
 use crate::address::{socket_name, Address, HostId};
 use crate::buffer::deliver_in_place;
+use crate::chan_map::ChanMap;
 use crate::config::{Config, WaitMode};
 use crate::handshake;
 use crate::layout::Kind;
@@ -63,7 +64,7 @@ struct Inner {
     /// The link `connect` uses for a peer endpoint id.
     by_peer: Mutex<HashMap<u64, Arc<Link>>>,
     /// Local channel id → route. Read on every send.
-    channels: RwLock<HashMap<u64, Route>>,
+    channels: RwLock<ChanMap<Route>>,
     /// Wakes the endpoint thread (new link, shutdown).
     ctl: OwnedFd,
     handshakes: Mutex<Handshakes>,
@@ -237,16 +238,27 @@ impl Inner {
             Err(TryLockError::WouldBlock) => return 0,
         };
         let mut n = 0;
+        let mut taken_since_publish = 0u32;
         loop {
+            // The sender learns how far we took slots after the batch (and every few
+            // slots of a long one), not before each delivery (see `publish_read`).
+            if taken_since_publish >= 16 {
+                rx.ring.publish_read();
+                taken_since_publish = 0;
+            }
             let taken = match Link::poll(&mut rx, link.cap) {
                 Ok(Some(t)) => t,
-                Ok(None) => return n,
+                Ok(None) => {
+                    rx.ring.publish_read();
+                    return n;
+                }
                 Err(e) => {
                     drop(rx);
                     self.link_lost(link, &format!("peer broke the ring protocol: {e}"));
                     return n;
                 }
             };
+            taken_since_publish += 1;
             let c = taken.completion;
             let release = || {
                 if let Some(seq) = taken.seq {
@@ -608,7 +620,7 @@ impl TransportPlugin for ShmTransport {
             next_serial: AtomicU64::new(1),
             links: RwLock::new(Arc::from(Vec::new())),
             by_peer: Mutex::new(HashMap::new()),
-            channels: RwLock::new(HashMap::new()),
+            channels: RwLock::new(ChanMap::default()),
             ctl,
             handshakes: Mutex::new(Handshakes::default()),
         });

@@ -56,6 +56,7 @@
 pub mod address;
 pub mod baseline;
 mod buffer;
+mod chan_map;
 pub mod config;
 pub mod consumer;
 mod endpoint;

@@ -7,6 +7,10 @@
 
 use crate::layout::{slot_size, HEADER_LEN, SLOT_ALIGN};
 
+/// How far the head may run from the start of the data area before a small slot that
+/// finds the ring drained goes back to the start (see [`Producer::plan`]).
+pub const REWIND_AT: u64 = 64 << 10;
+
 /// Where one slot goes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Plan {
@@ -85,10 +89,21 @@ impl Producer {
 
     /// Plans a slot with a `len`-byte payload given the receiver's `tail` (already
     /// checked). `len` must not exceed [`max_slot_payload`](Self::max_slot_payload).
+    ///
+    /// A small slot that finds the ring (nearly) drained while the head is beyond the
+    /// first [`REWIND_AT`] bytes goes back to the start of the data area, behind a
+    /// padding slot: messages that go one at a time (requests, replies) then keep
+    /// reusing the same few cache lines, which stay in the caches of both sides,
+    /// instead of walking through the whole ring and missing every time.
     pub fn plan(&self, len: u32, tail: u64) -> Result<Plan, Wait> {
         let slot = slot_size(u64::from(len));
         let off = self.head % self.cap;
-        let pad = if off + slot > self.cap {
+        let in_flight = self.head - tail;
+        let rewind = off >= REWIND_AT
+            && slot <= REWIND_AT / 4
+            && in_flight <= REWIND_AT / 4
+            && self.cap - off >= HEADER_LEN as u64;
+        let pad = if off + slot > self.cap || rewind {
             self.cap - off
         } else {
             0
@@ -103,6 +118,12 @@ impl Producer {
             pos: self.head + pad,
             new_head: self.head + need,
         })
+    }
+
+    /// Whether a slot with a `len`-byte payload would go back to the start of the ring
+    /// if the ring were drained (its plan then depends on the current tail).
+    pub fn may_rewind(&self, len: u32) -> bool {
+        self.head % self.cap >= REWIND_AT && slot_size(u64::from(len)) <= REWIND_AT / 4
     }
 
     /// Records that the planned slot was written and its head published.
@@ -159,6 +180,34 @@ mod tests {
         let mut p = Producer::new(CAP);
         p.commit(&p.plan((CAP - 64) as u32 - 16, 0).unwrap());
         assert_eq!(p.plan(48, 0).unwrap().pad, None);
+    }
+
+    #[test]
+    fn small_slots_rewind_to_the_start_of_a_drained_ring() {
+        let cap = 1 << 20;
+        let mut p = Producer::new(cap);
+        // Request-sized slots walk up to REWIND_AT while each is taken at once...
+        while p.head() < REWIND_AT {
+            let plan = p.plan(8, p.head()).unwrap();
+            assert_eq!(plan.pad, None);
+            p.commit(&plan);
+        }
+        // ...then the next one pads to the end and starts over at offset 0.
+        let at = p.head();
+        let plan = p.plan(8, at).unwrap();
+        assert_eq!(plan.pad, Some((at, (cap - at - 16) as u32)));
+        assert_eq!(plan.pos, cap);
+        assert_eq!(plan.new_head, cap + 32);
+        // Not while much is in flight (a stream), nor for large slots.
+        assert_eq!(p.plan(8, at - REWIND_AT / 2).unwrap().pad, None);
+        assert_eq!(p.plan((REWIND_AT / 2) as u32, at).unwrap().pad, None);
+        // A ring no larger than REWIND_AT never rewinds.
+        let mut p = Producer::new(REWIND_AT);
+        for _ in 0..10_000 {
+            let plan = p.plan(8, p.head()).unwrap();
+            assert!(plan.pad.is_none() || p.head() % REWIND_AT + 32 > REWIND_AT);
+            p.commit(&plan);
+        }
     }
 
     #[test]
