@@ -366,13 +366,13 @@ impl PortShared {
                     let delivered: usize = polled.iter().map(|t| t.progress()).sum();
                     rounds = rounds.wrapping_add(1);
                     if delivered == 0 {
-                        if rounds % 256 == 0 {
+                        if rounds.is_multiple_of(256) {
                             std::thread::yield_now();
                         } else {
                             std::hint::spin_loop();
                         }
                     }
-                    if rounds % 8 == 0 {
+                    if rounds.is_multiple_of(8) {
                         now = Instant::now();
                         if now >= spin_until {
                             break;

@@ -127,7 +127,9 @@ pub fn matmul_seq(a: &Mat, b: &Mat) -> Mat {
 }
 
 fn check(a: &Mat, b: &Mat) {
-    assert!(a.n == b.n && a.n >= LEAF && (a.n / LEAF).is_power_of_two() && a.n % LEAF == 0);
+    assert!(
+        a.n == b.n && a.n >= LEAF && (a.n / LEAF).is_power_of_two() && a.n.is_multiple_of(LEAF)
+    );
 }
 
 impl MatMul {

@@ -13,7 +13,7 @@ fn is_prime(d: u64) -> bool {
     }
     let mut i = 2;
     while i * i <= d {
-        if d % i == 0 {
+        if d.is_multiple_of(i) {
             return false;
         }
         i += 1;
@@ -23,9 +23,9 @@ fn is_prime(d: u64) -> bool {
 
 fn leaf(n: u64, lo: u64, hi: u64, out: &mut Vec<u64>) {
     for d in lo..=hi {
-        if n % d == 0 && is_prime(d) {
+        if n.is_multiple_of(d) && is_prime(d) {
             let mut m = n;
-            while m % d == 0 {
+            while m.is_multiple_of(d) {
                 out.push(d);
                 m /= d;
             }

@@ -259,7 +259,7 @@ fn spin_until(word: &AtomicU64, ok: impl Fn(u64) -> bool) -> io::Result<()> {
             return Ok(());
         }
         n = n.wrapping_add(1);
-        if n % 4096 == 0 {
+        if n.is_multiple_of(4096) {
             let s = *start.get_or_insert_with(Instant::now);
             if s.elapsed() > PATIENCE {
                 return Err(io::Error::new(
@@ -267,7 +267,7 @@ fn spin_until(word: &AtomicU64, ok: impl Fn(u64) -> bool) -> io::Result<()> {
                     "raw shm peer did not answer",
                 ));
             }
-            if n % (1 << 16) == 0 {
+            if n.is_multiple_of(1 << 16) {
                 // Let a peer on the same CPU run.
                 std::thread::yield_now();
             }

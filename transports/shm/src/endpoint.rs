@@ -477,7 +477,7 @@ impl Inner {
             let timeout = match self.cfg.wait {
                 WaitMode::Spin => {
                     spins = spins.wrapping_add(1);
-                    if spins % 1024 != 0 {
+                    if !spins.is_multiple_of(1024) {
                         std::hint::spin_loop();
                         continue;
                     }

@@ -236,7 +236,7 @@ impl Link {
             let mut polls = 0u32;
             while !pacing.wake_after.is_zero() && !tx.consumed() {
                 polls = polls.wrapping_add(1);
-                if polls % 16 == 0 && t0.elapsed() >= pacing.wake_after {
+                if polls.is_multiple_of(16) && t0.elapsed() >= pacing.wake_after {
                     break;
                 }
                 std::hint::spin_loop();

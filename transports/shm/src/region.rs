@@ -118,7 +118,7 @@ impl Region {
     /// The 8-byte atomic at `off` (a multiple of 8).
     pub fn atomic(&self, off: usize) -> Result<&AtomicU64, OutOfBounds> {
         self.check(off, 8)?;
-        if off % 8 != 0 {
+        if !off.is_multiple_of(8) {
             return Err(OutOfBounds {
                 off,
                 len: 8,

@@ -224,7 +224,7 @@ mod tests {
                     last = now;
                 }
             }
-            if x % 3 == 0 {
+            if x.is_multiple_of(3) {
                 e.on_released(1);
             }
         }

@@ -377,11 +377,10 @@ fn sum_up(cur: &mut Level, next: &Level) {
 /// by a mask together (compress) and apart again (expand).
 ///
 /// The AVX-512 intrinsics are stable since Rust 1.89 (and `#[target_feature]` on safe
-/// functions since 1.86), above the workspace's `rust-version`: this module is what
-/// needs the newer compiler. Without it (the portable [`compact`] and [`sum_up`]) the
-/// benchmark takes about 40 % longer.
+/// functions since 1.86): this module is why the workspace's `rust-version` is 1.89.
+/// Without it (the portable [`compact`] and [`sum_up`]) the benchmark takes about 40 %
+/// longer.
 #[cfg(target_arch = "x86_64")]
-#[allow(clippy::incompatible_msrv)]
 mod avx512 {
     use super::{Level, PAD};
     use core::arch::x86_64::{
