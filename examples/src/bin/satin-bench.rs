@@ -7,7 +7,9 @@
 //!
 //! Everything runs on ONE worker thread (a Satin pool with `workers(1)`, a rayon pool
 //! with `num_threads(1)`), placed by the OS; the sequential baseline runs on the main
-//! thread. Each figure is the best of `--repeat` runs.
+//! thread. The loop figures are the best of `--repeat` runs; the fib runs alternate
+//! within each of `--repeat` repetitions and the figures are medians of the
+//! per-repetition ratios (this VM's speed drifts by 20 % from one second to the next).
 //!
 //! - `satin.spawn_sync_ns`: a loop of frames, each spawning one trivial job and syncing
 //!   it (one spawn+sync pair per iteration).
@@ -126,32 +128,46 @@ fn main() {
             s
         })
     });
-    let ts = best(repeat, || fib_seq(black_box(n)));
-    let tf = best(repeat, || {
-        satin.run(Fib {
+    // The fib runs alternate within each repetition (sequential, Satin three ways,
+    // rayon), so that each ratio compares runs made under the same machine state; the
+    // figures are the medians of the per-repetition ratios and times.
+    let fib_satin = |s: &Satin| {
+        s.run(Fib {
             n: black_box(n),
             threshold: 0,
         })
-    });
-    let tq = best(repeat, || {
-        queued.run(Fib {
-            n: black_box(n),
-            threshold: 0,
-        })
-    });
-    let tst = best(repeat, || {
-        stolen.run(Fib {
-            n: black_box(n),
-            threshold: 0,
-        })
-    });
-    let tr = best(repeat, || pool.install(|| fib_rayon(black_box(n))));
-    assert_eq!(queued.run(Fib { n, threshold: 0 }), fib_seq(n));
+    };
+    let mut reps: Vec<[f64; 5]> = Vec::with_capacity(repeat);
+    for _ in 0..repeat.max(1) {
+        reps.push([
+            best(1, || fib_seq(black_box(n))).as_secs_f64(),
+            best(1, || fib_satin(&satin)).as_secs_f64(),
+            best(1, || fib_satin(&queued)).as_secs_f64(),
+            best(1, || fib_satin(&stolen)).as_secs_f64(),
+            best(1, || pool.install(|| fib_rayon(black_box(n)))).as_secs_f64(),
+        ]);
+    }
+    let med = |f: &dyn Fn(&[f64; 5]) -> f64| {
+        let mut v: Vec<f64> = reps.iter().map(f).collect();
+        v.sort_by(|a, b| a.total_cmp(b));
+        v[v.len() / 2]
+    };
+    let secs = Duration::from_secs_f64;
+    let (ts, tf, tr) = (
+        secs(med(&|r| r[0])),
+        secs(med(&|r| r[1])),
+        secs(med(&|r| r[4])),
+    );
+    let (sf, qf, stf, rf) = (
+        med(&|r| r[1] / r[0]),
+        med(&|r| r[2] / r[0]),
+        med(&|r| r[3] / r[0]),
+        med(&|r| r[4] / r[0]),
+    );
     assert_eq!(satin.run(Fib { n, threshold: 0 }), fib_seq(n));
+    assert_eq!(queued.run(Fib { n, threshold: 0 }), fib_seq(n));
 
     let ns = |d: Duration| d.as_secs_f64() * 1e9 / iters as f64;
-    let sf = tf.as_secs_f64() / ts.as_secs_f64();
-    let rf = tr.as_secs_f64() / ts.as_secs_f64();
     let figs = vec![
         Figure {
             name: "satin.spawn_sync_ns".into(),
@@ -203,13 +219,13 @@ fn main() {
         },
         Figure {
             name: "satin.fib_overhead_queued".into(),
-            value: tq.as_secs_f64() / ts.as_secs_f64(),
+            value: qf,
             unit: "x",
             what: "satin fib / sequential, inlining off (every spawn queued)".into(),
         },
         Figure {
             name: "satin.fib_overhead_stealer".into(),
-            value: tst.as_secs_f64() / ts.as_secs_f64(),
+            value: stf,
             unit: "x",
             what: "satin fib / sequential, external stealer attached".into(),
         },
