@@ -61,6 +61,7 @@ pub mod error;
 pub mod ffi;
 pub mod gate;
 pub mod host;
+pub mod int_hash;
 pub mod loader;
 pub mod plugin;
 pub mod pool;
