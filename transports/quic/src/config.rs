@@ -1,9 +1,10 @@
 //! The endpoint's `key=value` configuration.
 
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::Duration;
 
 use ipl_auth::PoolSecret;
+use ipl_transport_abi::config::fields;
 use ipl_transport_abi::TransportError;
 
 /// Default `max_message`: 1 GiB.
@@ -46,41 +47,12 @@ impl Config {
         let mut threads = 1;
         for (key, value) in ipl_transport_abi::config::entries(text, "quic")? {
             match key {
-                "secret" => {
-                    secret = Some(PoolSecret::from_hex(value).map_err(|e| {
-                        invalid(format!("quic config: secret: {e} (64 hex digits expected)"))
-                    })?)
-                }
+                "secret" => secret = Some(fields::secret("quic", value)?),
                 "pool" => pool = value.to_string(),
-                "bind" => {
-                    bind = value.parse().map_err(|_| {
-                        invalid(format!("quic config: bind={value:?} is not ip:port"))
-                    })?
-                }
-                "advertise" => {
-                    let ip: IpAddr = value.parse().map_err(|_| {
-                        invalid(format!(
-                            "quic config: advertise={value:?} is not an IP address"
-                        ))
-                    })?;
-                    if ip.is_unspecified() {
-                        return Err(invalid(format!(
-                            "quic config: advertise={value:?} cannot be reached by peers"
-                        )));
-                    }
-                    advertise = Some(ip);
-                }
+                "bind" => bind = fields::bind("quic", value)?,
+                "advertise" => advertise = Some(fields::advertise("quic", value)?),
                 "max_message" => {
-                    max_message = value
-                        .parse::<u32>()
-                        .ok()
-                        .filter(|&n| n > 0 && n < crate::wire::GOODBYE)
-                        .ok_or_else(|| {
-                            invalid(format!(
-                                "quic config: max_message={value:?} must be 1..={} bytes",
-                                crate::wire::GOODBYE - 1
-                            ))
-                        })?
+                    max_message = fields::max_message("quic", value, crate::wire::GOODBYE - 1)?
                 }
                 "idle_timeout_ms" => {
                     idle_timeout = value
@@ -120,14 +92,11 @@ impl Config {
                 other => tracing::debug!(key = other, "quic config: ignoring unknown key"),
             }
         }
-        let secret = secret.ok_or_else(|| {
-            invalid(format!(
-                "quic transport: no pool secret configured: add secret=<64 hex digits> to the \
-                 transport configuration (the pool's secret, as in {}); the pool's TLS \
-                 certificates are derived from it",
-                ipl_auth::SECRET_ENV
-            ))
-        })?;
+        let secret = fields::require_secret(
+            "quic",
+            secret,
+            "; the pool's TLS certificates are derived from it",
+        )?;
         Ok(Config {
             secret,
             pool,
@@ -142,14 +111,7 @@ impl Config {
 
     /// The IP peers should dial, given the address actually bound.
     pub fn advertised_ip(&self, bound: &SocketAddr) -> IpAddr {
-        match self.advertise {
-            Some(ip) => ip,
-            None => match bound.ip() {
-                IpAddr::V4(ip) if ip.is_unspecified() => IpAddr::V4(Ipv4Addr::LOCALHOST),
-                IpAddr::V6(ip) if ip.is_unspecified() => IpAddr::V6(Ipv6Addr::LOCALHOST),
-                ip => ip,
-            },
-        }
+        fields::advertised_ip(self.advertise, bound)
     }
 }
 

@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use ipl_auth::PoolSecret;
+use ipl_transport_abi::config::fields;
 use ipl_transport_abi::TransportError;
 
 use crate::layout::valid_capacity;
@@ -78,11 +79,7 @@ impl Config {
         };
         for (key, value) in ipl_transport_abi::config::entries(text, "shm")? {
             match key {
-                "secret" => {
-                    secret = Some(PoolSecret::from_hex(value).map_err(|e| {
-                        invalid(format!("shm config: secret: {e} (64 hex digits expected)"))
-                    })?)
-                }
+                "secret" => secret = Some(fields::secret("shm", value)?),
                 "pool" => c.pool = value.to_string(),
                 "shm.ring_size" | "ring_size" => {
                     let n = number(key, value, 1, 1 << 30)?;
@@ -113,13 +110,7 @@ impl Config {
                 other => tracing::debug!(key = other, "shm config: ignoring unknown key"),
             }
         }
-        c.secret = secret.ok_or_else(|| {
-            invalid(format!(
-                "shm transport: no pool secret configured: add secret=<64 hex digits> to the \
-                 transport configuration (the pool's secret, as in {})",
-                ipl_auth::SECRET_ENV
-            ))
-        })?;
+        c.secret = fields::require_secret("shm", secret, "")?;
         Ok(c)
     }
 

@@ -1,8 +1,9 @@
 //! The endpoint's `key=value` configuration.
 
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 
 use ipl_auth::PoolSecret;
+use ipl_transport_abi::config::fields;
 use ipl_transport_abi::TransportError;
 
 /// Default `max_message`: 1 GiB.
@@ -18,10 +19,6 @@ pub(crate) struct Config {
     pub max_message: u32,
 }
 
-fn invalid(msg: String) -> TransportError {
-    TransportError::InvalidArgument(msg)
-}
-
 impl Config {
     /// Parses `key=value` lines; blank lines and `#` comments are skipped, unknown keys
     /// ignored (the same configuration may serve several transports).
@@ -33,52 +30,15 @@ impl Config {
         let mut max_message = DEFAULT_MAX_MESSAGE;
         for (key, value) in ipl_transport_abi::config::entries(text, "tcp")? {
             match key {
-                "secret" => {
-                    secret = Some(PoolSecret::from_hex(value).map_err(|e| {
-                        invalid(format!("tcp config: secret: {e} (64 hex digits expected)"))
-                    })?)
-                }
+                "secret" => secret = Some(fields::secret("tcp", value)?),
                 "pool" => pool = value.to_string(),
-                "bind" => {
-                    bind = value.parse().map_err(|_| {
-                        invalid(format!("tcp config: bind={value:?} is not ip:port"))
-                    })?
-                }
-                "advertise" => {
-                    let ip: IpAddr = value.parse().map_err(|_| {
-                        invalid(format!(
-                            "tcp config: advertise={value:?} is not an IP address"
-                        ))
-                    })?;
-                    if ip.is_unspecified() {
-                        return Err(invalid(format!(
-                            "tcp config: advertise={value:?} cannot be reached by peers"
-                        )));
-                    }
-                    advertise = Some(ip);
-                }
-                "max_message" => {
-                    max_message = value
-                        .parse::<u32>()
-                        .ok()
-                        .filter(|&n| n > 0)
-                        .ok_or_else(|| {
-                            invalid(format!(
-                                "tcp config: max_message={value:?} must be 1..={} bytes",
-                                u32::MAX
-                            ))
-                        })?
-                }
+                "bind" => bind = fields::bind("tcp", value)?,
+                "advertise" => advertise = Some(fields::advertise("tcp", value)?),
+                "max_message" => max_message = fields::max_message("tcp", value, u32::MAX)?,
                 other => tracing::debug!(key = other, "tcp config: ignoring unknown key"),
             }
         }
-        let secret = secret.ok_or_else(|| {
-            invalid(format!(
-                "tcp transport: no pool secret configured: add secret=<64 hex digits> to the \
-                 transport configuration (the pool's secret, as in {})",
-                ipl_auth::SECRET_ENV
-            ))
-        })?;
+        let secret = fields::require_secret("tcp", secret, "")?;
         Ok(Config {
             secret,
             pool,
@@ -95,14 +55,7 @@ impl Config {
 
     /// The IP peers should dial, given the address actually bound.
     pub fn advertised_ip(&self, bound: &SocketAddr) -> IpAddr {
-        match self.advertise {
-            Some(ip) => ip,
-            None => match bound.ip() {
-                IpAddr::V4(ip) if ip.is_unspecified() => IpAddr::V4(Ipv4Addr::LOCALHOST),
-                IpAddr::V6(ip) if ip.is_unspecified() => IpAddr::V6(Ipv6Addr::LOCALHOST),
-                ip => ip,
-            },
-        }
+        fields::advertised_ip(self.advertise, bound)
     }
 }
 
