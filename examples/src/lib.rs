@@ -2,6 +2,8 @@
 //! report format every benchmark uses (a table for people, `name value unit` lines for
 //! scripts).
 
+pub mod members;
+
 use std::time::Duration;
 
 /// Sets up `tracing` output on stderr, filtered by `RUST_LOG` (default: warnings).

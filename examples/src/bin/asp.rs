@@ -18,15 +18,12 @@
 //! version and fails (exit 1) if any distance differs.
 
 use std::collections::BTreeMap;
-use std::error::Error;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use ibis_examples::members::{in_process, rank_of, under_ipl_run, Res};
 use ibis_repmi::{declare, Options, Replicated, SharedObject};
-use ipl::{EmbeddedRegistry, Ibis, IbisBuilder, IbisCapabilities as C};
+use ipl::{Ibis, IbisBuilder, IbisCapabilities as C};
 use serde::{Deserialize, Serialize};
-
-type Res<T> = Result<T, Box<dyn Error + Send + Sync>>;
 
 /// "No path".
 const INF: i32 = i32::MAX / 4;
@@ -222,18 +219,6 @@ fn builder() -> IbisBuilder {
     declare(Ibis::builder().capabilities(C::MEMBERSHIP | C::ELECTIONS))
 }
 
-/// This member's rank: its place in the (closed) pool's join order.
-fn rank_of(ibis: &Ibis) -> Res<(usize, usize)> {
-    ibis.registry()
-        .wait_until_pool_closed(Some(Duration::from_secs(120)))?;
-    let members = ibis.registry().members()?;
-    let rank = members
-        .iter()
-        .position(|m| m == ibis.identifier())
-        .ok_or("this member is not in the pool")?;
-    Ok((rank, members.len()))
-}
-
 fn parse() -> Res<(Params, usize, bool)> {
     let mut p = Params {
         n: 400,
@@ -311,7 +296,7 @@ fn run() -> Res<bool> {
     } else {
         None
     };
-    if std::env::var("IPL_POOL").is_ok_and(|v| !v.is_empty()) {
+    if under_ipl_run() {
         // Under ipl-run: this process is one member.
         let ibis = builder().from_env()?.build()?;
         let (rank, size) = rank_of(&ibis)?;
@@ -333,29 +318,10 @@ fn run() -> Res<bool> {
         return Ok(ok);
     }
     // In this process: `members` Ibis instances on an embedded registry.
-    let reg = EmbeddedRegistry::new();
-    let pool = format!("asp-{}", std::process::id());
-    let seq = Arc::new(seq);
     let start = Instant::now();
-    let threads: Vec<_> = (0..members)
-        .map(|_| {
-            let (reg, pool, seq) = (reg.clone(), pool.clone(), Arc::clone(&seq));
-            std::thread::spawn(move || -> Res<MemberOut> {
-                let ibis = builder()
-                    .pool(pool)
-                    .registry(&reg)
-                    .capabilities(C::MEMBERSHIP | C::ELECTIONS | C::CLOSED_WORLD)
-                    .pool_size(members)
-                    .build()?;
-                let (rank, size) = rank_of(&ibis)?;
-                member(&ibis, rank, size, &p, seq.as_ref().as_deref())
-            })
-        })
-        .collect();
-    let mut outs = Vec::new();
-    for t in threads {
-        outs.push(t.join().map_err(|_| "a member panicked")??);
-    }
+    let mut outs = in_process("asp", members, builder, |ibis, rank, size| {
+        member(ibis, rank, size, &p, seq.as_deref())
+    })?;
     let wall = start.elapsed().as_secs_f64();
     outs.sort_by_key(|o| o.rank);
     let secs = outs.iter().map(|o| o.secs).fold(0.0, f64::max);

@@ -19,14 +19,12 @@
 //! the sequential search only; `--check` runs both and fails (exit 1) unless the optimal
 //! lengths are equal.
 
-use std::error::Error;
 use std::time::{Duration, Instant};
 
+use ibis_examples::members::{in_process, rank_of, under_ipl_run, Res};
 use ibis_repmi::{declare, Options, Replica, Replicated};
-use ipl::{EmbeddedRegistry, Ibis, IbisBuilder, IbisCapabilities as C};
+use ipl::{Ibis, IbisBuilder, IbisCapabilities as C};
 use serde::{Deserialize, Serialize};
-
-type Res<T> = Result<T, Box<dyn Error + Send + Sync>>;
 
 const WAIT: Duration = Duration::from_secs(600);
 
@@ -310,17 +308,6 @@ fn builder() -> IbisBuilder {
     declare(Ibis::builder().capabilities(C::MEMBERSHIP | C::ELECTIONS))
 }
 
-fn rank_of(ibis: &Ibis) -> Res<(usize, usize)> {
-    ibis.registry()
-        .wait_until_pool_closed(Some(Duration::from_secs(120)))?;
-    let members = ibis.registry().members()?;
-    let rank = members
-        .iter()
-        .position(|m| m == ibis.identifier())
-        .ok_or("this member is not in the pool")?;
-    Ok((rank, members.len()))
-}
-
 struct Args {
     n: usize,
     members: usize,
@@ -404,7 +391,7 @@ fn run() -> Res<bool> {
     if a.seq_only {
         return Ok(true);
     }
-    let pooled = std::env::var("IPL_POOL").is_ok_and(|v| !v.is_empty());
+    let pooled = under_ipl_run();
     let (outs, size, print) = if pooled {
         let ibis = builder().from_env()?.build()?;
         let (rank, size) = rank_of(&ibis)?;
@@ -412,35 +399,11 @@ fn run() -> Res<bool> {
         ibis.end()?;
         (vec![out], size, rank == 0)
     } else {
-        let reg = EmbeddedRegistry::new();
-        let pool = format!("tsp-{}", std::process::id());
-        let prob = &prob;
-        let members = a.members;
-        let depth = a.depth;
-        let read_every = a.read_every;
-        let outs = std::thread::scope(|s| -> Res<Vec<MemberOut>> {
-            let threads: Vec<_> = (0..members)
-                .map(|_| {
-                    let (reg, pool) = (reg.clone(), pool.clone());
-                    s.spawn(move || -> Res<MemberOut> {
-                        let ibis = builder()
-                            .pool(pool)
-                            .registry(&reg)
-                            .capabilities(C::MEMBERSHIP | C::ELECTIONS | C::CLOSED_WORLD)
-                            .pool_size(members)
-                            .build()?;
-                        let (_, size) = rank_of(&ibis)?;
-                        member(&ibis, size, prob, depth, read_every)
-                    })
-                })
-                .collect();
-            let mut outs = Vec::new();
-            for t in threads {
-                outs.push(t.join().map_err(|_| "a member panicked")??);
-            }
-            Ok(outs)
+        let (depth, read_every) = (a.depth, a.read_every);
+        let outs = in_process("tsp", a.members, builder, |ibis, _, size| {
+            member(ibis, size, &prob, depth, read_every)
         })?;
-        (outs, members, true)
+        (outs, a.members, true)
     };
     let best = outs[0].best;
     if outs.iter().any(|o| o.best != best) {
