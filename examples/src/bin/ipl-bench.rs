@@ -28,10 +28,11 @@
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+use ibis_examples::members::PairPool;
 use ibis_examples::{report, stats, us, Figure};
 use ipl::{
     EmbeddedRegistry, Ibis, PortCapabilities as P, PortType, ReceivePort, SendPort,
@@ -388,23 +389,12 @@ fn measure(a: &Args) -> Res<()> {
         return inproc(&a);
     }
     // A registry server for a pool of two: us and a child copy of us.
-    let secret = ipl_auth::PoolSecret::generate()?;
-    let server =
-        ipl_registry::RegistryServer::bind("127.0.0.1:0", secret.clone())?.run_in_background()?;
+    let pp = PairPool::start("ipl-bench")?;
     let kind = raw_kind(&transport);
     let (setup, spec) = RawSetup::new(kind, &a)?;
-    let pool = format!("ipl-bench-{}", std::process::id());
     let mut argv = vec!["__peer".to_string(), spec];
     argv.extend(to_argv(&a));
-    let mut child = Command::new(std::env::current_exe()?)
-        .args(&argv)
-        .env("IPL_REGISTRY", server.local_addr().to_string())
-        .env("IPL_POOL", &pool)
-        .env("IPL_POOL_SIZE", "2")
-        .env("IPL_POOL_SECRET", secret.to_hex())
-        .env("IPL_RANK", "1")
-        .stdout(Stdio::piped())
-        .spawn()?;
+    let mut child = pp.peer_command(&argv)?.stdout(Stdio::piped()).spawn()?;
     let child_out = child.stdout.take().ok_or("no child stdout")?;
     let (addr_tx, addr_rx) = mpsc::channel();
     std::thread::spawn(move || {
@@ -418,17 +408,9 @@ fn measure(a: &Args) -> Res<()> {
         }
     });
     let t = port_type(&a)?;
-    let ibis = Ibis::builder()
-        .pool(pool.as_str())
-        .registry_backend(std::sync::Arc::new(ipl_registry::NetRegistry::connect(
-            server.local_addr(),
-            &secret,
-            WAIT,
-        )?))
-        .secret(secret.clone())
+    let ibis = pp
+        .member0(Ibis::builder(), WAIT)?
         .capabilities(ipl::IbisCapabilities::CLOSED_WORLD | ipl::IbisCapabilities::ELECTIONS)
-        .pool_size(2)
-        .name("member-0")
         .prefer_transport(transport.as_str())
         .port_type(t)
         .build()?;
@@ -514,7 +496,7 @@ fn measure(a: &Args) -> Res<()> {
     }
     rp.close(Some(Duration::from_secs(1)));
     ibis.end()?;
-    server.shutdown();
+    pp.server.shutdown();
     report(
         &format!(
             "ipl-bench {}: transport {transport}, two processes on this host over 127.0.0.1, \
@@ -548,20 +530,9 @@ fn count_for(a: &Args, size: usize) -> usize {
     (a.mbytes << 20) / size.max(1)
 }
 
-/// Creates the receive port "in", and a send port connected to the other member's.
+/// The receive port "in" and a send port connected to the other member's.
 fn pair(ibis: &Ibis, t: &PortType) -> Res<(ReceivePort, SendPort)> {
-    let rp = ibis.create_receive_port(t, "in")?;
-    rp.enable_connections();
-    ibis.registry().wait_until_pool_closed(Some(WAIT))?;
-    let other = ibis
-        .registry()
-        .members()?
-        .into_iter()
-        .find(|m| m != ibis.identifier())
-        .ok_or("no peer in the pool")?;
-    let mut sp = ibis.create_send_port(t, "out")?;
-    sp.connect_to(&other, "in", WAIT)?;
-    Ok((rp, sp))
+    ibis_examples::members::connect_pair(ibis, t, WAIT).map_err(|e| e as Box<dyn std::error::Error>)
 }
 
 fn ipl_latency(

@@ -17,11 +17,12 @@
 //! `rmi.null_pooled.<t>.rtt_us`, `ipl.null.<t>.rtt_us`, `ratio.rmi_vs_ipl.<t>`,
 //! `rmi.array.<type>.<t>.MBps`, `ipl.array.bytes.<t>.MBps`, `rmi.tree.<t>.us`.
 
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::sync::mpsc;
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use ibis_examples::members::PairPool;
 use ibis_examples::{report, stats, us, Figure};
 use ibis_rmi::{remote, Rmi, RmiError};
 use ipl::{Ibis, ReadMessage, ReceivePort, SendPort};
@@ -258,34 +259,18 @@ fn client(a: &Args) -> Res<()> {
         local_server = Some((server, quit));
         Rmi::start(b()?)?
     } else {
-        let secret = ipl_auth::PoolSecret::generate()?;
-        let reg = ipl_registry::RegistryServer::bind("127.0.0.1:0", secret.clone())?
-            .run_in_background()?;
-        let pool = format!("rmi-bench-{}", std::process::id());
-        let c = Command::new(std::env::current_exe()?)
-            .args(["__server", "--transport", t.as_str()])
-            .env("IPL_REGISTRY", reg.local_addr().to_string())
-            .env("IPL_POOL", &pool)
-            .env("IPL_POOL_SIZE", "2")
-            .env("IPL_POOL_SECRET", secret.to_hex())
-            .env("IPL_RANK", "1")
+        let pp = PairPool::start("rmi-bench")?;
+        let c = pp
+            .peer_command(["__server", "--transport", t.as_str()])?
             .stdout(Stdio::inherit())
             .spawn()?;
         child = Some(c);
-        let ibis = ibis_rmi::ibis_builder()?
+        let ibis = pp
+            .member0(ibis_rmi::ibis_builder()?, WAIT)?
             .capabilities(ibis_rmi::CAPABILITIES | ipl::IbisCapabilities::CLOSED_WORLD)
-            .pool(pool.as_str())
-            .pool_size(2)
-            .name("member-0")
-            .registry_backend(Arc::new(ipl_registry::NetRegistry::connect(
-                reg.local_addr(),
-                &secret,
-                WAIT,
-            )?))
-            .secret(secret)
             .prefer_transport(t.as_str())
             .build()?;
-        _registry_server = Some(reg);
+        _registry_server = Some(pp);
         Rmi::start(ibis)?
     };
     // The server binds "bench" once it is up.

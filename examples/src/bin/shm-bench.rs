@@ -2,7 +2,7 @@
 //! this host (this process and a re-executed copy of it).
 //!
 //! ```text
-//! cargo run --release -p ipl-transport-shm --example shm-bench -- [--iters N] [--count C] [--repeat R] [--modes spin,spin_block,block]
+//! cargo build --release -p ibis-examples --bin shm-bench && ./target/release/shm-bench [--iters N] [--count C] [--repeat R] [--modes spin,spin_block,block]
 //! ```
 //!
 //! Measures, in the same run:
@@ -17,6 +17,8 @@
 //! trips (or `--count` messages). Output: a table, then `name value unit` lines.
 
 use std::process::{Command, Stdio};
+
+use ibis_examples::members::PairPool;
 use std::time::{Duration, Instant};
 
 use ipl::{Ibis, PortCapabilities as P, PortType, ReceivePort, SendPort};
@@ -174,50 +176,26 @@ fn raw_peer(name: &str, a: &Args) -> Res<()> {
     Ok(())
 }
 
+/// The receive port "in" and a send port connected to the other member's.
 fn pair(ibis: &Ibis, t: &PortType) -> Res<(ReceivePort, SendPort)> {
-    let rp = ibis.create_receive_port(t, "in")?;
-    rp.enable_connections();
-    ibis.registry().wait_until_pool_closed(Some(WAIT))?;
-    let other = ibis
-        .registry()
-        .members()?
-        .into_iter()
-        .find(|m| m != ibis.identifier())
-        .ok_or("no peer in the pool")?;
-    let mut sp = ibis.create_send_port(t, "out")?;
-    sp.connect_to(&other, "in", WAIT)?;
-    Ok((rp, sp))
+    ibis_examples::members::connect_pair(ibis, t, WAIT).map_err(|e| e as Box<dyn std::error::Error>)
 }
 
 /// One pool of two (a registry server here, the peer a child process) for `mode`.
 fn ipl_run(a: &Args, mode: &str) -> Res<(f64, f64)> {
-    let secret = ipl_auth::PoolSecret::generate()?;
-    let server =
-        ipl_registry::RegistryServer::bind("127.0.0.1:0", secret.clone())?.run_in_background()?;
-    let pool = format!("shm-bench-{}-{mode}", std::process::id());
-    let mut child = Command::new(std::env::current_exe()?)
-        .arg("__ipl")
-        .arg(mode)
-        .args(argv(a))
-        .env("IPL_REGISTRY", server.local_addr().to_string())
-        .env("IPL_POOL", &pool)
-        .env("IPL_POOL_SIZE", "2")
-        .env("IPL_POOL_SECRET", secret.to_hex())
-        .env("IPL_RANK", "1")
+    let pp = PairPool::start(&format!("shm-bench-{mode}"))?;
+    let mut child = pp
+        .peer_command(
+            ["__ipl".to_string(), mode.to_string()]
+                .into_iter()
+                .chain(argv(a)),
+        )?
         .stdout(Stdio::inherit())
         .spawn()?;
     let t = port_type()?;
-    let ibis = Ibis::builder()
-        .pool(pool.as_str())
-        .registry_backend(std::sync::Arc::new(ipl_registry::NetRegistry::connect(
-            server.local_addr(),
-            &secret,
-            WAIT,
-        )?))
-        .secret(secret.clone())
+    let ibis = pp
+        .member0(Ibis::builder(), WAIT)?
         .capabilities(ipl::IbisCapabilities::CLOSED_WORLD | ipl::IbisCapabilities::ELECTIONS)
-        .pool_size(2)
-        .name("member-0")
         .plugin(shm_plugin()?)
         .prefer_transport("shm")
         .transport_config(format!("shm.wait={mode}"))
@@ -260,7 +238,7 @@ fn ipl_run(a: &Args, mode: &str) -> Res<(f64, f64)> {
     }
     rp.close(Some(Duration::from_secs(1)));
     ibis.end()?;
-    server.shutdown();
+    pp.server.shutdown();
     Ok((median(rtts), median(bws)))
 }
 
