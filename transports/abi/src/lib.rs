@@ -56,6 +56,7 @@
 //! ```
 
 pub mod capabilities;
+pub mod channels;
 pub mod config;
 pub mod error;
 pub mod ffi;

@@ -10,6 +10,7 @@ use std::sync::{Arc, Mutex, OnceLock, RwLock, Weak};
 use std::time::Duration;
 
 use bytes::Bytes;
+use ipl_transport_abi::channels::{PeerLink, Peers};
 use ipl_transport_abi::ffi::CloseCode;
 use ipl_transport_abi::{
     BufferPool, Gate, HostSink, TransportCapabilities, TransportError, TransportPlugin,
@@ -57,6 +58,12 @@ struct Conn {
     streams: Mutex<HashMap<u64, u64>>,
 }
 
+impl PeerLink for Conn {
+    fn peer_id(&self) -> u64 {
+        self.peer_id
+    }
+}
+
 /// One channel: a bidirectional QUIC stream.
 struct Chan {
     local: u64,
@@ -73,9 +80,8 @@ struct Chan {
 #[derive(Default)]
 struct State {
     stopped: bool,
-    conns: HashMap<u64, Arc<Conn>>,
-    /// The connection `connect` uses for a peer endpoint id.
-    by_peer: HashMap<u64, Arc<Conn>>,
+    /// The connections, and the one `connect` uses for each peer endpoint id.
+    peers: Peers<Conn>,
 }
 
 struct Inner {
@@ -258,13 +264,14 @@ impl Inner {
                     .close(VarInt::from_u32(CODE_SHUTDOWN), b"endpoint shut down");
                 return Err(Self::shutting_down());
             }
-            st.conns.insert(conn.serial, conn.clone());
+            st.peers.conns.insert(conn.serial, conn.clone());
             let replace = st
+                .peers
                 .by_peer
                 .get(&conn.peer_id)
                 .is_none_or(|c| c.quic.close_reason().is_some() || expect.is_some());
             if replace {
-                st.by_peer.insert(conn.peer_id, conn.clone());
+                st.peers.by_peer.insert(conn.peer_id, conn.clone());
             }
         }
         self.established.fetch_add(1, Ordering::Relaxed);
@@ -321,23 +328,7 @@ impl Inner {
         };
         tracing::debug!(peer = %conn.peer, "quic connection ended: {reason}");
         let mut st = lock(&self.state);
-        st.conns.remove(&conn.serial);
-        if st
-            .by_peer
-            .get(&conn.peer_id)
-            .is_some_and(|c| Arc::ptr_eq(c, &conn))
-        {
-            st.by_peer.remove(&conn.peer_id);
-            // Another connection to the same peer (both sides dialed at once) takes over.
-            let other = st
-                .conns
-                .values()
-                .find(|c| c.peer_id == conn.peer_id)
-                .cloned();
-            if let Some(other) = other {
-                st.by_peer.insert(conn.peer_id, other);
-            }
-        }
+        st.peers.remove(conn.serial, &conn);
     }
 
     /// A channel the peer opened: check its header, announce it, read its messages.
@@ -496,7 +487,7 @@ impl Inner {
 
     /// The live connection to peer endpoint `id`, if any.
     fn existing(&self, id: u64) -> Option<Arc<Conn>> {
-        let c = lock(&self.state).by_peer.get(&id).cloned()?;
+        let c = lock(&self.state).peers.by_peer.get(&id).cloned()?;
         c.quic.close_reason().is_none().then_some(c)
     }
 
@@ -609,7 +600,7 @@ impl QuicTransport {
     pub fn connection_stats(address: &[u8]) -> Option<ConnectionStats> {
         let id = Address::parse(address).ok()?.id;
         let inner = lock(directory()).get(&id).and_then(Weak::upgrade)?;
-        let open = lock(&inner.state).conns.len();
+        let open = lock(&inner.state).peers.conns.len();
         Some(ConnectionStats {
             open,
             established: inner.established.load(Ordering::Relaxed),
@@ -833,8 +824,8 @@ impl TransportPlugin for QuicTransport {
         {
             let mut st = lock(&inner.state);
             st.stopped = true;
-            st.by_peer.clear();
-            st.conns.clear();
+            st.peers.by_peer.clear();
+            st.peers.conns.clear();
         }
         // Finish every channel's stream and wait (up to `linger`) until the peers have
         // acknowledged the data sent so far: closing a QUIC connection discards what is

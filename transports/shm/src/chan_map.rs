@@ -1,6 +1,6 @@
-//! Maps keyed by channel id: looked up once per message sent (local id → route) and
-//! once per message received (wire id → local id), hashed by the ABI crate's
+//! The hasher of the maps keyed by channel id: looked up once per message sent (local
+//! id → route) and once per message received (wire id → local id), the ABI crate's
 //! multiplicative [`IntHasher`](ipl_transport_abi::int_hash::IntHasher).
 
-/// A `HashMap` keyed by a channel id.
-pub(crate) type ChanMap<V> = ipl_transport_abi::int_hash::IntMap<u64, V>;
+/// Builds the [`IntHasher`](ipl_transport_abi::int_hash::IntHasher) of a channel map.
+pub(crate) type ChanHasher = std::hash::BuildHasherDefault<ipl_transport_abi::int_hash::IntHasher>;

@@ -12,12 +12,13 @@ use std::sync::{Arc, Mutex, RwLock, TryLockError};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
+use ipl_transport_abi::channels::{ChannelTable, Route};
 use ipl_transport_abi::ffi::CloseCode;
 use ipl_transport_abi::{Gate, HostSink, TransportCapabilities, TransportError, TransportPlugin};
 
 use crate::address::{socket_name, Address, HostId};
 use crate::buffer::deliver_in_place;
-use crate::chan_map::ChanMap;
+use crate::chan_map::ChanHasher;
 use crate::config::{Config, WaitMode};
 use crate::handshake;
 use crate::layout::Kind;
@@ -26,19 +27,11 @@ use crate::{lock, read_lock, sys, write_lock};
 
 /// Bit 63 of a wire channel id: set when the sender of the slot is the side that
 /// opened the channel (as in the tcp transport), so the two directions never collide.
-pub const OPENED_BY_SENDER: u64 = 1 << 63;
+pub use ipl_transport_abi::channels::OPENED_BY_SENDER;
 
 /// Longest sleep of the endpoint thread without any event: a safety net only (every
 /// event that matters wakes it).
 const IDLE_CHECK: Duration = Duration::from_secs(1);
-
-/// Where a local channel goes.
-#[derive(Clone)]
-struct Route {
-    link: Arc<Link>,
-    /// The channel's id in the slots we send.
-    wire: u64,
-}
 
 #[derive(Default)]
 struct Handshakes {
@@ -57,14 +50,13 @@ struct Inner {
     host: HostSink,
     gate: Gate,
     stopping: AtomicBool,
-    next_channel: AtomicU64,
     next_serial: AtomicU64,
     /// Every live link, as a snapshot that `progress` can scan without allocating.
     links: RwLock<Arc<[Arc<Link>]>>,
     /// The link `connect` uses for a peer endpoint id.
     by_peer: Mutex<HashMap<u64, Arc<Link>>>,
     /// Local channel id → route. Read on every send.
-    channels: RwLock<ChanMap<Route>>,
+    channels: ChannelTable<Link, ChanHasher>,
     /// Wakes the endpoint thread (new link, shutdown).
     ctl: OwnedFd,
     handshakes: Mutex<Handshakes>,
@@ -127,7 +119,7 @@ impl Inner {
 
     fn existing(&self, id: u64) -> Option<Arc<Link>> {
         let l = lock(&self.by_peer).get(&id).cloned()?;
-        (l.is_alive() && lock(&l.chans).is_some()).then_some(l)
+        (l.is_alive() && l.chans.is_open()).then_some(l)
     }
 
     fn dial(&self, addr: &Address, timeout: Duration) -> Result<Arc<Link>, TransportError> {
@@ -226,7 +218,7 @@ impl Inner {
     }
 
     fn lookup(&self, link: &Link, wire: u64) -> Option<u64> {
-        lock(&link.chans).as_ref()?.get(&wire).copied()
+        link.chans.get(wire)
     }
 
     /// Delivers everything that arrived on `link`, unless another thread is at it.
@@ -353,24 +345,12 @@ impl Inner {
         if wire & OPENED_BY_SENDER == 0 {
             return Some(format!("OPEN of channel {wire:#x} without the opener bit"));
         }
-        let local = self.next_channel.fetch_add(1, Ordering::Relaxed);
-        write_lock(&self.channels).insert(
-            local,
-            Route {
-                link: link.clone(),
-                wire: wire & !OPENED_BY_SENDER,
-            },
-        );
-        let fresh = match lock(&link.chans).as_mut() {
-            Some(m) => m.insert(wire, local).is_none(),
-            None => false,
-        };
-        if !fresh {
-            write_lock(&self.channels).remove(&local);
-            return lock(&link.chans)
-                .is_some()
+        let Some(local) = self.channels.accept(link, wire) else {
+            return link
+                .chans
+                .is_open()
                 .then(|| format!("duplicate OPEN of channel {wire:#x}"));
-        }
+        };
         if let Some(_e) = self.gate.enter() {
             self.host.channel_opened(local);
         }
@@ -378,9 +358,7 @@ impl Inner {
     }
 
     fn on_close(&self, link: &Link, wire: u64) {
-        let local = lock(&link.chans).as_mut().and_then(|m| m.remove(&wire));
-        if let Some(local) = local {
-            write_lock(&self.channels).remove(&local);
+        if let Some(local) = self.channels.peer_closed(link, wire) {
             if let Some(_e) = self.gate.enter() {
                 self.host
                     .channel_closed(local, CloseCode::CLOSED_BY_PEER, "closed by peer");
@@ -391,7 +369,7 @@ impl Inner {
     /// Forgets a link that ended and reports each of its channels lost.
     fn link_lost(&self, link: &Arc<Link>, reason: &str) {
         link.kill();
-        let chans = lock(&link.chans).take();
+        let chans = link.chans.take();
         {
             let mut by_peer = lock(&self.by_peer);
             if by_peer
@@ -416,15 +394,8 @@ impl Inner {
                 by_peer.entry(link.peer_id).or_insert_with(|| other.clone());
             }
         }
-        let Some(chans) = chans else { return };
-        let mut locals: Vec<u64> = chans.into_values().collect();
-        locals.sort_unstable();
-        {
-            let mut table = write_lock(&self.channels);
-            for l in &locals {
-                table.remove(l);
-            }
-        }
+        let Some(locals) = chans else { return };
+        self.channels.forget_all(&locals);
         tracing::debug!(
             peer = format_args!("{:016x}", link.peer_id),
             channels = locals.len(),
@@ -437,11 +408,8 @@ impl Inner {
         }
     }
 
-    fn route(&self, channel: u64) -> Result<Route, TransportError> {
-        read_lock(&self.channels)
-            .get(&channel)
-            .cloned()
-            .ok_or_else(|| TransportError::Closed(format!("no open shm channel {channel}")))
+    fn route(&self, channel: u64) -> Result<Route<Link>, TransportError> {
+        self.channels.route("shm", channel)
     }
 
     /// Delivers from every link with pending slots; returns (delivered, some link was
@@ -616,11 +584,10 @@ impl TransportPlugin for ShmTransport {
             host,
             gate: Gate::new(),
             stopping: AtomicBool::new(false),
-            next_channel: AtomicU64::new(1),
             next_serial: AtomicU64::new(1),
             links: RwLock::new(Arc::from(Vec::new())),
             by_peer: Mutex::new(HashMap::new()),
-            channels: RwLock::new(ChanMap::default()),
+            channels: ChannelTable::default(),
             ctl,
             handshakes: Mutex::new(Handshakes::default()),
         });
@@ -647,62 +614,27 @@ impl TransportPlugin for ShmTransport {
         let addr = Address::parse(address)?;
         addr.check_reachable(&self.inner.here)?;
         let inner = &self.inner;
-        let mut last = None;
-        for _ in 0..2 {
-            if inner.stopping.load(Ordering::SeqCst) {
-                return Err(TransportError::Closed(
-                    "shm endpoint is shutting down".into(),
-                ));
-            }
-            let link = match inner.existing(addr.id) {
-                Some(l) => l,
-                None => inner.dial(&addr, timeout)?,
-            };
-            let ch = inner.next_channel.fetch_add(1, Ordering::Relaxed);
-            write_lock(&inner.channels).insert(
-                ch,
-                Route {
-                    link: link.clone(),
-                    wire: ch | OPENED_BY_SENDER,
-                },
-            );
-            let registered = match lock(&link.chans).as_mut() {
-                Some(m) => {
-                    m.insert(ch, ch);
-                    true
-                }
-                None => false,
-            };
-            if !registered {
-                write_lock(&inner.channels).remove(&ch);
-                last = Some(TransportError::Closed("shm connection was lost".into()));
-                continue;
-            }
-            match link.send(
-                Kind::Open,
-                ch | OPENED_BY_SENDER,
-                &[],
-                0,
-                Pacing {
-                    timeout: timeout.max(Duration::from_millis(1)),
-                    ..inner.pacing()
-                },
-            ) {
-                Ok(()) => return Ok(ch),
-                Err(e) => {
-                    let withdrawn = lock(&link.chans)
-                        .as_mut()
-                        .is_some_and(|m| m.remove(&ch).is_some());
-                    if !withdrawn {
-                        // The link was lost meanwhile; its loss report covers the channel.
-                        return Ok(ch);
-                    }
-                    write_lock(&inner.channels).remove(&ch);
-                    last = Some(e);
-                }
-            }
-        }
-        Err(last.unwrap_or_else(|| TransportError::Closed("shm connect failed".into())))
+        inner.channels.connect(
+            "shm",
+            &inner.stopping,
+            || match inner.existing(addr.id) {
+                Some(l) => Ok(l),
+                None => inner.dial(&addr, timeout),
+            },
+            |_| TransportError::Closed("shm connection was lost".into()),
+            |link, wire| {
+                link.send(
+                    Kind::Open,
+                    wire,
+                    &[],
+                    0,
+                    Pacing {
+                        timeout: timeout.max(Duration::from_millis(1)),
+                        ..inner.pacing()
+                    },
+                )
+            },
+        )
     }
 
     fn send(&self, channel: u64, slices: &[&[u8]]) -> Result<(), TransportError> {
@@ -720,13 +652,8 @@ impl TransportPlugin for ShmTransport {
     }
 
     fn close_channel(&self, channel: u64) {
-        let Some(route) = write_lock(&self.inner.channels).remove(&channel) else {
-            return;
-        };
-        let ours = lock(&route.link.chans)
-            .as_mut()
-            .is_some_and(|m| m.remove(&(route.wire ^ OPENED_BY_SENDER)).is_some());
-        if ours {
+        // Unless the link's loss report owns the channel, tell the peer.
+        if let Some(route) = self.inner.channels.close(channel) {
             if let Err(e) = route
                 .link
                 .send(Kind::Close, route.wire, &[], 0, self.inner.pacing())
@@ -782,7 +709,7 @@ impl TransportPlugin for ShmTransport {
             v
         };
         lock(&inner.by_peer).clear();
-        write_lock(&inner.channels).clear();
+        inner.channels.clear();
         // Peers see the socket close and report their channels lost. Mappings stay
         // alive while the host holds buffers that point into them.
         for l in links {

@@ -10,7 +10,9 @@ use std::time::{Duration, Instant};
 
 use ipl_transport_abi::TransportError;
 
-use crate::chan_map::ChanMap;
+use ipl_transport_abi::channels::{ChannelLink, LinkChannels};
+
+use crate::chan_map::ChanHasher;
 use crate::consumer::Completion;
 use crate::handshake::Established;
 use crate::layout::Kind;
@@ -42,7 +44,14 @@ pub(crate) struct Link {
     alive: AtomicBool,
     /// Wire id as received from the peer → local channel id. `None` once the link is
     /// lost: whoever takes an entry out owns the channel's last callback.
-    pub chans: Mutex<Option<ChanMap<u64>>>,
+    pub chans: LinkChannels<ChanHasher>,
+}
+
+impl ChannelLink for Link {
+    type Hasher = ChanHasher;
+    fn channels(&self) -> &LinkChannels<ChanHasher> {
+        &self.chans
+    }
 }
 
 /// How a sender waits.
@@ -98,7 +107,7 @@ impl Link {
             }),
             credit: (Mutex::new(()), Condvar::new()),
             alive: AtomicBool::new(true),
-            chans: Mutex::new(Some(ChanMap::default())),
+            chans: LinkChannels::default(),
         }))
     }
 

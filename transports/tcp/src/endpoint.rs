@@ -5,11 +5,14 @@ use std::collections::HashMap;
 use std::io::{BufReader, IoSlice};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, Shutdown, SocketAddr};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, RwLock, Weak};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
 use ipl_auth::{AuthError, Initiator, Responder, CHALLENGE_LEN, FINISH_LEN, HELLO_LEN};
+use ipl_transport_abi::channels::{
+    ChannelLink, ChannelTable, LinkChannels, PeerLink, Peers, Route,
+};
 use ipl_transport_abi::ffi::CloseCode;
 use ipl_transport_abi::{
     BufferPool, Gate, HostSink, TransportCapabilities, TransportError, TransportPlugin,
@@ -18,9 +21,9 @@ use socket2::{SockAddr, Socket};
 
 use crate::address::Address;
 use crate::config::Config;
+use crate::lock;
 use crate::net;
 use crate::wire::{self, HEADER_LEN, KIND_CLOSE, KIND_DATA, KIND_OPEN, MAGIC, OPENED_BY_SENDER};
-use crate::{lock, read_lock, write_lock};
 
 /// How long the accepting side waits for each handshake message.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
@@ -47,7 +50,20 @@ struct Conn {
     write: Mutex<()>,
     /// Wire id as received from the peer → local channel id. `None` once the connection
     /// is lost: whoever takes an entry out owns the channel's last callback.
-    chans: Mutex<Option<HashMap<u64, u64>>>,
+    chans: LinkChannels,
+}
+
+impl ChannelLink for Conn {
+    type Hasher = std::collections::hash_map::RandomState;
+    fn channels(&self) -> &LinkChannels {
+        &self.chans
+    }
+}
+
+impl PeerLink for Conn {
+    fn peer_id(&self) -> u64 {
+        self.peer_id
+    }
 }
 
 impl Conn {
@@ -85,25 +101,16 @@ impl Conn {
     }
 
     fn is_alive(&self) -> bool {
-        lock(&self.chans).is_some()
+        self.chans.is_open()
     }
-}
-
-/// Where a local channel goes.
-#[derive(Clone)]
-struct Route {
-    conn: Arc<Conn>,
-    /// The channel's id in the frames we send.
-    wire: u64,
 }
 
 #[derive(Default)]
 struct State {
     /// Set by `shutdown`: nothing registers any more.
     stopped: bool,
-    conns: HashMap<u64, Arc<Conn>>,
-    /// The connection `connect` uses for a peer endpoint id.
-    by_peer: HashMap<u64, Arc<Conn>>,
+    /// The connections, and the one `connect` uses for each peer endpoint id.
+    peers: Peers<Conn>,
     /// Accepted sockets still in the handshake (so `shutdown` can break them).
     pending: HashMap<u64, Arc<Socket>>,
     /// Connection threads, joined by `shutdown`.
@@ -122,12 +129,11 @@ struct Inner {
     pool: BufferPool,
     gate: Gate,
     stopping: AtomicBool,
-    next_channel: AtomicU64,
     next_serial: AtomicU64,
     established: AtomicU64,
     state: Mutex<State>,
     /// Local channel id → route. Read on every send, hence its own lock.
-    channels: RwLock<HashMap<u64, Route>>,
+    channels: ChannelTable<Conn>,
 }
 
 /// Counters of one endpoint's connections, for tests and diagnostics.
@@ -174,8 +180,8 @@ impl Inner {
                 "tcp endpoint is shutting down".into(),
             ));
         }
-        st.conns.insert(conn.serial, conn.clone());
-        st.by_peer.insert(conn.peer_id, conn.clone());
+        st.peers.conns.insert(conn.serial, conn.clone());
+        st.peers.by_peer.insert(conn.peer_id, conn.clone());
         self.established.fetch_add(1, Ordering::Relaxed);
         tracing::debug!(
             endpoint = format_args!("{:016x}", self.id),
@@ -188,7 +194,7 @@ impl Inner {
 
     /// The live connection to peer endpoint `id`, if any.
     fn existing(&self, id: u64) -> Option<Arc<Conn>> {
-        let c = lock(&self.state).by_peer.get(&id).cloned()?;
+        let c = lock(&self.state).peers.by_peer.get(&id).cloned()?;
         c.is_alive().then_some(c)
     }
 
@@ -199,7 +205,7 @@ impl Inner {
             peer,
             sock,
             write: Mutex::new(()),
-            chans: Mutex::new(Some(HashMap::new())),
+            chans: LinkChannels::default(),
         })
     }
 
@@ -423,9 +429,7 @@ impl Inner {
                     }
                     let mut data = self.pool.take();
                     net::read_payload_into(&mut r, &mut data, len as usize).map_err(io)?;
-                    let local = lock(&conn.chans)
-                        .as_ref()
-                        .and_then(|m| m.get(&wire_id).copied());
+                    let local = conn.chans.get(wire_id);
                     // A message for a channel we closed locally is dropped.
                     if let Some(local) = local {
                         if let Some(_e) = self.gate.enter() {
@@ -439,22 +443,9 @@ impl Inner {
                             "malformed OPEN (id {wire_id:#x}, {len} bytes)"
                         )));
                     }
-                    let local = self.next_channel.fetch_add(1, Ordering::Relaxed);
-                    write_lock(&self.channels).insert(
-                        local,
-                        Route {
-                            conn: conn.clone(),
-                            wire: wire_id & !OPENED_BY_SENDER,
-                        },
-                    );
-                    let fresh = match lock(&conn.chans).as_mut() {
-                        Some(m) => m.insert(wire_id, local).is_none(),
-                        None => false,
-                    };
-                    if !fresh {
-                        write_lock(&self.channels).remove(&local);
+                    let Some(local) = self.channels.accept(conn, wire_id) else {
                         return Err(protocol(format!("duplicate OPEN of channel {wire_id:#x}")));
-                    }
+                    };
                     if let Some(_e) = self.gate.enter() {
                         self.host.channel_opened(local);
                     }
@@ -463,9 +454,7 @@ impl Inner {
                     if len != 0 {
                         return Err(protocol(format!("CLOSE with a {len}-byte payload")));
                     }
-                    let local = lock(&conn.chans).as_mut().and_then(|m| m.remove(&wire_id));
-                    if let Some(local) = local {
-                        write_lock(&self.channels).remove(&local);
+                    if let Some(local) = self.channels.peer_closed(conn, wire_id) {
                         if let Some(_e) = self.gate.enter() {
                             self.host.channel_closed(
                                 local,
@@ -483,35 +472,12 @@ impl Inner {
     /// Forgets a connection that ended and reports each of its channels lost.
     fn conn_lost(&self, conn: &Arc<Conn>, reason: &str) {
         conn.kill();
-        let chans = lock(&conn.chans).take().unwrap_or_default();
+        let locals = conn.chans.take().unwrap_or_default();
         {
             let mut st = lock(&self.state);
-            st.conns.remove(&conn.serial);
-            if st
-                .by_peer
-                .get(&conn.peer_id)
-                .is_some_and(|c| Arc::ptr_eq(c, conn))
-            {
-                st.by_peer.remove(&conn.peer_id);
-                // Another connection to the same peer (both sides dialed at once) takes over.
-                let other = st
-                    .conns
-                    .values()
-                    .find(|c| c.peer_id == conn.peer_id)
-                    .cloned();
-                if let Some(other) = other {
-                    st.by_peer.insert(conn.peer_id, other);
-                }
-            }
+            st.peers.remove(conn.serial, conn);
         }
-        let mut locals: Vec<u64> = chans.into_values().collect();
-        locals.sort_unstable();
-        {
-            let mut table = write_lock(&self.channels);
-            for l in &locals {
-                table.remove(l);
-            }
-        }
+        self.channels.forget_all(&locals);
         tracing::debug!(peer = %conn.peer, channels = locals.len(), "tcp connection ended: {reason}");
         for l in locals {
             if let Some(_e) = self.gate.enter() {
@@ -520,11 +486,8 @@ impl Inner {
         }
     }
 
-    fn route(&self, channel: u64) -> Result<Route, TransportError> {
-        read_lock(&self.channels)
-            .get(&channel)
-            .cloned()
-            .ok_or_else(|| TransportError::Closed(format!("no open tcp channel {channel}")))
+    fn route(&self, channel: u64) -> Result<Route<Conn>, TransportError> {
+        self.channels.route("tcp", channel)
     }
 }
 
@@ -535,7 +498,7 @@ impl TcpTransport {
     pub fn connection_stats(address: &[u8]) -> Option<ConnectionStats> {
         let id = Address::parse(address).ok()?.id;
         let inner = lock(directory()).get(&id).and_then(Weak::upgrade)?;
-        let open = lock(&inner.state).conns.len();
+        let open = lock(&inner.state).peers.conns.len();
         Some(ConnectionStats {
             open,
             established: inner.established.load(Ordering::Relaxed),
@@ -665,11 +628,10 @@ impl TransportPlugin for TcpTransport {
             pool: BufferPool::new(16, 64 << 20),
             gate: Gate::new(),
             stopping: AtomicBool::new(false),
-            next_channel: AtomicU64::new(1),
             next_serial: AtomicU64::new(1),
             established: AtomicU64::new(0),
             state: Mutex::new(State::default()),
-            channels: RwLock::new(HashMap::new()),
+            channels: ChannelTable::default(),
         });
         let listener = Arc::new(listener);
         let (i, l) = (inner.clone(), listener.clone());
@@ -699,62 +661,23 @@ impl TransportPlugin for TcpTransport {
     fn connect(&self, address: &[u8], timeout: Duration) -> Result<u64, TransportError> {
         let addr = Address::parse(address)?;
         let inner = &self.inner;
-        let mut last = None;
         // A reused connection may turn out dead only when we write to it; then dial anew
         // once.
-        for _ in 0..2 {
-            if inner.stopping.load(Ordering::SeqCst) {
-                return Err(TransportError::Closed(
-                    "tcp endpoint is shutting down".into(),
-                ));
-            }
-            let conn = match inner.existing(addr.id) {
-                Some(c) => c,
-                None => inner.dial(addr, timeout)?,
-            };
-            let ch = inner.next_channel.fetch_add(1, Ordering::Relaxed);
-            write_lock(&inner.channels).insert(
-                ch,
-                Route {
-                    conn: conn.clone(),
-                    wire: ch | OPENED_BY_SENDER,
-                },
-            );
-            let registered = match lock(&conn.chans).as_mut() {
-                Some(m) => {
-                    m.insert(ch, ch);
-                    true
-                }
-                None => false,
-            };
-            if !registered {
-                write_lock(&inner.channels).remove(&ch);
-                last = Some(TransportError::Closed(format!(
-                    "tcp connection to {} was lost",
-                    conn.peer
-                )));
-                continue;
-            }
-            match conn.send_frame(ch | OPENED_BY_SENDER, KIND_OPEN, &[], 0) {
-                Ok(()) => return Ok(ch),
-                Err(e) => {
+        inner.channels.connect(
+            "tcp",
+            &inner.stopping,
+            || match inner.existing(addr.id) {
+                Some(c) => Ok(c),
+                None => inner.dial(addr, timeout),
+            },
+            |conn| TransportError::Closed(format!("tcp connection to {} was lost", conn.peer)),
+            |conn, wire| {
+                conn.send_frame(wire, KIND_OPEN, &[], 0).map_err(|e| {
                     conn.kill();
-                    let withdrawn = lock(&conn.chans)
-                        .as_mut()
-                        .is_some_and(|m| m.remove(&ch).is_some());
-                    if !withdrawn {
-                        // The reader already owns the channel and reports it lost.
-                        return Ok(ch);
-                    }
-                    write_lock(&inner.channels).remove(&ch);
-                    last = Some(TransportError::Closed(format!(
-                        "tcp connection to {} failed: {e}",
-                        conn.peer
-                    )));
-                }
-            }
-        }
-        Err(last.unwrap_or_else(|| TransportError::Closed("tcp connect failed".into())))
+                    TransportError::Closed(format!("tcp connection to {} failed: {e}", conn.peer))
+                })
+            },
+        )
     }
 
     fn send(&self, channel: u64, slices: &[&[u8]]) -> Result<(), TransportError> {
@@ -770,26 +693,21 @@ impl TransportPlugin for TcpTransport {
                 ))
             })?;
         route
-            .conn
+            .link
             .send_frame(route.wire, KIND_DATA, slices, len)
             .map_err(|e| {
                 // A partly written frame leaves the stream unusable.
-                route.conn.kill();
-                TransportError::Closed(format!("tcp connection to {} failed: {e}", route.conn.peer))
+                route.link.kill();
+                TransportError::Closed(format!("tcp connection to {} failed: {e}", route.link.peer))
             })
     }
 
     fn close_channel(&self, channel: u64) {
-        let Some(route) = write_lock(&self.inner.channels).remove(&channel) else {
-            return;
-        };
-        let ours = lock(&route.conn.chans)
-            .as_mut()
-            .is_some_and(|m| m.remove(&(route.wire ^ OPENED_BY_SENDER)).is_some());
-        if ours {
-            if let Err(e) = route.conn.send_frame(route.wire, KIND_CLOSE, &[], 0) {
-                tracing::debug!(peer = %route.conn.peer, "tcp: CLOSE not sent: {e}");
-                route.conn.kill();
+        // Unless the connection's loss report owns the channel, tell the peer.
+        if let Some(route) = self.inner.channels.close(channel) {
+            if let Err(e) = route.link.send_frame(route.wire, KIND_CLOSE, &[], 0) {
+                tracing::debug!(peer = %route.link.peer, "tcp: CLOSE not sent: {e}");
+                route.link.kill();
             }
         }
     }
@@ -805,14 +723,14 @@ impl TransportPlugin for TcpTransport {
         self.stop_acceptor();
         let (conns, pending, threads) = {
             let mut st = lock(&inner.state);
-            st.by_peer.clear();
+            st.peers.by_peer.clear();
             (
-                std::mem::take(&mut st.conns),
+                std::mem::take(&mut st.peers.conns),
                 std::mem::take(&mut st.pending),
                 std::mem::take(&mut st.threads),
             )
         };
-        write_lock(&inner.channels).clear();
+        inner.channels.clear();
         // Peers see EOF and report their channels lost.
         for c in conns.values() {
             c.kill();

@@ -51,7 +51,7 @@ mod endpoint;
 mod net;
 pub mod wire;
 
-use std::sync::{Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::{Mutex, MutexGuard};
 
 pub use address::Address;
 pub use config::DEFAULT_MAX_MESSAGE;
@@ -67,14 +67,6 @@ ipl_transport_abi::declare_plugin!(
 /// Locks a mutex, ignoring poisoning (no invariant of ours spans a panic).
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-pub(crate) fn read_lock<T>(l: &RwLock<T>) -> RwLockReadGuard<'_, T> {
-    l.read().unwrap_or_else(|p| p.into_inner())
-}
-
-pub(crate) fn write_lock<T>(l: &RwLock<T>) -> RwLockWriteGuard<'_, T> {
-    l.write().unwrap_or_else(|p| p.into_inner())
 }
 
 /// The README example, compiled and run as a doc test.
