@@ -743,12 +743,28 @@ impl<'a> Frame<'a> {
                 _brand: PhantomData,
             };
         }
-        // Out of line: keeps the inlined path (the common one in deep recursion) small,
-        // with few registers to save in the job's `run`.
-        let (r, id) = spawn_queued(ctx, job, self.id, self.head);
-        self.id = id;
+        if self.id == 0 {
+            // The first queued child: the frame gets its id (0 matches no record).
+            ctx.release_deferred();
+            self.id = ctx.next_frame_id;
+            ctx.next_frame_id += 1;
+        }
+        ctx.stats.queued += 1;
+        let r = ctx.pool.alloc();
+        // SAFETY: a fresh record from our pool, exclusively ours (I1); all fields are
+        // written before it is published on the deque (push has Release semantics).
+        unsafe {
+            let p = r.as_ptr();
+            ptr::addr_of_mut!((*p).state).write(AtomicU32::new(QUEUED));
+            ptr::addr_of_mut!((*p).owner).write(ctx.worker as u32);
+            ptr::addr_of_mut!((*p).frame_id).write(self.id);
+            ptr::addr_of_mut!((*p).next).write(self.head);
+            ptr::addr_of_mut!((*p).vtable).write(&VTableOf::<J>::VT);
+            init_slot(r, job);
+        }
         self.head = r.as_ptr();
         self.outstanding += 1;
+        ctx.push_private(JobRef(r));
         Spawned {
             ticket: Ticket::Record(r),
             _brand: PhantomData,
@@ -802,39 +818,6 @@ impl<'a> Frame<'a> {
             _brand: PhantomData,
         }
     }
-}
-
-/// Makes a record for a spawned child of frame `id` (0: the frame's first queued child,
-/// which draws the frame's id) whose list starts at `head`, and queues it. Returns the
-/// record and the frame's id.
-#[inline(never)]
-fn spawn_queued<J: Job>(
-    ctx: &mut Ctx,
-    job: J,
-    mut id: u64,
-    head: *mut Record,
-) -> (NonNull<Record>, u64) {
-    if id == 0 {
-        // The first queued child: the frame gets its id (0 matches no record).
-        ctx.release_deferred();
-        id = ctx.next_frame_id;
-        ctx.next_frame_id += 1;
-    }
-    ctx.stats.queued += 1;
-    let r = ctx.pool.alloc();
-    // SAFETY: a fresh record from our pool, exclusively ours (I1); all fields are
-    // written before it is published on the deque (push has Release semantics).
-    unsafe {
-        let p = r.as_ptr();
-        ptr::addr_of_mut!((*p).state).write(AtomicU32::new(QUEUED));
-        ptr::addr_of_mut!((*p).owner).write(ctx.worker as u32);
-        ptr::addr_of_mut!((*p).frame_id).write(id);
-        ptr::addr_of_mut!((*p).next).write(head);
-        ptr::addr_of_mut!((*p).vtable).write(&VTableOf::<J>::VT);
-        init_slot(r, job);
-    }
-    ctx.push_private(JobRef(r));
-    (r, id)
 }
 
 /// Runs a frame's own children from the private stack (then the deque), then waits
