@@ -72,7 +72,7 @@ pub fn connect_pair(
     ibis: &Ibis,
     t: &ipl::PortType,
     wait: Duration,
-) -> Res<(ipl::ReceivePort, ipl::SendPort)> {
+) -> LocalRes<(ipl::ReceivePort, ipl::SendPort)> {
     let rp = ibis.create_receive_port(t, "in")?;
     rp.enable_connections();
     ibis.registry().wait_until_pool_closed(Some(wait))?;

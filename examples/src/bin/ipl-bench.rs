@@ -32,7 +32,7 @@ use std::process::Stdio;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use ibis_examples::members::PairPool;
+use ibis_examples::members::{connect_pair, PairPool};
 use ibis_examples::{report, stats, us, Figure};
 use ipl::{
     EmbeddedRegistry, Ibis, PortCapabilities as P, PortType, ReceivePort, SendPort,
@@ -414,7 +414,7 @@ fn measure(a: &Args) -> Res<()> {
         .prefer_transport(transport.as_str())
         .port_type(t)
         .build()?;
-    let (rp, mut sp) = pair(&ibis, &t)?;
+    let (rp, mut sp) = connect_pair(&ibis, &t, WAIT)?;
     // The baseline connects only now: a quinn handshake completes when the peer serves
     // its first call, which it does after joining the pool.
     let mut raw = setup.finish(&addr_rx)?;
@@ -530,11 +530,6 @@ fn count_for(a: &Args, size: usize) -> usize {
     (a.mbytes << 20) / size.max(1)
 }
 
-/// The receive port "in" and a send port connected to the other member's.
-fn pair(ibis: &Ibis, t: &PortType) -> Res<(ReceivePort, SendPort)> {
-    ibis_examples::members::connect_pair(ibis, t, WAIT).map_err(|e| e as Box<dyn std::error::Error>)
-}
-
 fn ipl_latency(
     rp: &ReceivePort,
     sp: &mut SendPort,
@@ -611,7 +606,7 @@ fn peer(raw_spec: &str, a: &Args) -> Res<()> {
         .prefer_transport(a.transport.clone().unwrap_or_default())
         .port_type(t)
         .build()?;
-    let (rp, mut sp) = pair(&ibis, &t)?;
+    let (rp, mut sp) = connect_pair(&ibis, &t, WAIT)?;
     for _ in 0..a.repeat {
         for &size in &a.sizes {
             // The raw phase of this size...

@@ -18,10 +18,10 @@
 
 use std::process::{Command, Stdio};
 
-use ibis_examples::members::PairPool;
+use ibis_examples::members::{connect_pair, PairPool};
 use std::time::{Duration, Instant};
 
-use ipl::{Ibis, PortCapabilities as P, PortType, ReceivePort, SendPort};
+use ipl::{Ibis, PortCapabilities as P, PortType};
 use ipl_transport_shm::baseline::RawShm;
 
 type Res<T> = Result<T, Box<dyn std::error::Error>>;
@@ -176,11 +176,6 @@ fn raw_peer(name: &str, a: &Args) -> Res<()> {
     Ok(())
 }
 
-/// The receive port "in" and a send port connected to the other member's.
-fn pair(ibis: &Ibis, t: &PortType) -> Res<(ReceivePort, SendPort)> {
-    ibis_examples::members::connect_pair(ibis, t, WAIT).map_err(|e| e as Box<dyn std::error::Error>)
-}
-
 /// One pool of two (a registry server here, the peer a child process) for `mode`.
 fn ipl_run(a: &Args, mode: &str) -> Res<(f64, f64)> {
     let pp = PairPool::start(&format!("shm-bench-{mode}"))?;
@@ -202,7 +197,7 @@ fn ipl_run(a: &Args, mode: &str) -> Res<(f64, f64)> {
         .port_type(t)
         .build()?;
     assert_eq!(ibis.transport_for(&t)?, "shm");
-    let (rp, mut sp) = pair(&ibis, &t)?;
+    let (rp, mut sp) = connect_pair(&ibis, &t, WAIT)?;
     let small = vec![7u8; SMALL];
     let big = vec![7u8; BIG];
     let mut rtts = Vec::new();
@@ -252,7 +247,7 @@ fn ipl_peer(mode: &str, a: &Args) -> Res<()> {
         .transport_config(format!("shm.wait={mode}"))
         .port_type(t)
         .build()?;
-    let (rp, mut sp) = pair(&ibis, &t)?;
+    let (rp, mut sp) = connect_pair(&ibis, &t, WAIT)?;
     for _ in 0..a.repeat {
         for _ in 0..a.iters / 10 + 10 + a.iters {
             let mut m = rp.receive_timeout(WAIT)?;
