@@ -341,6 +341,9 @@ pub struct Ctx {
     thieves: bool,
     /// Spawns run inline once this many private jobs wait.
     inline_depth: usize,
+    /// `private_base + inline_depth`: spawns run inline while `private.len()` is at
+    /// least this (kept in step with `private_base`, so a spawn tests one field).
+    inline_at: usize,
     pub(crate) shared: Arc<Shared>,
     next_frame_id: u64,
     rng: u64,
@@ -362,6 +365,7 @@ impl Ctx {
             private_base: 0,
             thieves: shared.has_thieves(),
             inline_depth: shared.inline_depth,
+            inline_at: shared.inline_depth,
             shared,
             pool: RecordPool::new(),
             next_frame_id: 1,
@@ -426,6 +430,13 @@ impl Ctx {
         }
     }
 
+    /// Moves the base of the private stack (and the inlining threshold with it).
+    #[inline(always)]
+    fn set_private_base(&mut self, base: usize) {
+        self.private_base = base;
+        self.inline_at = base.saturating_add(self.inline_depth);
+    }
+
     /// Runs a spawned job at once (enough work is queued for thieves already).
     #[inline(always)]
     fn run_inline<J: Job>(&mut self, job: J) -> J::Output {
@@ -442,7 +453,7 @@ impl Ctx {
     #[inline(never)]
     fn publish_oldest(&mut self) {
         if let Some(&j) = self.private.get(self.private_base) {
-            self.private_base += 1;
+            self.set_private_base(self.private_base + 1);
             publish(&self.deque, j);
         }
     }
@@ -453,7 +464,7 @@ impl Ctx {
             publish(&self.deque, j);
         }
         self.private.clear();
-        self.private_base = 0;
+        self.set_private_base(0);
     }
 
     /// Takes the newest own record (private stack first, then the deque) if it belongs
@@ -479,7 +490,7 @@ impl Ctx {
     #[inline(never)]
     fn pop_own_deque(&mut self, frame: u64) -> Option<JobRef> {
         self.private.clear();
-        self.private_base = 0;
+        self.set_private_base(0);
         let j = self.deque.pop()?;
         // SAFETY: records on our deque are live (I3); frame_id is immutable.
         if unsafe { (*j.0.as_ptr()).frame_id } == frame {
@@ -500,7 +511,7 @@ impl Ctx {
             return self.private.pop();
         }
         self.private.clear();
-        self.private_base = 0;
+        self.set_private_base(0);
         let j = self.deque.pop()?;
         // SAFETY: popped by us: we hold the slot again (I2); it runs here.
         unsafe { (*j.0.as_ptr()).state.store(LOCAL, Ordering::Relaxed) };
@@ -737,7 +748,7 @@ impl<'a> Frame<'a> {
     #[inline(always)]
     pub fn spawn<J: Job>(&mut self, job: J) -> Spawned<'a, J> {
         let ctx = &mut *self.ctx;
-        if ctx.private.len() - ctx.private_base >= ctx.inline_depth && !ctx.shared.any_hungry() {
+        if ctx.private.len() >= ctx.inline_at && !ctx.shared.any_hungry() {
             return Spawned {
                 ticket: Ticket::Ready(ctx.run_inline(job)),
                 _brand: PhantomData,

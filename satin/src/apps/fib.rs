@@ -24,11 +24,23 @@ pub struct Fib {
 #[crate::job(name = "satin::apps::fib::Fib")]
 impl Job for Fib {
     type Output = u64;
+    // The base case is tested here, in a function small enough to inline where the
+    // job is spawned, and the recursive case lives in `split`: otherwise the compiler
+    // saves six registers in every call, leaves included (half the calls).
+    #[inline]
     fn run(self, ctx: &mut Ctx) -> u64 {
-        let n = self.n;
-        if n < 2 {
-            return n as u64;
+        if self.n < 2 {
+            return self.n as u64;
         }
+        self.split(ctx)
+    }
+}
+
+impl Fib {
+    /// `fib(n)` for `n >= 2`: two spawns and a sync.
+    #[inline(never)]
+    fn split(self, ctx: &mut Ctx) -> u64 {
+        let n = self.n;
         if n < self.threshold {
             return fib_seq(n);
         }
