@@ -14,7 +14,7 @@ use ipl_transport_abi::ReceivedBuffer;
 
 use crate::capabilities::PortCapabilities;
 use crate::error::{IplError, Result};
-use crate::ibis::{ChannelKey, IbisShared};
+use crate::ibis::{ChannelKey, IbisShared, PolledInstances};
 use crate::identifiers::{ReceivePortIdentifier, SendPortIdentifier};
 use crate::message::ReadMessage;
 use crate::port_type::PortType;
@@ -157,8 +157,10 @@ impl PortShared {
         if st.sleepers > 0 {
             self.cond.notify_all();
         }
-        for w in st.wakers.drain(..) {
-            w.wake();
+        if !st.wakers.is_empty() {
+            for w in st.wakers.drain(..) {
+                w.wake();
+            }
         }
     }
 
@@ -347,7 +349,7 @@ impl PortShared {
                     .map(|i| i.polled_instances())
                     .unwrap_or_default()
             } else {
-                Vec::new()
+                PolledInstances::default()
             };
             if polled.is_empty() {
                 while !self.ready.load(Ordering::Acquire) && {
@@ -528,7 +530,7 @@ impl ReceivePort {
             // Give receiver-driven transports one chance to deliver.
             let ibis = self.shared.ibis.upgrade();
             if let Some(ibis) = ibis.filter(|_| self.shared.polled.load(Ordering::Relaxed)) {
-                for t in ibis.polled_instances() {
+                for t in ibis.polled_instances().iter() {
                     t.progress();
                 }
             }

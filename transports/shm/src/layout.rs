@@ -2,10 +2,11 @@
 //! format of a slot header. Pure data; no memory access.
 //!
 //! ```text
-//! segment:  [ segment header (64 B) | ring 0 control (256 B) | ring 1 control (256 B) | pad ]
+//! segment:  [ segment header (64 B) | ring 0 control (320 B) | ring 1 control (320 B) | pad ]
 //!           [ ring 0 data (cap B) @ DATA_OFFSET ][ ring 1 data (cap B) @ DATA_OFFSET + cap ]
-//! control:  head @ +0 | tail @ +64, read @ +72 | rx_sleeping @ +128 | tx_waiting @ +192
-//!           (u64 each; producer- and consumer-written words never share a cache line)
+//! control:  head @ +0 | tail @ +64 | rx_sleeping @ +128 | tx_waiting @ +192 | read @ +256
+//!           (u64 each, a cache line each: a word one side polls never shares a line
+//!           with a word the other side writes for another purpose)
 //! slot:     [ len u32 LE | kind u8 | 0 0 0 | channel u64 LE ][ payload, padded to 16 ]
 //! ```
 //!
@@ -15,13 +16,13 @@
 //! [`SLOT_ALIGN`] and never crosses the end of the data area: a slot that would is
 //! preceded by a [`Kind::Pad`] slot that fills the rest of the area.
 
-/// Magic number at the start of a segment: `"IPLSHM"` and layout version 1.
-pub const SEGMENT_MAGIC: u64 = u64::from_le_bytes(*b"IPLSHM\x00\x01");
+/// Magic number at the start of a segment: `"IPLSHM"` and layout version 2.
+pub const SEGMENT_MAGIC: u64 = u64::from_le_bytes(*b"IPLSHM\x00\x02");
 
 /// Size of the segment header.
 pub const SEGMENT_HEADER: usize = 64;
 /// Size of one ring's control block.
-pub const CONTROL_SIZE: usize = 256;
+pub const CONTROL_SIZE: usize = 320;
 /// Where the first ring's data starts (a page boundary).
 pub const DATA_OFFSET: usize = 4096;
 
@@ -30,8 +31,14 @@ pub const HEAD: usize = 0;
 /// Offset of the consumer's reclaimed position (the credit grant).
 pub const TAIL: usize = 64;
 /// Offset of the consumer's read position (how far it has taken slots; the sender
-/// looks at it to decide whether a wake-up is needed).
-pub const READ: usize = 72;
+/// looks at it to decide whether a wake-up is needed). Not on the tail's line: a
+/// sender that polls it would otherwise make every tail update a transfer between
+/// cores.
+pub const READ: usize = 256;
+/// The highest word of a control block (for bounds checks).
+pub const CONTROL_LAST: usize = READ;
+const _: () = assert!(CONTROL_LAST + 8 <= CONTROL_SIZE);
+const _: () = assert!(SEGMENT_HEADER + 2 * CONTROL_SIZE <= DATA_OFFSET);
 /// Offset of the consumer's "I am going to sleep: wake me" flag.
 pub const RX_SLEEPING: usize = 128;
 /// Offset of the producer's "I wait for credits: wake me" flag.

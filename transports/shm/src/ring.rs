@@ -16,6 +16,7 @@
 use std::sync::atomic::{fence, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
+use crate::buffer::CtxCache;
 use crate::consumer::{Completion, Consumer, RingError};
 use crate::layout::{
     self, Kind, SlotHeader, HEAD, HEADER_LEN, READ, RX_SLEEPING, TAIL, TX_WAITING,
@@ -117,7 +118,7 @@ pub struct RingTx {
 impl RingTx {
     /// The sending end of the ring at `place`, which must be fresh (all zero).
     pub fn new(region: Arc<Region>, place: RingPlace) -> Result<Self, OutOfBounds> {
-        region.atomic(place.control + TX_WAITING)?;
+        region.atomic(place.control + layout::CONTROL_LAST)?;
         region.ptr(place.data, place.cap)?;
         Ok(RingTx {
             region,
@@ -219,6 +220,8 @@ pub struct RxShared {
     read: AtomicU64,
     /// Sends the peer a wake-up (after reclaiming space it waits for).
     wake_peer: Box<dyn Fn() + Send + Sync>,
+    /// The spare release context of buffers handed out in place.
+    ctx_cache: CtxCache,
 }
 
 impl std::fmt::Debug for RxShared {
@@ -235,6 +238,11 @@ impl RxShared {
         self.region
             .atomic(self.place.control + which)
             .unwrap_or_else(|_| unreachable!("control block checked at construction"))
+    }
+
+    /// The spare release context of buffers handed out in place (see `buffer.rs`).
+    pub(crate) fn release_ctx_cache(&self) -> &CtxCache {
+        &self.ctx_cache
     }
 
     /// The region (to keep it mapped, and for pointer checks).
@@ -318,7 +326,7 @@ impl RingRx {
         place: RingPlace,
         wake_peer: Box<dyn Fn() + Send + Sync>,
     ) -> Result<Self, OutOfBounds> {
-        region.atomic(place.control + TX_WAITING)?;
+        region.atomic(place.control + layout::CONTROL_LAST)?;
         region.ptr(place.data, place.cap)?;
         Ok(RingRx {
             consumer: Consumer::new(place.cap as u64),
@@ -328,6 +336,7 @@ impl RingRx {
                 reclaimer: Mutex::new(Reclaimer::new()),
                 read: AtomicU64::new(0),
                 wake_peer,
+                ctx_cache: CtxCache::default(),
             }),
         })
     }
