@@ -1,6 +1,6 @@
-//! The receiving side of a ring as a pure state machine: it turns the producer's
-//! published head and the slot headers into completions ("message on channel c at
-//! offset o, length l"), checking every value the peer wrote.
+//! The receiving side of a ring as a pure state machine: it turns the slot headers the
+//! producer publishes into completions ("message on channel c at offset o, length l"),
+//! checking every value the peer wrote.
 
 use crate::layout::{slot_size, HeaderError, Kind, SlotHeader, HEADER_LEN};
 
@@ -24,13 +24,14 @@ pub struct Completion {
 /// The peer broke the ring protocol; the connection cannot be trusted any more.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum RingError {
-    /// The published head is behind what was consumed or beyond the credits granted.
-    #[error("producer head {head} is impossible (read {read}, tail {tail}, capacity {cap})")]
-    BadHead {
-        /// The head read.
-        head: u64,
-        /// What we consumed.
-        read: u64,
+    /// A slot reaches into ring space that was not granted (beyond the reclaimed tail
+    /// plus the capacity, less the header the producer must keep free).
+    #[error("slot at position {pos} of {slot} bytes is beyond the credits (tail {tail}, capacity {cap})")]
+    Credits {
+        /// Where.
+        pos: u64,
+        /// The slot's size.
+        slot: u64,
         /// What we reclaimed.
         tail: u64,
         /// The ring capacity.
@@ -44,7 +45,7 @@ pub enum RingError {
         /// What is wrong.
         err: HeaderError,
     },
-    /// A slot's length does not fit what was published or crosses the end of the ring.
+    /// A slot's length crosses the end of the ring (or padding does not end there).
     #[error("slot at position {pos} of {len} bytes ({kind:?}) overruns the ring")]
     Overrun {
         /// Where.
@@ -74,28 +75,23 @@ impl Consumer {
         self.read
     }
 
-    /// Checks a head read from the producer; `tail` is what this side has reclaimed.
-    /// Returns whether a slot is waiting.
-    pub fn check_head(&self, head: u64, tail: u64) -> Result<bool, RingError> {
-        if head < self.read || head - tail > self.cap {
-            return Err(RingError::BadHead {
-                head,
-                read: self.read,
-                tail,
-                cap: self.cap,
-            });
-        }
-        Ok(head != self.read)
-    }
-
     /// The offset in the data area of the next slot's header.
     pub fn next_offset(&self) -> usize {
         (self.read % self.cap) as usize
     }
 
     /// Decodes the header of the next slot (read from [`next_offset`](Self::next_offset)
-    /// once, into local memory) against the checked `head`, and consumes the slot.
-    pub fn take(&mut self, head: u64, raw: &[u8; HEADER_LEN]) -> Result<Completion, RingError> {
+    /// once, into local memory; its first word read last with acquire ordering) and
+    /// consumes the slot; `tail` is what this side has reclaimed. `Ok(None)` when the
+    /// header is still zero: nothing was published there yet.
+    pub fn take(
+        &mut self,
+        raw: &[u8; HEADER_LEN],
+        tail: u64,
+    ) -> Result<Option<Completion>, RingError> {
+        if raw[..8] == [0; 8] {
+            return Ok(None);
+        }
         let pos = self.read;
         let h = SlotHeader::decode(raw).map_err(|err| RingError::Header { pos, err })?;
         let off = pos % self.cap;
@@ -112,22 +108,33 @@ impl Consumer {
         } else {
             slot_size(u64::from(h.len))
         };
-        if off + slot > self.cap || slot > head - pos {
+        if off + slot > self.cap {
             return Err(RingError::Overrun {
                 pos,
                 len: h.len,
                 kind: h.kind,
             });
         }
+        // The producer writes only into granted space, and keeps the header after each
+        // slot free for zeroing.
+        let end = pos - tail.min(pos) + slot + HEADER_LEN as u64;
+        if tail > pos || end > self.cap {
+            return Err(RingError::Credits {
+                pos,
+                slot,
+                tail,
+                cap: self.cap,
+            });
+        }
         self.read = pos + slot;
-        Ok(Completion {
+        Ok(Some(Completion {
             kind: h.kind,
             channel: h.channel,
             pos,
             offset: off as usize + HEADER_LEN,
             len: h.len as usize,
             slot,
-        })
+        }))
     }
 }
 
@@ -145,9 +152,13 @@ mod tests {
     #[test]
     fn completions_follow_the_slots() {
         let mut c = Consumer::new(CAP);
-        assert_eq!(c.check_head(0, 0), Ok(false));
-        assert_eq!(c.check_head(48, 0), Ok(true));
-        let a = c.take(48, &hdr(20, Kind::Data, 7)).unwrap();
+        assert_eq!(
+            c.take(&[0; HEADER_LEN], 0),
+            Ok(None),
+            "a zero header: nothing yet"
+        );
+        assert_eq!(c.read(), 0);
+        let a = c.take(&hdr(20, Kind::Data, 7), 0).unwrap().unwrap();
         assert_eq!(
             a,
             Completion {
@@ -160,68 +171,69 @@ mod tests {
             }
         );
         assert_eq!(c.read(), 48);
-        assert_eq!(c.check_head(48, 0), Ok(false));
+        assert_eq!(c.next_offset(), 48);
     }
 
     #[test]
     fn padding_wraps_to_the_start() {
         let mut c = Consumer::new(CAP);
         c.read = CAP - 64;
-        let head = CAP + 32;
-        let pad = c.take(head, &hdr(48, Kind::Pad, 0)).unwrap();
+        let tail = CAP - 64;
+        let pad = c.take(&hdr(48, Kind::Pad, 0), tail).unwrap().unwrap();
         assert_eq!(pad.slot, 64);
         assert_eq!(c.next_offset(), 0);
-        let d = c.take(head, &hdr(1, Kind::Data, 1)).unwrap();
+        let d = c.take(&hdr(1, Kind::Data, 1), tail).unwrap().unwrap();
         assert_eq!((d.pos, d.offset, d.len), (CAP, 16, 1));
     }
 
     #[test]
     fn malformed_slots_are_rejected() {
         let c0 = Consumer::new(CAP);
-        // Head behind what was read, or beyond the credits.
+        // A slot beyond the credits: into held space, or onto the header the producer
+        // must keep free.
         let mut c = c0.clone();
-        c.read = 64;
+        c.read = CAP - 64;
         assert!(matches!(
-            c.check_head(32, 0),
-            Err(RingError::BadHead { .. })
+            c.take(&hdr(48, Kind::Data, 1), 0),
+            Err(RingError::Credits { .. })
         ));
-        assert!(matches!(
-            c0.check_head(CAP + 16, 0),
-            Err(RingError::BadHead { .. })
-        ));
-        // A length beyond the published head.
+        assert_eq!(c.read(), CAP - 64, "nothing consumed on error");
         let mut c = c0.clone();
+        c.read = CAP - 64;
+        assert!(c.take(&hdr(48, Kind::Data, 1), 16).unwrap().is_some());
+        // A tail ahead of what was read.
         assert!(matches!(
-            c.take(32, &hdr(100, Kind::Data, 1)),
-            Err(RingError::Overrun { .. })
+            c0.clone().take(&hdr(1, Kind::Data, 1), 64),
+            Err(RingError::Credits { .. })
         ));
-        assert_eq!(c.read(), 0, "nothing consumed on error");
         // A huge length.
         assert!(matches!(
-            c.take(CAP, &hdr(u32::MAX, Kind::Data, 1)),
+            c0.clone().take(&hdr(u32::MAX, Kind::Data, 1), 0),
             Err(RingError::Overrun { .. })
         ));
         // Padding that does not end at the end of the area.
         assert!(matches!(
-            c.take(CAP, &hdr(32, Kind::Pad, 0)),
+            c0.clone().take(&hdr(32, Kind::Pad, 0), 0),
             Err(RingError::Overrun { .. })
         ));
         // A slot that crosses the end.
         let mut c = c0.clone();
         c.read = CAP - 32;
         assert!(matches!(
-            c.take(CAP + 64, &hdr(64, Kind::Data, 1)),
+            c.take(&hdr(64, Kind::Data, 1), CAP - 32),
             Err(RingError::Overrun { .. })
         ));
         // Garbage kinds and reserved bytes.
+        let mut h = [0u8; 16];
+        h[0] = 1;
         assert!(matches!(
-            c0.clone().take(64, &[0u8; 16]),
+            c0.clone().take(&h, 0),
             Err(RingError::Header { .. })
         ));
         let mut h = hdr(0, Kind::Open, 1);
         h[7] = 9;
         assert!(matches!(
-            c0.clone().take(64, &h),
+            c0.clone().take(&h, 0),
             Err(RingError::Header { .. })
         ));
     }

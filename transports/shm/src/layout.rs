@@ -4,11 +4,19 @@
 //! ```text
 //! segment:  [ segment header (64 B) | ring 0 control (320 B) | ring 1 control (320 B) | pad ]
 //!           [ ring 0 data (cap B) @ DATA_OFFSET ][ ring 1 data (cap B) @ DATA_OFFSET + cap ]
-//! control:  head @ +0 | tail @ +64 | rx_sleeping @ +128 | tx_waiting @ +192 | read @ +256
+//! control:  tail @ +64 | rx_sleeping @ +128 | tx_waiting @ +192 | read @ +256
 //!           (u64 each, a cache line each: a word one side polls never shares a line
 //!           with a word the other side writes for another purpose)
 //! slot:     [ len u32 LE | kind u8 | 0 0 0 | channel u64 LE ][ payload, padded to 16 ]
 //! ```
+//!
+//! **Publication.** A slot is published by its header's first word (`len | kind`,
+//! never zero since no kind is zero), stored last; the receiver polls the header at
+//! its read position, so a small message and the signal that it is there arrive in
+//! one cache line. A header a receiver has not reached yet is zero: before a slot
+//! (or padding) is published, the producer zeroes the header that follows it, which
+//! the credits keep free (the producer always leaves [`HEADER_LEN`] bytes of the ring
+//! unused for it), and a fresh ring is all zero.
 //!
 //! Ring 0 carries the connecting side's messages, ring 1 the accepting side's.
 //! Positions (`head`, `tail`) count bytes since the ring was created and never wrap; the
@@ -16,8 +24,8 @@
 //! [`SLOT_ALIGN`] and never crosses the end of the data area: a slot that would is
 //! preceded by a [`Kind::Pad`] slot that fills the rest of the area.
 
-/// Magic number at the start of a segment: `"IPLSHM"` and layout version 2.
-pub const SEGMENT_MAGIC: u64 = u64::from_le_bytes(*b"IPLSHM\x00\x02");
+/// Magic number at the start of a segment: `"IPLSHM"` and layout version 3.
+pub const SEGMENT_MAGIC: u64 = u64::from_le_bytes(*b"IPLSHM\x00\x03");
 
 /// Size of the segment header.
 pub const SEGMENT_HEADER: usize = 64;
@@ -26,8 +34,6 @@ pub const CONTROL_SIZE: usize = 320;
 /// Where the first ring's data starts (a page boundary).
 pub const DATA_OFFSET: usize = 4096;
 
-/// Offset of the producer's published position in a control block.
-pub const HEAD: usize = 0;
 /// Offset of the consumer's reclaimed position (the credit grant).
 pub const TAIL: usize = 64;
 /// Offset of the consumer's read position (how far it has taken slots; the sender

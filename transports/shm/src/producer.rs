@@ -2,8 +2,9 @@
 //! whether the receiver's credits allow it.
 //!
 //! Credits are free ring space granted by the receiver: the producer may write while
-//! `head + need - tail <= cap`, `tail` being the position up to which the receiver has
-//! reclaimed (released) slots.
+//! `head + need + HEADER_LEN - tail <= cap`, `tail` being the position up to which the
+//! receiver has reclaimed (released) slots; the last [`HEADER_LEN`] bytes stay unused,
+//! for the zeroed header that follows every published slot (see `layout.rs`).
 
 use crate::layout::{slot_size, HEADER_LEN, SLOT_ALIGN};
 
@@ -19,14 +20,15 @@ pub struct Plan {
     pub pad: Option<(u64, u32)>,
     /// Position of the slot's header.
     pub pos: u64,
-    /// The head to publish once the slot is written.
+    /// The head once the slot is written: the position of the next slot, whose header
+    /// is zeroed before this one is published.
     pub new_head: u64,
 }
 
 /// Not enough credits: the receiver must release `need - free` more bytes first.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Wait {
-    /// Bytes the write needs (padding included).
+    /// Bytes the write needs (padding and the header kept free included).
     pub need: u64,
     /// Bytes free now.
     pub free: u64,
@@ -108,7 +110,7 @@ impl Producer {
         } else {
             0
         };
-        let need = pad + slot;
+        let need = pad + slot + HEADER_LEN as u64;
         let free = self.cap - (self.head - tail);
         if need > free {
             return Err(Wait { need, free });
@@ -116,7 +118,7 @@ impl Producer {
         Ok(Plan {
             pad: (pad > 0).then(|| (self.head, (pad - HEADER_LEN as u64) as u32)),
             pos: self.head + pad,
-            new_head: self.head + need,
+            new_head: self.head + pad + slot,
         })
     }
 
@@ -143,19 +145,35 @@ mod tests {
         let mut p = Producer::new(CAP);
         let max = p.max_slot_payload();
         assert_eq!(slot_size(max as u64), CAP / 4);
-        // Four quarter-ring slots fill the ring; the fifth waits for credits.
-        for i in 0..4 {
+        // Three quarter-ring slots fit; the fourth would leave no room for the zeroed
+        // header after it and waits for credits.
+        for i in 0..3 {
             let plan = p.plan(max, 0).unwrap();
             assert_eq!(plan.pos, i * CAP / 4);
             assert_eq!(plan.pad, None);
             p.commit(&plan);
         }
-        assert_eq!(p.plan(0, 0), Err(Wait { need: 16, free: 0 }));
+        assert_eq!(
+            p.plan(max, 0),
+            Err(Wait {
+                need: CAP / 4 + 16,
+                free: CAP / 4
+            })
+        );
+        let small = (CAP / 4 - 32) as u32;
+        p.commit(&p.plan(small, 0).unwrap());
+        assert_eq!(p.head(), CAP - 16);
+        assert_eq!(p.plan(0, 0), Err(Wait { need: 32, free: 16 }));
         // Releasing one slot grants exactly its space back.
-        let plan = p.plan(max, CAP / 4).unwrap();
-        assert_eq!(plan.pos, CAP);
-        p.commit(&plan);
-        assert!(p.plan(0, CAP / 4).is_err());
+        let plan = p.plan(0, CAP / 4).unwrap();
+        assert_eq!((plan.pos, plan.pad), (CAP - 16, None));
+        assert_eq!(
+            p.plan(max, CAP / 4),
+            Err(Wait {
+                need: 16 + CAP / 4 + 16,
+                free: CAP / 4 + 16
+            })
+        );
     }
 
     #[test]
@@ -168,7 +186,7 @@ mod tests {
         assert_eq!(
             p.plan(100, 0),
             Err(Wait {
-                need: 64 + 128,
+                need: 64 + 128 + 16,
                 free: 64
             })
         );
@@ -179,7 +197,7 @@ mod tests {
         // A slot that ends exactly at the end needs no padding.
         let mut p = Producer::new(CAP);
         p.commit(&p.plan((CAP - 64) as u32 - 16, 0).unwrap());
-        assert_eq!(p.plan(48, 0).unwrap().pad, None);
+        assert_eq!(p.plan(48, 16).unwrap().pad, None);
     }
 
     #[test]

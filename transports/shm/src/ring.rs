@@ -2,11 +2,15 @@
 //! [`Reclaimer`]) and a [`Region`]: it loads and publishes the shared indices, copies
 //! slots in and headers out, and runs the two wake-up handshakes.
 //!
+//! A slot is published by the first word of its header (see `layout.rs`); the
+//! receiver polls that word at its read position, so it needs no index from the
+//! producer.
+//!
 //! **Wake-ups** (both sides follow the same pattern, so no wake-up is ever lost): the
 //! side that wants to sleep sets its flag, then re-checks the ring, and sleeps only if
-//! nothing changed; the other side publishes its index, then checks the flag, and sends
-//! a wake-up only if it was set (clearing it). All four accesses are `SeqCst`, so either
-//! the sleeper sees the new index or the waker sees the flag.
+//! nothing changed; the other side publishes (a header word, or its tail), then checks
+//! the flag, and sends a wake-up only if it was set (clearing it). All four accesses
+//! are `SeqCst`, so either the sleeper sees the new slot or the waker sees the flag.
 //! - the receiver's `rx_sleeping`: set before its thread blocks; the producer wakes it
 //!   after publishing a slot, unless the receiver's published read position shows
 //!   that someone (a thread calling `progress`) already took the slot;
@@ -18,9 +22,7 @@ use std::sync::{Arc, Mutex};
 
 use crate::buffer::CtxCache;
 use crate::consumer::{Completion, Consumer, RingError};
-use crate::layout::{
-    self, Kind, SlotHeader, HEAD, HEADER_LEN, READ, RX_SLEEPING, TAIL, TX_WAITING,
-};
+use crate::layout::{self, Kind, SlotHeader, HEADER_LEN, READ, RX_SLEEPING, TAIL, TX_WAITING};
 use crate::producer::{BadTail, Producer};
 use crate::reclaim::Reclaimer;
 use crate::region::{OutOfBounds, Region};
@@ -102,6 +104,14 @@ impl<'a> Cursor<'a> {
     }
 }
 
+/// The first word of an encoded header (`len | kind | 0 0 0`): the word that publishes a
+/// slot.
+fn first_word(h: &[u8; HEADER_LEN]) -> [u8; 8] {
+    let mut w = [0u8; 8];
+    w.copy_from_slice(&h[..8]);
+    w
+}
+
 /// The sending end of a ring.
 #[derive(Debug)]
 pub struct RingTx {
@@ -146,7 +156,7 @@ impl RingTx {
         &mut self,
         kind: Kind,
         channel: u64,
-        data: &mut Cursor<'_>,
+        payload: &mut Cursor<'_>,
         len: u32,
     ) -> Result<bool, DriverError> {
         let cached = match self.producer.plan(len, self.tail) {
@@ -166,20 +176,32 @@ impl RingTx {
             }
         };
         let cap = self.place.cap as u64;
-        if let Some((pos, pad_len)) = plan.pad {
-            let h = SlotHeader {
-                len: pad_len,
-                kind: Kind::Pad,
-                channel: 0,
-            };
-            self.region
-                .write(self.place.data + (pos % cap) as usize, &h.encode())?;
+        let data = self.place.data;
+        let word = |pos: u64| self.region.atomic(data + (pos % cap) as usize);
+        // The header after this slot reads "nothing yet" before this one can be seen
+        // (the credits kept it free).
+        word(plan.new_head)?.store(0, Ordering::Relaxed);
+        let at = data + (plan.pos % cap) as usize;
+        payload.copy_into(&self.region, at + HEADER_LEN, len as usize)?;
+        let h = SlotHeader { len, kind, channel }.encode();
+        self.region.write(at + 8, &h[8..])?;
+        let first = u64::from_le_bytes(first_word(&h));
+        match plan.pad {
+            None => word(plan.pos)?.store(first, Ordering::SeqCst),
+            Some((pos, pad_len)) => {
+                // The slot first, then the padding that leads the receiver to it.
+                word(plan.pos)?.store(first, Ordering::Release);
+                let p = SlotHeader {
+                    len: pad_len,
+                    kind: Kind::Pad,
+                    channel: 0,
+                }
+                .encode();
+                self.region
+                    .write(data + (pos % cap) as usize + 8, &p[8..])?;
+                word(pos)?.store(u64::from_le_bytes(first_word(&p)), Ordering::SeqCst);
+            }
         }
-        let at = self.place.data + (plan.pos % cap) as usize;
-        data.copy_into(&self.region, at + HEADER_LEN, len as usize)?;
-        self.region
-            .write(at, &SlotHeader { len, kind, channel }.encode())?;
-        self.index(HEAD).store(plan.new_head, Ordering::SeqCst);
         self.producer.commit(&plan);
         Ok(true)
     }
@@ -250,9 +272,13 @@ impl RxShared {
         &self.region
     }
 
-    /// Whether the producer published something not consumed yet (lock-free peek).
+    /// Whether the producer published something not consumed yet (lock-free peek): the
+    /// header at the read position is no longer zero.
     pub fn has_pending(&self) -> bool {
-        self.index(HEAD).load(Ordering::Acquire) != self.read.load(Ordering::Acquire)
+        let off = (self.read.load(Ordering::Acquire) % self.place.cap as u64) as usize;
+        self.region
+            .atomic(self.place.data + off)
+            .is_ok_and(|w| w.load(Ordering::SeqCst) != 0)
     }
 
     /// Releases consumed slot `seq`; reclaims space and wakes a waiting sender.
@@ -354,15 +380,18 @@ impl RingRx {
         in_place: impl FnOnce(&Completion, u64) -> bool,
     ) -> Result<Option<Taken>, DriverError> {
         let s = &*self.shared;
-        let head = s.index(HEAD).load(Ordering::Acquire);
-        let tail = s.index(TAIL).load(Ordering::Relaxed);
-        if !self.consumer.check_head(head, tail)? {
+        let at = s.place.data + self.consumer.next_offset();
+        let first = s.region.atomic(at)?.load(Ordering::Acquire);
+        if first == 0 {
             return Ok(None);
         }
         let mut raw = [0u8; HEADER_LEN];
-        s.region
-            .read(s.place.data + self.consumer.next_offset(), &mut raw)?;
-        let c = self.consumer.take(head, &raw)?;
+        raw[..8].copy_from_slice(&first.to_le_bytes());
+        s.region.read(at + 8, &mut raw[8..])?;
+        let tail = s.index(TAIL).load(Ordering::Relaxed);
+        let Some(c) = self.consumer.take(&raw, tail)? else {
+            return Ok(None);
+        };
         s.read.store(self.consumer.read(), Ordering::Release);
         let mut rec = s.reclaimer.lock().unwrap_or_else(|p| p.into_inner());
         let held = rec.held();
@@ -417,8 +446,12 @@ mod tests {
     const CAP: usize = 1 << 16;
 
     fn pair() -> (RingTx, RingRx, Arc<AtomicUsize>) {
-        let region = Arc::new(Region::heap(layout::segment_size(CAP)));
-        let place = RingPlace::in_segment(0, CAP);
+        pair_of(CAP)
+    }
+
+    fn pair_of(cap: usize) -> (RingTx, RingRx, Arc<AtomicUsize>) {
+        let region = Arc::new(Region::heap(layout::segment_size(cap)));
+        let place = RingPlace::in_segment(0, cap);
         let wakes = Arc::new(AtomicUsize::new(0));
         let w = wakes.clone();
         let tx = RingTx::new(region.clone(), place).unwrap();
@@ -486,12 +519,66 @@ mod tests {
     }
 
     #[test]
+    fn two_threads_see_every_slot_once_and_whole() {
+        // The producer publishes by the header word while the consumer polls it from
+        // another thread: every message arrives once, in order, with its bytes, through
+        // rewinds (small slots on a drained ring) and wraps (a burst of large ones).
+        let (mut tx, mut rx, _) = pair_of(4 * crate::producer::REWIND_AT as usize);
+        const N: u32 = 20_000;
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+        let size = |i: u32| {
+            if i % 100 < 90 {
+                8
+            } else {
+                1 + (i as usize * 131) % 9000
+            }
+        };
+        let cap = 4 * crate::producer::REWIND_AT;
+        std::thread::scope(|sc| {
+            let producer = sc.spawn(move || {
+                for i in 0..N {
+                    let body = vec![i as u8; size(i)];
+                    while !send(&mut tx, u64::from(i), &[&i.to_le_bytes(), &body]) {
+                        assert!(std::time::Instant::now() < deadline, "the consumer stalled");
+                        std::thread::yield_now();
+                    }
+                }
+                tx.producer.head()
+            });
+            let mut got = 0u32;
+            while got < N {
+                match recv(&mut rx, false) {
+                    Some((ch, v, _)) => {
+                        assert_eq!(ch, u64::from(got));
+                        assert_eq!(v.len(), 4 + size(got));
+                        assert_eq!(&v[..4], &got.to_le_bytes());
+                        assert!(v[4..].iter().all(|&b| b == got as u8), "message {got} torn");
+                        got += 1;
+                    }
+                    None => {
+                        assert!(std::time::Instant::now() < deadline, "the producer stalled");
+                        std::thread::yield_now();
+                    }
+                }
+            }
+            let head = producer.join().unwrap();
+            assert!(head > 8 * cap, "the ring went round many times ({head})");
+        });
+    }
+
+    #[test]
     fn held_slots_block_credits_until_released_in_any_order() {
         let (mut tx, mut rx, wakes) = pair();
         let quarter = vec![1u8; tx.max_slot_payload() as usize];
-        for _ in 0..4 {
+        for _ in 0..3 {
             assert!(send(&mut tx, 1, &[&quarter]));
         }
+        assert!(
+            !send(&mut tx, 1, &[&quarter]),
+            "no room for the header after it"
+        );
+        // The last 16 bytes stay free for the zeroed header after the last slot.
+        assert!(send(&mut tx, 1, &[&quarter[16..]]));
         assert!(!send(&mut tx, 1, &[b"x"]), "ring full");
         let seqs: Vec<u64> = (0..4)
             .map(|_| recv(&mut rx, true).unwrap().2.unwrap())
@@ -538,14 +625,20 @@ mod tests {
             rx.poll(|_, _| true),
             Err(DriverError::Ring(RingError::Header { .. }))
         ));
-        // A head beyond the credits.
+        // A slot beyond the credits: a whole-ring message published at the start.
         let (_, mut rx, _) = pair();
+        let h = SlotHeader {
+            len: (CAP - HEADER_LEN) as u32,
+            kind: Kind::Data,
+            channel: 1,
+        };
         rx.shared
-            .index(HEAD)
-            .store(CAP as u64 * 2, Ordering::SeqCst);
+            .region
+            .write(rx.shared.place.data, &h.encode())
+            .unwrap();
         assert!(matches!(
             rx.poll(|_, _| true),
-            Err(DriverError::Ring(RingError::BadHead { .. }))
+            Err(DriverError::Ring(RingError::Credits { .. }))
         ));
         // A tail beyond the head: found when the producer next reads the tail, at the
         // latest once the space it knew of is used up.
