@@ -4,7 +4,7 @@
 
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
@@ -42,6 +42,10 @@ pub(crate) struct Link {
     pub rx_shared: Arc<RxShared>,
     credit: (Mutex<()>, Condvar),
     alive: AtomicBool,
+    /// How long a sender that finds the receiver's thread asleep now waits for a
+    /// polling thread to take its slot (ns), learned per link between
+    /// [`MIN_WAKE_SPIN`] and `Pacing::wake_after` (see `write_slot`).
+    wake_spin_ns: AtomicU64,
     /// Wire id as received from the peer → local channel id. `None` once the link is
     /// lost: whoever takes an entry out owns the channel's last callback.
     pub chans: LinkChannels<ChanHasher>,
@@ -65,6 +69,11 @@ pub(crate) struct Pacing {
     /// Fail after waiting this long for credits.
     pub timeout: Duration,
 }
+
+/// The least a sender waits for a polling thread before it wakes the receiver's
+/// sleeping thread: longer than a polling receiver takes to consume a slot (under a
+/// microsecond here, even between cores far apart).
+const MIN_WAKE_SPIN: Duration = Duration::from_micros(2);
 
 /// Sends a wake-up byte; a full socket buffer already holds one, so it is dropped.
 fn wake(sock: &UnixStream) {
@@ -107,6 +116,7 @@ impl Link {
             }),
             credit: (Mutex::new(()), Condvar::new()),
             alive: AtomicBool::new(true),
+            wake_spin_ns: AtomicU64::new(u64::MAX),
             chans: LinkChannels::default(),
         }))
     }
@@ -239,18 +249,30 @@ impl Link {
         }
         if result.is_ok() && tx.peer_sleeping() {
             // The receiver's thread sleeps. A thread polling the endpoint may take the
-            // slot anyway: give it `wake_after` to do so before paying for a wake-up
-            // (the clock is read every few polls of the receiver's position only).
+            // slot anyway: give it a while to do so before paying for a wake-up (the
+            // clock is read every few polls of the receiver's position only). The
+            // while adapts: it halves after each wait in vain (a stream to a receiver
+            // that sleeps between messages, where waiting only slows the sender) and
+            // doubles after each slot taken in time, between MIN_WAKE_SPIN and
+            // `wake_after`.
+            let max = pacing.wake_after;
+            let spin = Duration::from_nanos(self.wake_spin_ns.load(Ordering::Relaxed))
+                .min(max)
+                .max(MIN_WAKE_SPIN.min(max));
             let t0 = Instant::now();
             let mut polls = 0u32;
-            while !pacing.wake_after.is_zero() && !tx.consumed() {
+            while !spin.is_zero() && !tx.consumed() {
                 polls = polls.wrapping_add(1);
-                if polls.is_multiple_of(16) && t0.elapsed() >= pacing.wake_after {
+                if polls.is_multiple_of(16) && t0.elapsed() >= spin {
                     break;
                 }
                 std::hint::spin_loop();
             }
-            if !tx.consumed() && tx.take_sleeping() {
+            let taken = tx.consumed();
+            let next = if taken { spin * 2 } else { spin / 2 };
+            self.wake_spin_ns
+                .store(next.as_nanos() as u64, Ordering::Relaxed);
+            if !taken && tx.take_sleeping() {
                 wake(&self.sock);
             }
         }
