@@ -166,9 +166,10 @@ impl RingTx {
         let plan = match cached {
             Some(p) => p,
             None => {
+                // SeqCst: pairs with the receiver's tail update (see `publish_tail`).
                 self.tail = self
                     .producer
-                    .check_tail(self.index(TAIL).load(Ordering::Acquire))?;
+                    .check_tail(self.index(TAIL).load(Ordering::SeqCst))?;
                 match self.producer.plan(len, self.tail) {
                     Ok(p) => p,
                     Err(_) => return Ok(false),
@@ -305,8 +306,10 @@ impl RxShared {
         // The lock above is released, but tails only grow and each store carries the
         // newest value computed under it, so a late store of an older value could
         // only come from a racing release: store the maximum.
+        // The SeqCst update of the tail and the SeqCst load of the flag pair with the
+        // sender's SeqCst flag store and tail load (no fence needed: all four are in
+        // the single SeqCst order).
         self.index(TAIL).fetch_max(tail, Ordering::SeqCst);
-        fence(Ordering::SeqCst);
         let w = self.index(TX_WAITING);
         if w.load(Ordering::SeqCst) != 0 && w.swap(0, Ordering::SeqCst) != 0 {
             (self.wake_peer)();
