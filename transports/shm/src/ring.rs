@@ -521,25 +521,16 @@ mod tests {
         assert!(tx.producer.head() > 3 * CAP as u64, "the ring wrapped");
     }
 
-    #[test]
-    fn two_threads_see_every_slot_once_and_whole() {
-        // The producer publishes by the header word while the consumer polls it from
-        // another thread: every message arrives once, in order, with its bytes, through
-        // rewinds (small slots on a drained ring) and wraps (a burst of large ones).
-        let (mut tx, mut rx, _) = pair_of(4 * crate::producer::REWIND_AT as usize);
-        const N: u32 = 20_000;
+    /// Streams `n` messages of `size(i)` bytes through a ring of `cap` bytes from one
+    /// thread to another and checks that each arrives once, in order, whole; returns the
+    /// producer's final head.
+    fn stream_between_threads(cap: usize, n: u32, size: impl Fn(u32) -> usize + Sync) -> u64 {
+        let (mut tx, mut rx, _) = pair_of(cap);
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
-        let size = |i: u32| {
-            if i % 100 < 90 {
-                8
-            } else {
-                1 + (i as usize * 131) % 9000
-            }
-        };
-        let cap = 4 * crate::producer::REWIND_AT;
+        let size = &size;
         std::thread::scope(|sc| {
             let producer = sc.spawn(move || {
-                for i in 0..N {
+                for i in 0..n {
                     let body = vec![i as u8; size(i)];
                     while !send(&mut tx, u64::from(i), &[&i.to_le_bytes(), &body]) {
                         assert!(std::time::Instant::now() < deadline, "the consumer stalled");
@@ -549,7 +540,7 @@ mod tests {
                 tx.producer.head()
             });
             let mut got = 0u32;
-            while got < N {
+            while got < n {
                 match recv(&mut rx, false) {
                     Some((ch, v, _)) => {
                         assert_eq!(ch, u64::from(got));
@@ -564,9 +555,39 @@ mod tests {
                     }
                 }
             }
-            let head = producer.join().unwrap();
-            assert!(head > 8 * cap, "the ring went round many times ({head})");
+            producer.join().unwrap()
+        })
+    }
+
+    #[test]
+    fn two_threads_see_every_slot_once_and_whole() {
+        // The producer publishes by the header word while the consumer polls it from
+        // another thread: every message arrives once, in order, with its bytes, through
+        // rewinds (small slots on a drained ring) and wraps (a burst of large ones).
+        let cap = 4 * crate::producer::REWIND_AT;
+        let head = stream_between_threads(cap as usize, 20_000, |i| {
+            if i % 100 < 90 {
+                8
+            } else {
+                1 + (i as usize * 131) % 9000
+            }
         });
+        assert!(head > 8 * cap, "the ring went round many times ({head})");
+    }
+
+    #[test]
+    fn large_slots_rewind_within_their_window_between_threads() {
+        // Slots of 40-100 KiB in a 1 MiB ring: their hot window (four slots) is smaller
+        // than the ring, so they go back to the start whenever the consumer keeps up,
+        // and walk on when it lags.
+        let cap = 1 << 20;
+        let head = stream_between_threads(cap, 2_000, |i| {
+            (40 << 10) + (i as usize * 7919) % (60 << 10)
+        });
+        assert!(
+            head > 8 * cap as u64,
+            "the ring went round many times ({head})"
+        );
     }
 
     #[test]
