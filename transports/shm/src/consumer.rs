@@ -2,7 +2,7 @@
 //! producer publishes into completions ("message on channel c at offset o, length l"),
 //! checking every value the peer wrote.
 
-use crate::layout::{slot_size, HeaderError, Kind, SlotHeader, HEADER_LEN};
+use crate::layout::{ring_offset, slot_size, HeaderError, Kind, SlotHeader, HEADER_LEN};
 
 /// One arrived slot: the completion-queue entry of the RDMA-like model.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -77,7 +77,7 @@ impl Consumer {
 
     /// The offset in the data area of the next slot's header.
     pub fn next_offset(&self) -> usize {
-        (self.read % self.cap) as usize
+        ring_offset(self.read, self.cap) as usize
     }
 
     /// Decodes the header of the next slot (read from [`next_offset`](Self::next_offset)
@@ -94,7 +94,7 @@ impl Consumer {
         }
         let pos = self.read;
         let h = SlotHeader::decode(raw).map_err(|err| RingError::Header { pos, err })?;
-        let off = pos % self.cap;
+        let off = ring_offset(pos, self.cap);
         let slot = if h.kind == Kind::Pad {
             // Padding fills exactly the rest of the data area.
             if u64::from(h.len) + HEADER_LEN as u64 != self.cap - off {

@@ -6,7 +6,7 @@
 //! receiver has reclaimed (released) slots; the last [`HEADER_LEN`] bytes stay unused,
 //! for the zeroed header that follows every published slot (see `layout.rs`).
 
-use crate::layout::{slot_size, HEADER_LEN, SLOT_ALIGN};
+use crate::layout::{ring_offset, slot_size, HEADER_LEN, SLOT_ALIGN};
 
 /// How far the head may run from the start of the data area before a small slot that
 /// finds the ring drained goes back to the start (see [`Producer::plan`]).
@@ -108,7 +108,7 @@ impl Producer {
     /// plain four-buffer copy loop touches).
     pub fn plan(&self, len: u32, tail: u64) -> Result<Plan, Wait> {
         let slot = slot_size(u64::from(len));
-        let off = self.head % self.cap;
+        let off = ring_offset(self.head, self.cap);
         let in_flight = self.head - tail;
         let hot = hot_window(slot);
         let rewind = hot < self.cap
@@ -137,7 +137,7 @@ impl Producer {
     pub fn may_rewind(&self, len: u32) -> bool {
         let slot = slot_size(u64::from(len));
         let hot = hot_window(slot);
-        hot < self.cap && self.head % self.cap + slot > hot
+        hot < self.cap && ring_offset(self.head, self.cap) + slot > hot
     }
 
     /// Records that the planned slot was written and its head published.

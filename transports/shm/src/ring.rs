@@ -22,7 +22,9 @@ use std::sync::{Arc, Mutex};
 
 use crate::buffer::CtxCache;
 use crate::consumer::{Completion, Consumer, RingError};
-use crate::layout::{self, Kind, SlotHeader, HEADER_LEN, READ, RX_SLEEPING, TAIL, TX_WAITING};
+use crate::layout::{
+    self, ring_offset, Kind, SlotHeader, HEADER_LEN, READ, RX_SLEEPING, TAIL, TX_WAITING,
+};
 use crate::producer::{BadTail, Producer};
 use crate::reclaim::Reclaimer;
 use crate::region::{OutOfBounds, Region};
@@ -178,11 +180,11 @@ impl RingTx {
         };
         let cap = self.place.cap as u64;
         let data = self.place.data;
-        let word = |pos: u64| self.region.atomic(data + (pos % cap) as usize);
+        let word = |pos: u64| self.region.atomic(data + ring_offset(pos, cap) as usize);
         // The header after this slot reads "nothing yet" before this one can be seen
         // (the credits kept it free).
         word(plan.new_head)?.store(0, Ordering::Relaxed);
-        let at = data + (plan.pos % cap) as usize;
+        let at = data + ring_offset(plan.pos, cap) as usize;
         payload.copy_into(&self.region, at + HEADER_LEN, len as usize)?;
         let h = SlotHeader { len, kind, channel }.encode();
         self.region.write(at + 8, &h[8..])?;
@@ -199,7 +201,7 @@ impl RingTx {
                 }
                 .encode();
                 self.region
-                    .write(data + (pos % cap) as usize + 8, &p[8..])?;
+                    .write(data + ring_offset(pos, cap) as usize + 8, &p[8..])?;
                 word(pos)?.store(u64::from_le_bytes(first_word(&p)), Ordering::SeqCst);
             }
         }
@@ -276,7 +278,7 @@ impl RxShared {
     /// Whether the producer published something not consumed yet (lock-free peek): the
     /// header at the read position is no longer zero.
     pub fn has_pending(&self) -> bool {
-        let off = (self.read.load(Ordering::Acquire) % self.place.cap as u64) as usize;
+        let off = ring_offset(self.read.load(Ordering::Acquire), self.place.cap as u64) as usize;
         self.region
             .atomic(self.place.data + off)
             .is_ok_and(|w| w.load(Ordering::SeqCst) != 0)
