@@ -3,6 +3,7 @@
 //! scripts).
 
 pub mod members;
+pub mod placement;
 
 use std::time::Duration;
 

@@ -3,7 +3,7 @@
 //!
 //! ```text
 //! ipl-bench list
-//! ipl-bench latency    --transport tcp    --sizes 1,1024,65536     [--iters N] [--repeat R]
+//! ipl-bench latency    --transport tcp    --sizes 1,1024,65536     [--iters N] [--repeat R] [--pin os|split|same]
 //! ipl-bench throughput --transport tcp    --sizes 65536,1048576    [--mbytes M] [--repeat R]
 //! ipl-bench latency    --transport inproc --sizes 1,1024
 //! ipl-bench selfloop   --transport shm    --sizes 8   (the IPL's own cost, one thread)
@@ -33,6 +33,7 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use ibis_examples::members::{connect_pair, PairPool};
+use ibis_examples::placement::Placement;
 use ibis_examples::{report, stats, us, Figure};
 use ipl::{
     EmbeddedRegistry, Ibis, PortCapabilities as P, PortType, ReceivePort, SendPort,
@@ -52,12 +53,14 @@ struct Args {
     iters: usize,
     mbytes: usize,
     repeat: usize,
+    /// Where the two processes run.
+    pin: Placement,
 }
 
 fn usage() -> ! {
     eprintln!(
         "usage: ipl-bench list | latency|throughput [--transport NAME | --require CAP,CAP] \
-         [--sizes 1,1024] [--iters N] [--mbytes M] [--repeat R]"
+         [--sizes 1,1024] [--iters N] [--mbytes M] [--repeat R] [--pin os|split|same]"
     );
     std::process::exit(2)
 }
@@ -71,6 +74,7 @@ fn parse_args(v: &[String]) -> Args {
         iters: 5_000,
         mbytes: 256,
         repeat: 5,
+        pin: Placement::Os,
     };
     let mut i = 1;
     while i < v.len() {
@@ -88,6 +92,7 @@ fn parse_args(v: &[String]) -> Args {
             ("--repeat", Some(n)) => {
                 a.repeat = n.parse::<usize>().unwrap_or_else(|_| usage()).max(1)
             }
+            ("--pin", Some(p)) => a.pin = Placement::parse(&p).unwrap_or_else(|| usage()),
             _ => usage(),
         }
         i += 2;
@@ -115,6 +120,7 @@ fn to_argv(a: &Args) -> Vec<String> {
     v.extend(["--iters".into(), a.iters.to_string()]);
     v.extend(["--mbytes".into(), a.mbytes.to_string()]);
     v.extend(["--repeat".into(), a.repeat.to_string()]);
+    v.extend(["--pin".into(), a.pin.name().to_string()]);
     v
 }
 
@@ -388,6 +394,8 @@ fn measure(a: &Args) -> Res<()> {
     if transport == "inproc" {
         return inproc(&a);
     }
+    // Before any thread starts: they (and the child, until it re-pins) inherit it.
+    a.pin.apply(true)?;
     // A registry server for a pool of two: us and a child copy of us.
     let pp = PairPool::start("ipl-bench")?;
     let kind = raw_kind(&transport);
@@ -500,9 +508,10 @@ fn measure(a: &Args) -> Res<()> {
     report(
         &format!(
             "ipl-bench {}: transport {transport}, two processes on this host over 127.0.0.1, \
-             placed by the OS; blocking receivers (IPL: polls up to {} us, yielding, then \
+             {}; blocking receivers (IPL: polls up to {} us, yielding, then \
              sleeps); {}; median of {} alternating repetitions",
             a.cmd,
+            a.pin.describe(),
             std::env::var("IPL_SPIN_US").unwrap_or_else(|_| "50".into()),
             raw_description(kind),
             a.repeat
@@ -598,6 +607,7 @@ fn raw_throughput(s: &mut TcpStream, size: usize, count: usize) -> Res<f64> {
 
 /// The child: echoes the raw phase, then the IPL phase, following the same schedule.
 fn peer(raw_spec: &str, a: &Args) -> Res<()> {
+    a.pin.apply(false)?;
     let mut raw = raw_peer(raw_spec)?;
     let t = port_type(a)?;
     let ibis = Ibis::builder()
