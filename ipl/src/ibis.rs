@@ -52,41 +52,8 @@ struct Slot {
 
 /// The polled transports a receiver drives, gathered without allocating: an instance
 /// has one slot per transport, and the few that deliver through receiver-driven
-/// progress fit inline (any beyond [`PolledInstances::INLINE`] spill to the heap).
-#[derive(Default)]
-pub(crate) struct PolledInstances {
-    inline: [Option<Arc<TransportInstance>>; PolledInstances::INLINE],
-    len: usize,
-    more: Vec<Arc<TransportInstance>>,
-}
-
-impl PolledInstances {
-    /// How many instances are kept without allocating.
-    pub(crate) const INLINE: usize = 4;
-
-    fn push(&mut self, i: Arc<TransportInstance>) {
-        match self.inline.get_mut(self.len) {
-            Some(slot) => {
-                *slot = Some(i);
-                self.len += 1;
-            }
-            None => self.more.push(i),
-        }
-    }
-
-    /// Whether there is none.
-    pub(crate) fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
-    /// The instances.
-    pub(crate) fn iter(&self) -> impl Iterator<Item = &Arc<TransportInstance>> {
-        self.inline[..self.len]
-            .iter()
-            .flatten()
-            .chain(self.more.iter())
-    }
-}
+/// progress fit inline.
+pub(crate) type PolledInstances = smallvec::SmallVec<[Arc<TransportInstance>; 4]>;
 
 pub(crate) struct IbisShared {
     ident: IbisIdentifier,
@@ -112,13 +79,11 @@ impl IbisShared {
     /// that is about to poll. Kept on the stack (a receive gathers them once per call,
     /// and an allocation would cost as much as a third of a shared-memory round trip).
     pub(crate) fn polled_instances(&self) -> PolledInstances {
-        let mut out = PolledInstances::default();
-        for s in self.slots.iter().filter(|s| s.polled) {
-            if let Some(i) = lock(&s.instance).clone() {
-                out.push(i);
-            }
-        }
-        out
+        self.slots
+            .iter()
+            .filter(|s| s.polled)
+            .filter_map(|s| lock(&s.instance).clone())
+            .collect()
     }
 
     fn instance(&self, slot: usize) -> std::result::Result<Arc<TransportInstance>, TransportError> {

@@ -530,7 +530,7 @@ impl ReceivePort {
             // Give receiver-driven transports one chance to deliver.
             let ibis = self.shared.ibis.upgrade();
             if let Some(ibis) = ibis.filter(|_| self.shared.polled.load(Ordering::Relaxed)) {
-                for t in ibis.polled_instances().iter() {
+                for t in ibis.polled_instances() {
                     t.progress();
                 }
             }

@@ -19,7 +19,7 @@ use crate::ring::RxShared;
 /// What a buffer's release needs: the ring's shared receive state and the slot's ticket.
 /// `shared` is `None` only while the context waits in a [`CtxCache`] (so a cached
 /// context never keeps its own ring alive).
-pub(crate) struct ReleaseCtx {
+struct ReleaseCtx {
     shared: Option<Arc<RxShared>>,
     seq: u64,
 }

@@ -117,8 +117,7 @@ impl Consumer {
         }
         // The producer writes only into granted space, and keeps the header after each
         // slot free for zeroing.
-        let end = pos - tail.min(pos) + slot + HEADER_LEN as u64;
-        if tail > pos || end > self.cap {
+        if tail > pos || pos - tail + slot + HEADER_LEN as u64 > self.cap {
             return Err(RingError::Credits {
                 pos,
                 slot,
