@@ -78,10 +78,13 @@ impl IbisShared {
     /// The live transports that deliver through receiver-driven progress, for a receiver
     /// that is about to poll. Kept on the stack (a receive gathers them once per call,
     /// and an allocation would cost as much as a third of a shared-memory round trip).
-    pub(crate) fn polled_instances(&self) -> PolledInstances {
+    /// Only the slots in `mask` (bit i: slot i), those a port's connections use.
+    pub(crate) fn polled_instances(&self, mask: u64) -> PolledInstances {
         self.slots
             .iter()
-            .filter(|s| s.polled)
+            .enumerate()
+            .filter(|(i, s)| s.polled && *i < 64 && mask & (1 << i) != 0)
+            .map(|(_, s)| s)
             .filter_map(|s| lock(&s.instance).clone())
             .collect()
     }

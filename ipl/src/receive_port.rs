@@ -98,10 +98,11 @@ pub(crate) struct PortShared {
     ready: AtomicBool,
     /// The current poll budget of a blocking receive, in ns (adaptive, see `next`).
     spin_ns: std::sync::atomic::AtomicU64,
-    /// Some connection came over a transport with receiver-driven progress: a waiting
-    /// receive polls the transports itself (never set otherwise, so that a port whose
-    /// connections are all on, say, TCP keeps yielding to the transport's threads).
-    polled: AtomicBool,
+    /// The transports with receiver-driven progress that this port's connections came
+    /// over (bit i: transport slot i): a waiting receive polls those itself, and only
+    /// those (a port whose connections are all on, say, TCP keeps yielding to the
+    /// transport's threads, and a shared-memory port does not pay for QUIC's socket).
+    polled: std::sync::atomic::AtomicU64,
     connect_upcall: Option<Box<dyn ReceivePortConnectUpcall>>,
 }
 
@@ -142,7 +143,7 @@ impl PortShared {
             cond: Condvar::new(),
             ready: AtomicBool::new(false),
             spin_ns: std::sync::atomic::AtomicU64::new(spin_budget().as_nanos() as u64),
-            polled: AtomicBool::new(false),
+            polled: std::sync::atomic::AtomicU64::new(0),
             connect_upcall,
         }
     }
@@ -200,10 +201,11 @@ impl PortShared {
             return Some(Control::Reject(RejectReason::Closed));
         }
         let origin = Arc::new(origin.clone());
-        if !self.polled.load(Ordering::Relaxed)
+        if key.0 < 64
+            && self.polled.load(Ordering::Relaxed) & (1 << key.0) == 0
             && self.ibis.upgrade().is_some_and(|i| i.is_polled(key.0))
         {
-            self.polled.store(true, Ordering::Relaxed);
+            self.polled.fetch_or(1 << key.0, Ordering::Relaxed);
         }
         if st.outstanding {
             st.pending.push((key, origin));
@@ -343,10 +345,11 @@ impl PortShared {
         if !self.ready.load(Ordering::Acquire) {
             let budget = Duration::from_nanos(self.spin_ns.load(Ordering::Relaxed));
             let spin_until = deadline.map_or(start + budget, |d| d.min(start + budget));
-            let polled = if self.polled.load(Ordering::Relaxed) {
+            let mask = self.polled.load(Ordering::Relaxed);
+            let polled = if mask != 0 {
                 self.ibis
                     .upgrade()
-                    .map(|i| i.polled_instances())
+                    .map(|i| i.polled_instances(mask))
                     .unwrap_or_default()
             } else {
                 PolledInstances::default()
@@ -379,6 +382,13 @@ impl PortShared {
                         if now >= spin_until {
                             break;
                         }
+                    }
+                }
+                if !self.ready.load(Ordering::Acquire) {
+                    // This thread is about to sleep: the transports' own threads must
+                    // deliver from now on.
+                    for t in &polled {
+                        t.progress_end();
                     }
                 }
             }
@@ -529,8 +539,9 @@ impl ReceivePort {
         if !self.shared.ready.load(Ordering::Acquire) {
             // Give receiver-driven transports one chance to deliver.
             let ibis = self.shared.ibis.upgrade();
-            if let Some(ibis) = ibis.filter(|_| self.shared.polled.load(Ordering::Relaxed)) {
-                for t in ibis.polled_instances() {
+            let mask = self.shared.polled.load(Ordering::Relaxed);
+            if let Some(ibis) = ibis.filter(|_| mask != 0) {
+                for t in ibis.polled_instances(mask) {
                     t.progress();
                 }
             }

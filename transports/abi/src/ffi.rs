@@ -13,7 +13,7 @@ use std::ffi::c_void;
 
 /// The ABI version this crate speaks. A plugin whose descriptor carries another version
 /// is refused by the loader before any of its functions is called.
-pub const ABI_VERSION: u32 = 2;
+pub const ABI_VERSION: u32 = 3;
 
 /// The magic number at the start of every [`PluginDescriptor`] ("IPL_TRNS"), so that a
 /// library exporting an unrelated symbol of the same name is recognised as not a plugin.
@@ -204,6 +204,10 @@ pub struct TransportVTable {
     /// memory (shm, rdma) can deliver without waking a thread of its own. Transports that
     /// always deliver from their own threads return 0.
     pub progress: unsafe extern "C" fn(inst: *mut c_void) -> usize,
+    /// The end of a poll phase (ABI version 3): a thread that called `progress` in a
+    /// loop stops polling (it is about to sleep), so the transport's own threads must
+    /// deliver again. Transports that do not rely on pollers ignore it.
+    pub progress_end: unsafe extern "C" fn(inst: *mut c_void),
 }
 
 /// What the entry symbol returns: who the plugin is and its functions. Lives in static

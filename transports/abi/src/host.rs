@@ -473,6 +473,13 @@ impl TransportInstance {
         unsafe { (self.plugin.desc.vtable.progress)(self.inst) }
     }
 
+    /// Tells the transport that this thread stops calling [`progress`](Self::progress)
+    /// in a loop (it is about to sleep).
+    pub fn progress_end(&self) {
+        // SAFETY: live instance; the trampoline catches panics inside the plugin.
+        unsafe { (self.plugin.desc.vtable.progress_end)(self.inst) }
+    }
+
     /// Closes `channel` in an orderly way.
     pub fn close_channel(&self, channel: u64) {
         // SAFETY: live instance.

@@ -51,6 +51,12 @@ pub trait TransportPlugin: Sized + Send + Sync + 'static {
         0
     }
 
+    /// The end of a poll phase: a thread that called [`progress`](Self::progress) in a
+    /// loop stops polling and is about to sleep, so messages that arrive from now on
+    /// need the transport's own threads (or another poller). Other pollers may still
+    /// be polling. The default does nothing.
+    fn progress_end(&self) {}
+
     /// Shuts the endpoint down (called by `destroy` before the value is dropped): every
     /// channel is reported lost to its peer, and no host callback may follow.
     fn shutdown(&self);
@@ -331,6 +337,17 @@ pub unsafe extern "C" fn progress<T: TransportPlugin>(inst: *mut c_void) -> usiz
     .unwrap_or(0)
 }
 
+/// Trampoline for `progress_end`.
+///
+/// # Safety
+/// `inst` is live.
+pub unsafe extern "C" fn progress_end<T: TransportPlugin>(inst: *mut c_void) {
+    let _ = catch_unwind(AssertUnwindSafe(|| {
+        // SAFETY: inst is live (contract).
+        unsafe { instance::<T>(inst) }.progress_end()
+    }));
+}
+
 /// Declares `static $name: PluginDescriptor` for a type implementing
 /// [`TransportPlugin`]. Link it statically with [`Plugin::from_static`](crate::Plugin::from_static),
 /// or export it from a `cdylib` with [`export_plugin!`](crate::export_plugin).
@@ -357,6 +374,7 @@ macro_rules! declare_plugin {
                 send: $crate::plugin::send::<$ty>,
                 close_channel: $crate::plugin::close_channel::<$ty>,
                 progress: $crate::plugin::progress::<$ty>,
+                progress_end: $crate::plugin::progress_end::<$ty>,
             },
         };
     };

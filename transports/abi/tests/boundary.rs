@@ -179,6 +179,7 @@ fn copy_vtable() -> ipl_transport_abi::ffi::TransportVTable {
         send: v.send,
         close_channel: v.close_channel,
         progress: v.progress,
+        progress_end: v.progress_end,
     }
 }
 
