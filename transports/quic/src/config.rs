@@ -26,7 +26,6 @@ pub(crate) struct Config {
     pub max_message: u32,
     pub idle_timeout: Duration,
     pub linger: Duration,
-    pub threads: usize,
 }
 
 fn invalid(msg: String) -> TransportError {
@@ -44,7 +43,6 @@ impl Config {
         let mut max_message = DEFAULT_MAX_MESSAGE;
         let mut idle_timeout = DEFAULT_IDLE_TIMEOUT;
         let mut linger = DEFAULT_LINGER;
-        let mut threads = 1;
         for (key, value) in ipl_transport_abi::config::entries(text, "quic")? {
             match key {
                 "secret" => secret = Some(fields::secret("quic", value)?),
@@ -78,17 +76,6 @@ impl Config {
                             ))
                         })?
                 }
-                "quic_threads" => {
-                    threads = value
-                        .parse::<usize>()
-                        .ok()
-                        .filter(|n| (1..=64).contains(n))
-                        .ok_or_else(|| {
-                            invalid(format!(
-                                "quic config: quic_threads={value:?} must be 1..=64"
-                            ))
-                        })?
-                }
                 other => tracing::debug!(key = other, "quic config: ignoring unknown key"),
             }
         }
@@ -105,7 +92,6 @@ impl Config {
             max_message,
             idle_timeout,
             linger,
-            threads,
         })
     }
 
@@ -127,16 +113,14 @@ mod tests {
         assert_eq!(c.bind, "127.0.0.1:0".parse().unwrap());
         assert_eq!(c.max_message, DEFAULT_MAX_MESSAGE);
         assert_eq!(c.idle_timeout, DEFAULT_IDLE_TIMEOUT);
-        assert_eq!(c.threads, 1);
         assert_eq!(c.linger, DEFAULT_LINGER);
         let c = Config::parse(&format!(
-            " secret = {S} \npool=p1\nbind=0.0.0.0:0\nmax_message=1024\nidle_timeout_ms=500\nquic_threads=2\nlinger_ms=0"
+            " secret = {S} \npool=p1\nbind=0.0.0.0:0\nmax_message=1024\nidle_timeout_ms=500\nlinger_ms=0"
         ))
         .unwrap();
         assert_eq!(c.pool, "p1");
         assert_eq!(c.max_message, 1024);
         assert_eq!(c.idle_timeout, Duration::from_millis(500));
-        assert_eq!(c.threads, 2);
         assert_eq!(c.linger, Duration::ZERO);
         assert_eq!(
             c.advertised_ip(&"0.0.0.0:5".parse().unwrap()),
@@ -161,7 +145,6 @@ mod tests {
             format!("secret={S}\nmax_message=99999999999"),
             format!("secret={S}\nmax_message=4294967295"),
             format!("secret={S}\nidle_timeout_ms=5"),
-            format!("secret={S}\nquic_threads=0"),
             format!("secret={S}\nlinger_ms=-1"),
             format!("secret={S}\njunk"),
         ] {

@@ -7,7 +7,7 @@
 //! (UDP; default `127.0.0.1:0`), `advertise=<ip>`, `max_message=<bytes>` (default 1 GiB),
 //! `idle_timeout_ms` (a peer silent this long is lost; default 10 000, keep-alives every
 //! quarter of it), `linger_ms` (how long `shutdown` waits for sent data to be
-//! acknowledged, default 10 000), `quic_threads` (runtime worker threads, default 1).
+//! acknowledged, default 10 000).
 //! **Address**: UTF-8 `ip:port/id`, `id` being the endpoint's random 64-bit id in 16 hex
 //! digits. `connect` also accepts the address with [`UNRELIABLE_SUFFIX`] appended.
 //!
@@ -34,13 +34,17 @@
 //! possibly. A message too large for a datagram goes on the channel's stream. The IPL
 //! chooses this for port types with `communication.unreliable`.
 //!
-//! **Threading**: a tokio runtime owned by the endpoint (`quic_threads` workers) runs
-//! quinn and one task per connection and per channel; host callbacks are made from those
-//! tasks through the in-flight [`Gate`](ipl_transport_abi::Gate). `send` and `connect`
-//! never use `Handle::block_on`: `send` writes to the quinn stream from the caller's
-//! thread, parking only while flow control holds it back (see `blocking`), so a callback
-//! may send too. Received messages are copied into recycled buffers
-//! ([`BufferPool`](ipl_transport_abi::BufferPool)).
+//! **Threading** (sans-IO, as quinn-proto under quinn): the protocol state is an
+//! `engine` on quinn-proto, moved by a thin `driver` that any thread may run. `send`
+//! writes and transmits on the caller's thread; the transport has the `polled`
+//! capability, so a receiver that polls reads, decrypts and delivers its messages on its
+//! own thread through `progress`; a background thread drives the endpoint when nobody
+//! polls (it keeps off the socket while a receiver polls, for at most 300 us after its
+//! last poll). No message crosses a thread on its way. Host callbacks run outside the
+//! engine's lock, in order, through the in-flight [`Gate`](ipl_transport_abi::Gate), so a
+//! callback may send. Received messages are copied into recycled buffers
+//! ([`BufferPool`](ipl_transport_abi::BufferPool)). UDP goes through quinn-udp (GSO and
+//! GRO where the kernel has them).
 //!
 //! **Errors**: a length above `max_message`, a bad stream header or a stream that ends
 //! inside a message loses that channel (reported with the reason, the stream is reset),
@@ -50,25 +54,26 @@
 //! once its bytes are queued), then closes every connection (peers report their channels
 //! lost after the last message) and stops the runtime.
 //!
-//! [`baseline`] is a plain quinn ping-pong for benchmarks.
+//! [`baseline`] is a plain quinn (tokio) ping-pong for benchmarks.
 
 mod address;
-mod blocking;
 mod config;
+mod driver;
 mod endpoint;
+mod engine;
 
 pub mod baseline;
 #[doc(hidden)]
 pub mod tls;
 pub mod wire;
 
-use std::sync::{Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::{Mutex, MutexGuard};
 
 pub use address::{Address, UNRELIABLE_SUFFIX};
 pub use config::{DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_MESSAGE};
-#[doc(hidden)]
-pub use endpoint::ConnectionStats;
 pub use endpoint::QuicTransport;
+#[doc(hidden)]
+pub use engine::ConnectionStats;
 
 ipl_transport_abi::declare_plugin!(
     /// The QUIC transport's descriptor, for static linking.
@@ -78,14 +83,6 @@ ipl_transport_abi::declare_plugin!(
 /// Locks a mutex, ignoring poisoning (no invariant of ours spans a panic).
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-pub(crate) fn read_lock<T>(l: &RwLock<T>) -> RwLockReadGuard<'_, T> {
-    l.read().unwrap_or_else(|p| p.into_inner())
-}
-
-pub(crate) fn write_lock<T>(l: &RwLock<T>) -> RwLockWriteGuard<'_, T> {
-    l.write().unwrap_or_else(|p| p.into_inner())
 }
 
 /// The README example, compiled and run as a doc test.
