@@ -70,6 +70,8 @@ pub(crate) struct Driver {
     bg_deadline: AtomicU64,
     /// Host events wait in the engine.
     pending: AtomicBool,
+    /// A send left its message for the next batch: the background thread transmits it.
+    flush_wanted: AtomicBool,
     /// The engine has connections (a poller with none has nothing to do).
     live: AtomicBool,
     deliver_lock: Mutex<VecDeque<HostEvent>>,
@@ -117,6 +119,7 @@ impl Driver {
             lease_until: AtomicU64::new(0),
             bg_deadline: AtomicU64::new(u64::MAX),
             pending: AtomicBool::new(false),
+            flush_wanted: AtomicBool::new(false),
             live: AtomicBool::new(false),
             deliver_lock: Mutex::new(VecDeque::new()),
             waiters: AtomicUsize::new(0),
@@ -250,6 +253,20 @@ impl Driver {
             self.drive(g, now);
         }
         self.settle(g, now);
+    }
+
+    /// After a send: transmits the channel's message at once, or (when the connection
+    /// streams, see [`Engine::coalesce`]) leaves it to the background thread, which
+    /// transmits everything written meanwhile in one batch.
+    pub(crate) fn sent(&self, g: &mut Locked, channel: u64) {
+        let now = Instant::now();
+        if g.engine.coalesce(channel, now) {
+            if !self.flush_wanted.swap(true, Ordering::AcqRel) {
+                self.wake();
+            }
+            return;
+        }
+        self.flush_chan(g, channel);
     }
 
     /// [`flush`](Self::flush) for the connection of one channel (after a send).
@@ -406,6 +423,11 @@ impl Driver {
         let mut drain = [0u8; 8];
         while !self.stop.load(Ordering::Acquire) {
             let now = Instant::now();
+            if self.flush_wanted.swap(false, Ordering::AcqRel) {
+                // Messages that senders left for a batch go out now, lease or not.
+                let mut g = self.lock();
+                self.flush(&mut g);
+            }
             let lease = self.lease_until.load(Ordering::Relaxed);
             let timeout = if lease > self.ns(now) {
                 // A receiver polls: leave the socket to it until its lease runs out.

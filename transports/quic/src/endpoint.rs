@@ -352,7 +352,7 @@ impl TransportPlugin for QuicTransport {
             }
         }
         if rest.is_empty() {
-            d.flush_chan(&mut g, channel);
+            d.sent(&mut g, channel);
             drop(g);
             d.deliver();
             return Ok(());

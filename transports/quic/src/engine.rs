@@ -35,6 +35,10 @@ const MAX_SEGMENTS: usize = 10;
 /// that come meanwhile keep the congestion controller's view current), as quinn does.
 const MAX_BURST: usize = 20;
 
+/// A send within this time of the last one that transmitted at once, with no stream
+/// data from the peer in between, joins the next batch (see [`Engine::coalesce`]).
+const COALESCE_WINDOW: Duration = Duration::from_micros(50);
+
 /// Where the engine sends a datagram: `(transmit, its bytes)`.
 pub(crate) type Tx<'a> = dyn FnMut(&Transmit, &[u8]) + 'a;
 
@@ -81,6 +85,10 @@ struct Conn {
     pending: HashMap<StreamId, Vec<u8>>,
     /// Events to process (a datagram or a write reached it).
     dirty: bool,
+    /// Sends since stream data last came from the peer (see [`Engine::coalesce`]).
+    sends_since_data: u32,
+    /// When a send last transmitted at once.
+    last_send_tx: Option<Instant>,
 }
 
 /// One channel: a bidirectional QUIC stream.
@@ -731,6 +739,9 @@ impl Engine {
         let Some(chan) = self.chans.get_mut(&local) else {
             return;
         };
+        if !data.is_empty() {
+            conn.sends_since_data = 0;
+        }
         let pool = &self.pool;
         let events = &mut self.events;
         let mut outcome: Option<Result<(CloseCode, String), String>> = None;
@@ -1042,6 +1053,29 @@ impl Engine {
         }
     }
 
+    /// Whether a message just written on `local` may wait for the next batch instead of
+    /// being transmitted at once: when this connection streams (a second send with no
+    /// stream data from the peer in between, within [`COALESCE_WINDOW`] of the last
+    /// immediate transmit). A send that follows a message from the peer (a reply, a
+    /// ping-pong) or a quiet spell always goes at once.
+    pub(crate) fn coalesce(&mut self, local: u64, now: Instant) -> bool {
+        let Some(ch) = self.chans.get(&local).map(|c| c.conn) else {
+            return false;
+        };
+        let Some(conn) = self.conns.get_mut(&ch) else {
+            return false;
+        };
+        conn.sends_since_data = conn.sends_since_data.saturating_add(1);
+        let streaming = conn.sends_since_data >= 2
+            && conn
+                .last_send_tx
+                .is_some_and(|t| now.saturating_duration_since(t) < COALESCE_WINDOW);
+        if !streaming {
+            conn.last_send_tx = Some(now);
+        }
+        streaming
+    }
+
     /// Transmits what a connection has to send now (after a write).
     pub(crate) fn flush(&mut self, local: u64, now: Instant, tx: &mut Tx<'_>) {
         if let Some(ch) = self.chans.get(&local).map(|c| c.conn) {
@@ -1129,6 +1163,8 @@ impl Conn {
             streams: HashMap::new(),
             pending: HashMap::new(),
             dirty: true,
+            sends_since_data: 0,
+            last_send_tx: None,
         }
     }
 }

@@ -36,7 +36,8 @@
 //!
 //! **Threading** (sans-IO, as quinn-proto under quinn): the protocol state is an
 //! `engine` on quinn-proto, moved by a thin `driver` that any thread may run. `send`
-//! writes and transmits on the caller's thread; the transport has the `polled`
+//! writes and transmits on the caller's thread (back-to-back sends of a streaming
+//! connection leave the transmit to the background thread, which batches them); the transport has the `polled`
 //! capability, so a receiver that polls reads, decrypts and delivers its messages on its
 //! own thread through `progress`; a background thread drives the endpoint when nobody
 //! polls (it keeps off the socket while a receiver polls, for at most 300 us after its

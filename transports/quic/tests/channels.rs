@@ -107,6 +107,32 @@ fn empty_messages_are_messages() {
 }
 
 #[test]
+fn a_burst_of_small_messages_arrives_whole_and_in_order() {
+    // Back-to-back sends with nothing coming back are batched (the later ones wait for
+    // the endpoint's thread to transmit them): none may be stranded, the last one
+    // included, and the order holds.
+    let s = PoolSecret::generate().unwrap();
+    let (a, _la) = endpoint(&config(&s));
+    let (b, lb) = endpoint(&config(&s));
+    let ch = connect(&a, &b);
+    const N: u32 = 3000;
+    for i in 0..N {
+        a.send(ch, &[&i.to_le_bytes(), &[7u8; 100]]).unwrap();
+    }
+    let ev = lb.wait("the whole burst", |e| e.messages.len() == N as usize);
+    for (i, (_, m)) in ev.messages.iter().enumerate() {
+        assert_eq!(m[..4], (i as u32).to_le_bytes());
+        assert_eq!(m.len(), 104);
+    }
+    drop(ev);
+    // After a quiet spell a single message goes at once, and still arrives.
+    std::thread::sleep(std::time::Duration::from_millis(5));
+    a.send(ch, &[b"last"]).unwrap();
+    let ev = lb.wait("the last one", |e| e.messages.len() == N as usize + 1);
+    assert_eq!(ev.messages[N as usize].1, b"last");
+}
+
+#[test]
 fn closing_a_channel_is_reported_to_the_peer_only() {
     let s = PoolSecret::generate().unwrap();
     let (a, la) = endpoint(&config(&s));
