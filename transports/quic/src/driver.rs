@@ -184,11 +184,7 @@ impl Driver {
             now = Instant::now();
             got |= self.receive(g, now);
         }
-        let engine = &mut g.engine;
-        self.live.store(engine.has_connections(), Ordering::Relaxed);
-        if engine.has_events() {
-            self.pending.store(true, Ordering::Release);
-        }
+        self.publish(&g.engine);
         if got && self.waiters.load(Ordering::SeqCst) > 0 {
             *lock(&self.moved) += 1;
             self.moved_cv.notify_all();
@@ -247,12 +243,9 @@ impl Driver {
     /// Lets the engine process and transmit what its callers changed (without reading
     /// the socket).
     pub(crate) fn flush(&self, g: &mut Locked) {
-        let now = Instant::now();
-        g.engine.process(now, &mut |t, d| self.transmit(t, d));
-        if g.engine.take_more() {
-            self.drive(g, now);
-        }
-        self.settle(g, now);
+        g.engine
+            .process(Instant::now(), &mut |t, d| self.transmit(t, d));
+        self.settle(g);
     }
 
     /// After a send: transmits the channel's message at once, or (when the connection
@@ -271,29 +264,33 @@ impl Driver {
 
     /// [`flush`](Self::flush) for the connection of one channel (after a send).
     pub(crate) fn flush_chan(&self, g: &mut Locked, channel: u64) {
-        let now = Instant::now();
         g.engine
-            .flush(channel, now, &mut |t, d| self.transmit(t, d));
-        if g.engine.take_more() {
-            // A burst: read the acks that came meanwhile and go on, as the driver does.
-            self.drive(g, now);
-        }
-        self.settle(g, now);
+            .flush(channel, Instant::now(), &mut |t, d| self.transmit(t, d));
+        self.settle(g);
     }
 
-    fn settle(&self, g: &mut Locked, now: Instant) {
-        self.live
-            .store(g.engine.has_connections(), Ordering::Relaxed);
-        if g.engine.has_events() {
+    /// After a flush: a burst that stopped at its limit goes on (reading the acks that
+    /// came meanwhile, as the driver does); then what the engine now holds is published.
+    fn settle(&self, g: &mut Locked) {
+        if g.engine.take_more() {
+            self.drive(g, Instant::now());
+        } else {
+            self.publish(&g.engine);
+        }
+        self.after_drive(g);
+    }
+
+    /// Mirrors the engine's state in the flags that lock-free callers read.
+    fn publish(&self, engine: &Engine) {
+        self.live.store(engine.has_connections(), Ordering::Relaxed);
+        if engine.has_events() {
             self.pending.store(true, Ordering::Release);
         }
-        self.after_drive(g, now);
     }
 
     /// Wakes the background thread if the engine needs it before it planned to look.
-    pub(crate) fn after_drive(&self, g: &mut Locked, now: Instant) {
+    pub(crate) fn after_drive(&self, g: &mut Locked) {
         let next = g.engine.next_timeout().map(|t| self.ns(t));
-        let _ = now;
         if next.is_some_and(|t| t < self.bg_deadline.load(Ordering::Acquire)) {
             self.wake();
         }
@@ -323,11 +320,12 @@ impl Driver {
                 if batch.is_empty() {
                     break;
                 }
-                let entered = self.gate.enter();
+                let Some(_entered) = self.gate.enter() else {
+                    // Shutting down: no callback any more.
+                    batch.clear();
+                    continue;
+                };
                 for ev in batch.drain(..) {
-                    if entered.is_none() {
-                        continue;
-                    }
                     match ev {
                         HostEvent::Opened(c) => self.host.channel_opened(c),
                         HostEvent::Message(c, m) => {
@@ -391,12 +389,12 @@ impl Driver {
                 let mut g = self.lock();
                 self.drive(&mut g, now);
                 if let Some(r) = check(&mut g.engine, now) {
-                    self.after_drive(&mut g, now);
+                    self.after_drive(&mut g);
                     drop(g);
                     self.deliver();
                     return Some(r);
                 }
-                self.after_drive(&mut g, now);
+                self.after_drive(&mut g);
                 g.engine.next_timeout()
             };
             self.deliver();

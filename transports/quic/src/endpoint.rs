@@ -129,7 +129,7 @@ impl Inner {
             let now = Instant::now();
             let ch = g.engine.dial(now, addr.socket, addr.id)?;
             d.drive(&mut g, now);
-            d.after_drive(&mut g, now);
+            d.after_drive(&mut g);
             ch
         };
         let state = d.wait_for(Some(deadline), |e, _| match e.dial_state(ch, addr.id) {

@@ -202,6 +202,20 @@ enum End {
     Reset(VarInt),
 }
 
+/// Refuses a stream the peer opened or broke: both halves end with the protocol error
+/// code.
+fn reject_stream(conn: &mut Conn, id: StreamId, what: &str) {
+    tracing::warn!(peer = %conn.peer, "quic: protocol error from {}: {what}", conn.peer);
+    let _ = conn
+        .proto
+        .recv_stream(id)
+        .stop(VarInt::from_u32(CODE_PROTOCOL));
+    let _ = conn
+        .proto
+        .send_stream(id)
+        .reset(VarInt::from_u32(CODE_PROTOCOL));
+}
+
 /// Reads what a stream has now (ordered).
 fn read_all(proto: &mut quinn_proto::Connection, id: StreamId, out: &mut Vec<Bytes>) -> End {
     let mut rs = proto.recv_stream(id);
@@ -688,39 +702,18 @@ impl Engine {
         };
         let mut h = [0u8; STREAM_HEADER_LEN];
         h.copy_from_slice(&buf[..STREAM_HEADER_LEN]);
-        let refuse = match StreamHeader::parse(&h) {
-            Ok(h) if h.opener == peer_id => None,
-            Ok(h) => Some(format!(
-                "channel header names endpoint {:016x}, the connection's peer is {peer_id:016x}",
-                h.opener
-            )),
-            Err(e) => Some(format!("stream header: {e}")),
+        let header = match StreamHeader::parse(&h) {
+            Ok(h) if h.opener == peer_id => h,
+            Ok(h) => {
+                let what = format!(
+                    "channel header names endpoint {:016x}, the connection's peer is {peer_id:016x}",
+                    h.opener
+                );
+                return reject_stream(conn, id, &what);
+            }
+            Err(e) => return reject_stream(conn, id, &format!("stream header: {e}")),
         };
-        if let Some(what) = refuse {
-            tracing::warn!(peer = %conn.peer, "quic: protocol error from {}: {what}", conn.peer);
-            let _ = conn
-                .proto
-                .recv_stream(id)
-                .stop(VarInt::from_u32(CODE_PROTOCOL));
-            let _ = conn
-                .proto
-                .send_stream(id)
-                .reset(VarInt::from_u32(CODE_PROTOCOL));
-            return;
-        }
-        let header = StreamHeader::parse(&h).ok();
-        let local = self.next_channel;
-        self.next_channel += 1;
-        self.chans.insert(
-            local,
-            Chan {
-                conn: ch,
-                stream: id,
-                unreliable: header.is_some_and(|h| h.unreliable),
-                decoder: Decoder::new(self.max_message),
-                busy: false,
-            },
-        );
+        let local = self.add_channel(ch, id, header.unreliable);
         conn.streams.insert(id, Some(local));
         self.events.push_back(HostEvent::Opened(local));
         let rest = Bytes::copy_from_slice(&buf[STREAM_HEADER_LEN..]);
@@ -788,15 +781,7 @@ impl Engine {
         let (code, detail) = match outcome {
             Ok(x) => x,
             Err(what) => {
-                tracing::warn!(peer = %conn.peer, "quic: protocol error from {}: {what}", conn.peer);
-                let _ = conn
-                    .proto
-                    .recv_stream(id)
-                    .stop(VarInt::from_u32(CODE_PROTOCOL));
-                let _ = conn
-                    .proto
-                    .send_stream(id)
-                    .reset(VarInt::from_u32(CODE_PROTOCOL));
+                reject_stream(conn, id, &what);
                 (
                     CloseCode::LOST,
                     format!("quic protocol error from {}: {what}", conn.peer),
@@ -939,9 +924,18 @@ impl Engine {
         // A fresh stream's window (megabytes) always takes its 14-byte header.
         let _ = conn.proto.send_stream(id).write(&header);
         conn.dirty = true;
+        let local = self.add_channel(ch, id, unreliable);
+        if let Some(conn) = self.conns.get_mut(&ch) {
+            conn.streams.insert(id, Some(local));
+        }
+        Ok(Some(local))
+    }
+
+    /// Enters a channel on stream `id` of connection `ch`; the caller maps the stream
+    /// to the returned local id.
+    fn add_channel(&mut self, ch: ConnectionHandle, id: StreamId, unreliable: bool) -> u64 {
         let local = self.next_channel;
         self.next_channel += 1;
-        conn.streams.insert(id, Some(local));
         self.chans.insert(
             local,
             Chan {
@@ -952,7 +946,7 @@ impl Engine {
                 busy: false,
             },
         );
-        Ok(Some(local))
+        local
     }
 
     fn chan_error(local: u64) -> TransportError {
