@@ -80,13 +80,19 @@ impl IbisShared {
     /// and an allocation would cost as much as a third of a shared-memory round trip).
     /// Only the slots in `mask` (bit i: slot i), those a port's connections use.
     pub(crate) fn polled_instances(&self, mask: u64) -> PolledInstances {
-        self.slots
-            .iter()
-            .enumerate()
-            .filter(|(i, s)| s.polled && *i < 64 && mask & (1 << i) != 0)
-            .map(|(_, s)| s)
-            .filter_map(|s| lock(&s.instance).clone())
-            .collect()
+        let mut out = PolledInstances::new();
+        // The set bits only (usually one), not every slot.
+        let mut bits = mask;
+        while bits != 0 {
+            let i = bits.trailing_zeros() as usize;
+            bits &= bits - 1;
+            if let Some(s) = self.slots.get(i).filter(|s| s.polled) {
+                if let Some(inst) = lock(&s.instance).clone() {
+                    out.push(inst);
+                }
+            }
+        }
+        out
     }
 
     fn instance(&self, slot: usize) -> std::result::Result<Arc<TransportInstance>, TransportError> {

@@ -45,14 +45,28 @@ fn write_lock<T>(l: &RwLock<T>) -> RwLockWriteGuard<'_, T> {
 #[derive(Debug)]
 pub struct LinkChannels<S = RandomState> {
     map: Mutex<Option<HashMap<u64, u64, S>>>,
+    /// Bumped (under the lock) whenever an entry leaves the table: a lookup cached at
+    /// an older generation may be stale (see [`CachedLookup`]).
+    generation: AtomicU64,
 }
 
 impl<S: BuildHasher + Default> Default for LinkChannels<S> {
     fn default() -> Self {
         LinkChannels {
             map: Mutex::new(Some(HashMap::default())),
+            generation: AtomicU64::new(0),
         }
     }
+}
+
+/// The last lookup of a link's receiving side (wire id → local channel), kept by the
+/// one thread at a time that consumes the link: a message on the same channel as the
+/// one before finds its channel without the table's lock. It is valid while the
+/// table's generation is unchanged, that is while no entry has left the table.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct CachedLookup {
+    /// (generation, wire id, local id) of the last successful lookup.
+    last: Option<(u64, u64, u64)>,
 }
 
 impl<S: BuildHasher> LinkChannels<S> {
@@ -81,16 +95,41 @@ impl<S: BuildHasher> LinkChannels<S> {
         }
     }
 
+    /// The local channel of wire id `wire`, as [`get`](Self::get), through `cache`:
+    /// without the lock when `wire` is the id of the last lookup and no entry has left
+    /// the table since.
+    pub fn get_cached(&self, wire: u64, cache: &mut CachedLookup) -> Option<u64> {
+        // Read before the lookup: an entry that leaves after it bumps the generation
+        // past the one cached, so the next call looks again.
+        let generation = self.generation.load(Ordering::Acquire);
+        if let Some((g, w, local)) = cache.last {
+            if g == generation && w == wire {
+                return Some(local);
+            }
+        }
+        let local = self.get(wire)?;
+        cache.last = Some((generation, wire, local));
+        Some(local)
+    }
+
     /// Takes `wire` out; `Some(local)` makes the caller the owner of the channel's last
     /// callback. `None` if the link is lost or does not have `wire`.
     pub fn remove(&self, wire: u64) -> Option<u64> {
-        lock(&self.map).as_mut()?.remove(&wire)
+        let mut map = lock(&self.map);
+        let local = map.as_mut()?.remove(&wire)?;
+        self.generation.fetch_add(1, Ordering::Release);
+        Some(local)
     }
 
     /// Closes the link's table and returns its local channel ids in ascending order
     /// (`None` if it was closed already): the caller reports each of them lost.
     pub fn take(&self) -> Option<Vec<u64>> {
-        let map = lock(&self.map).take()?;
+        let map = {
+            let mut m = lock(&self.map);
+            let map = m.take()?;
+            self.generation.fetch_add(1, Ordering::Release);
+            map
+        };
         let mut locals: Vec<u64> = map.into_values().collect();
         locals.sort_unstable();
         Some(locals)
@@ -511,6 +550,48 @@ mod tests {
         assert!(!p.by_peer.contains_key(&7));
         assert!(Arc::ptr_eq(&p.by_peer[&8], &c));
         assert_eq!(p.conns.len(), 1);
+    }
+
+    #[test]
+    fn a_cached_lookup_is_dropped_once_an_entry_leaves() {
+        let t: ChannelTable<Link> = ChannelTable::default();
+        let link = Arc::new(Link::default());
+        let a = t.accept(&link, 4 | OPENED_BY_SENDER).unwrap();
+        let b = t.accept(&link, 6 | OPENED_BY_SENDER).unwrap();
+        let mut cache = CachedLookup::default();
+        assert_eq!(
+            link.chans.get_cached(4 | OPENED_BY_SENDER, &mut cache),
+            Some(a)
+        );
+        assert_eq!(
+            link.chans.get_cached(4 | OPENED_BY_SENDER, &mut cache),
+            Some(a)
+        );
+        assert_eq!(
+            link.chans.get_cached(6 | OPENED_BY_SENDER, &mut cache),
+            Some(b)
+        );
+        assert_eq!(
+            link.chans.get_cached(5, &mut cache),
+            None,
+            "unknown wire id"
+        );
+        // A closed channel is not found through the cache any more...
+        assert_eq!(t.peer_closed(&link, 6 | OPENED_BY_SENDER), Some(b));
+        assert_eq!(
+            link.chans.get_cached(6 | OPENED_BY_SENDER, &mut cache),
+            None
+        );
+        assert_eq!(
+            link.chans.get_cached(4 | OPENED_BY_SENDER, &mut cache),
+            Some(a)
+        );
+        // ...nor are the channels of a lost link.
+        link.chans.take();
+        assert_eq!(
+            link.chans.get_cached(4 | OPENED_BY_SENDER, &mut cache),
+            None
+        );
     }
 
     #[test]

@@ -448,9 +448,10 @@ impl TransportInstance {
             heap = slices.iter().map(|s| RawSlice::from_slice(s)).collect();
             &heap
         };
-        let mut buf = [0u8; 256];
+        // Not zeroed: a send is hot, and only a failed one reads the buffer.
+        let mut buf = [std::mem::MaybeUninit::<u8>::uninit(); 256];
         let mut err = OutBuf {
-            ptr: buf.as_mut_ptr(),
+            ptr: buf.as_mut_ptr().cast(),
             cap: buf.len(),
             len: 0,
         };
@@ -461,7 +462,15 @@ impl TransportInstance {
         if st == Status::OK {
             Ok(())
         } else {
-            Err(TransportError::from_status(st, out_message(&buf, &err, st)))
+            let n = err.len.min(buf.len());
+            // SAFETY: the plugin wrote the first min(len, cap) bytes of the buffer (the
+            // OutBuf contract, kept by the trampolines of `plugin.rs`), the same trust
+            // the host gives the bytes of a RawBuffer; `n` is within the array.
+            let written = unsafe { std::slice::from_raw_parts(buf.as_ptr().cast::<u8>(), n) };
+            Err(TransportError::from_status(
+                st,
+                out_message(written, &err, st),
+            ))
         }
     }
 

@@ -22,7 +22,7 @@ use crate::chan_map::ChanHasher;
 use crate::config::{Config, WaitMode};
 use crate::handshake;
 use crate::layout::Kind;
-use crate::link::{Link, Pacing};
+use crate::link::{Link, Pacing, RxState};
 use crate::{lock, read_lock, sys, write_lock};
 
 /// Bit 63 of a wire channel id: set when the sender of the slot is the side that
@@ -217,8 +217,8 @@ impl Inner {
         }
     }
 
-    fn lookup(&self, link: &Link, wire: u64) -> Option<u64> {
-        link.chans.get(wire)
+    fn lookup(&self, link: &Link, rx: &mut RxState, wire: u64) -> Option<u64> {
+        link.chans.get_cached(wire, &mut rx.last_channel)
     }
 
     /// Delivers everything that arrived on `link`, unless another thread is at it.
@@ -229,6 +229,10 @@ impl Inner {
             Err(TryLockError::Poisoned(p)) => p.into_inner(),
             Err(TryLockError::WouldBlock) => return 0,
         };
+        // Host callbacks may start while the gate is open: entered once for the batch
+        // (two locked instructions per message otherwise). Once it is closed, messages
+        // are released undelivered.
+        let entered = self.gate.enter();
         let mut n = 0;
         let mut taken_since_publish = 0u32;
         loop {
@@ -265,10 +269,10 @@ impl Inner {
                     None
                 }
                 Kind::Data => {
-                    match (self.lookup(link, c.channel), taken.seq) {
+                    match (self.lookup(link, &mut rx, c.channel), taken.seq) {
                         (Some(ch), Some(seq)) if taken.in_place => match rx.ring.payload_ptr(&c) {
                             Ok(ptr) => {
-                                if let Some(_e) = self.gate.enter() {
+                                if entered.is_some() {
                                     deliver_in_place(
                                         &self.host,
                                         ch,
@@ -291,7 +295,7 @@ impl Inner {
                             let copied = rx.ring.copy_payload(&c, &mut v);
                             link.rx_shared.release(seq);
                             if copied.is_ok() {
-                                if let Some(_e) = self.gate.enter() {
+                                if entered.is_some() {
                                     self.host.message_owned(ch, v);
                                     n += 1;
                                 }
@@ -319,8 +323,8 @@ impl Inner {
                         if c.kind == Kind::FragEnd {
                             rx.partial = None;
                             if copied.is_ok() {
-                                if let Some(ch) = self.lookup(link, c.channel) {
-                                    if let Some(_e) = self.gate.enter() {
+                                if let Some(ch) = self.lookup(link, &mut rx, c.channel) {
+                                    if entered.is_some() {
                                         self.host.message_owned(ch, v);
                                         n += 1;
                                     }
@@ -665,12 +669,25 @@ impl TransportPlugin for ShmTransport {
 
     fn progress(&self) -> usize {
         let inner = &*self.inner;
-        let links = read_lock(&inner.links);
-        if !links.iter().any(|l| l.rx_shared.has_pending()) {
-            return 0;
+        // One look at each ring, under the read lock; a ring with something pending is
+        // consumed outside it (a host callback may lead to `link_lost`, which takes the
+        // write lock).
+        let mut n = 0;
+        let mut i = 0;
+        loop {
+            let link = {
+                let links = read_lock(&inner.links);
+                let Some(at) = links
+                    .get(i..)
+                    .and_then(|rest| rest.iter().position(|l| l.rx_shared.has_pending()))
+                else {
+                    return n;
+                };
+                i += at + 1;
+                links[i - 1].clone()
+            };
+            n += inner.consume(&link);
         }
-        let links = links.clone();
-        inner.progress_all(&links).0
     }
 
     fn shutdown(&self) {

@@ -143,16 +143,14 @@ impl SlotHeader {
     }
 }
 
-/// The offset in a data area of `cap` bytes of position `pos`: `pos % cap`, as a mask
-/// for the power-of-two capacities every ring has (a 64-bit division costs tens of
-/// cycles, and a message needs several offsets on each side).
+/// The offset in a data area of `cap` bytes of position `pos`: `pos % cap` as a mask,
+/// for the power-of-two capacity every ring has ([`valid_capacity`]; a 64-bit division
+/// costs tens of cycles, and a message needs several offsets on each side). Whatever
+/// `cap` is, the result is below it, so a wrong capacity can misplace a slot but never
+/// reach outside the data area.
 #[inline]
 pub fn ring_offset(pos: u64, cap: u64) -> u64 {
-    if cap.is_power_of_two() {
-        pos & (cap - 1)
-    } else {
-        pos % cap
-    }
+    pos & cap.wrapping_sub(1)
 }
 
 /// The bytes a slot with a `len`-byte payload takes in the ring (header included).
@@ -222,10 +220,14 @@ mod tests {
 
     #[test]
     fn ring_offsets_are_positions_modulo_the_capacity() {
-        for cap in [1u64 << 16, 1 << 23, 1 << 30, 3 * 1024] {
+        for cap in [1u64 << 16, 1 << 23, 1 << 30] {
             for pos in [0, 1, cap - 1, cap, cap + 17, 5 * cap + 4096, u64::MAX] {
                 assert_eq!(ring_offset(pos, cap), pos % cap, "pos {pos}, cap {cap}");
             }
+        }
+        // Not a ring capacity: still an offset inside the area.
+        for pos in [0, 1, 3071, 3072, 4095, 4096, u64::MAX] {
+            assert!(ring_offset(pos, 3 * 1024) < 3 * 1024, "pos {pos}");
         }
     }
 

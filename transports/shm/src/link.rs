@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use ipl_transport_abi::TransportError;
 
-use ipl_transport_abi::channels::{ChannelLink, LinkChannels};
+use ipl_transport_abi::channels::{CachedLookup, ChannelLink, LinkChannels};
 
 use crate::chan_map::ChanHasher;
 use crate::consumer::Completion;
@@ -26,6 +26,9 @@ pub(crate) struct RxState {
     pub ring: RingRx,
     /// A fragmented message being reassembled: (wire id, bytes so far).
     pub partial: Option<(u64, Vec<u8>)>,
+    /// The channel of the last message taken (most messages follow one on the same
+    /// channel).
+    pub last_channel: CachedLookup,
 }
 
 /// A connection to a peer endpoint.
@@ -113,6 +116,7 @@ impl Link {
             rx: Mutex::new(RxState {
                 ring: rx,
                 partial: None,
+                last_channel: CachedLookup::default(),
             }),
             credit: (Mutex::new(()), Condvar::new()),
             alive: AtomicBool::new(true),
