@@ -294,11 +294,9 @@ impl Inner {
                             let mut v = Vec::with_capacity(c.len);
                             let copied = rx.ring.copy_payload(&c, &mut v);
                             link.rx_shared.release(seq);
-                            if copied.is_ok() {
-                                if entered.is_some() {
-                                    self.host.message_owned(ch, v);
-                                    n += 1;
-                                }
+                            if copied.is_ok() && entered.is_some() {
+                                self.host.message_owned(ch, v);
+                                n += 1;
                             }
                         }
                     }
@@ -322,12 +320,10 @@ impl Inner {
                         release();
                         if c.kind == Kind::FragEnd {
                             rx.partial = None;
-                            if copied.is_ok() {
+                            if copied.is_ok() && entered.is_some() {
                                 if let Some(ch) = self.lookup(link, &mut rx, c.channel) {
-                                    if entered.is_some() {
-                                        self.host.message_owned(ch, v);
-                                        n += 1;
-                                    }
+                                    self.host.message_owned(ch, v);
+                                    n += 1;
                                 }
                             }
                         } else if let Some(p) = rx.partial.as_mut() {
