@@ -548,14 +548,24 @@ const BATCH: usize = 50;
 /// batches of [`BATCH`]: one sample per batch, its mean round trip (so the median of the
 /// samples ignores the batches that a preemption hit, and no round trip pays for a clock
 /// reading of its own).
-fn batched(iters: usize, mut round_trip: impl FnMut() -> Res<()>) -> Res<Vec<Duration>> {
+fn batched(iters: usize, round_trip: impl FnMut() -> Res<()>) -> Res<Vec<Duration>> {
+    batched_by(iters, BATCH, round_trip)
+}
+
+/// [`batched`] with batches of `batch` round trips (1: a sample per round trip).
+fn batched_by(
+    iters: usize,
+    batch: usize,
+    mut round_trip: impl FnMut() -> Res<()>,
+) -> Res<Vec<Duration>> {
     for _ in 0..iters / 10 + 10 {
         round_trip()?;
     }
-    let mut samples = Vec::with_capacity(iters.div_ceil(BATCH));
+    let batch = batch.max(1);
+    let mut samples = Vec::with_capacity(iters.div_ceil(batch));
     let mut left = iters;
     while left > 0 {
-        let n = left.min(BATCH);
+        let n = left.min(batch);
         left -= n;
         let t0 = Instant::now();
         for _ in 0..n {
@@ -572,8 +582,19 @@ fn ipl_latency(
     size: usize,
     iters: usize,
 ) -> Res<Vec<Duration>> {
+    ipl_latency_by(rp, sp, size, iters, BATCH)
+}
+
+/// [`ipl_latency`] with batches of `batch` round trips.
+fn ipl_latency_by(
+    rp: &ReceivePort,
+    sp: &mut SendPort,
+    size: usize,
+    iters: usize,
+    batch: usize,
+) -> Res<Vec<Duration>> {
     let payload = vec![7u8; size];
-    batched(iters, || {
+    batched_by(iters, batch, || {
         let mut w = sp.new_message()?;
         w.write_bytes_borrowed(&payload)?;
         w.finish()?;
@@ -700,16 +721,27 @@ fn selfloop(a: &Args) -> Res<()> {
     sp.connect(rp.identifier(), WAIT)?;
     let mut figures = Vec::new();
     for &size in &a.sizes {
-        let mut per = Vec::new();
+        // A sample per message: the median is the software cost of a send plus a
+        // receive (with one clock reading pair, ~60 ns here); the mean also counts the
+        // messages a sender holds back waiting for a receiver that is not polling (see
+        // the README: one thread cannot be its own polling receiver).
+        let (mut per, mut means) = (Vec::new(), Vec::new());
         for _ in 0..a.repeat {
-            let s = stats(&mut ipl_latency(&rp, &mut sp, size, iters_for(a, size))?);
+            let s = stats(&mut ipl_latency_by(&rp, &mut sp, size, iters_for(a, size), 1)?);
             per.push(us(s.median));
+            means.push(us(s.mean));
         }
         figures.push(Figure {
             name: format!("ipl.selfloop.{transport}.{size}B.us"),
             value: median(&per),
             unit: "us",
             what: format!("IPL {transport} {size} B send + receive in one thread (median)"),
+        });
+        figures.push(Figure {
+            name: format!("ipl.selfloop.{transport}.{size}B.mean_us"),
+            value: median(&means),
+            unit: "us",
+            what: format!("IPL {transport} {size} B send + receive in one thread (mean)"),
         });
     }
     drop(sp);
