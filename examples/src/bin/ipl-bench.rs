@@ -727,7 +727,13 @@ fn selfloop(a: &Args) -> Res<()> {
         // the README: one thread cannot be its own polling receiver).
         let (mut per, mut means) = (Vec::new(), Vec::new());
         for _ in 0..a.repeat {
-            let s = stats(&mut ipl_latency_by(&rp, &mut sp, size, iters_for(a, size), 1)?);
+            let s = stats(&mut ipl_latency_by(
+                &rp,
+                &mut sp,
+                size,
+                iters_for(a, size),
+                1,
+            )?);
             per.push(us(s.median));
             means.push(us(s.mean));
         }
