@@ -53,6 +53,8 @@ struct Args {
     iters: usize,
     mbytes: usize,
     repeat: usize,
+    /// Round trips per timed sample of `selfloop` (1: a sample per message).
+    batch: usize,
     /// Where the two processes run.
     pin: Placement,
 }
@@ -60,7 +62,8 @@ struct Args {
 fn usage() -> ! {
     eprintln!(
         "usage: ipl-bench list | latency|throughput [--transport NAME | --require CAP,CAP] \
-         [--sizes 1,1024] [--iters N] [--mbytes M] [--repeat R] [--pin os|split|same]"
+         [--sizes 1,1024] [--iters N] [--mbytes M] [--repeat R] [--pin os|split|same] \
+         | selfloop [--transport NAME] [--sizes 8] [--iters N] [--repeat R] [--batch B]"
     );
     std::process::exit(2)
 }
@@ -74,6 +77,7 @@ fn parse_args(v: &[String]) -> Args {
         iters: 5_000,
         mbytes: 256,
         repeat: 5,
+        batch: 1,
         pin: Placement::Os,
     };
     let mut i = 1;
@@ -93,6 +97,7 @@ fn parse_args(v: &[String]) -> Args {
                 a.repeat = n.parse::<usize>().unwrap_or_else(|_| usage()).max(1)
             }
             ("--pin", Some(p)) => a.pin = Placement::parse(&p).unwrap_or_else(|| usage()),
+            ("--batch", Some(n)) => a.batch = n.parse::<usize>().unwrap_or_else(|_| usage()).max(1),
             _ => usage(),
         }
         i += 2;
@@ -721,8 +726,8 @@ fn selfloop(a: &Args) -> Res<()> {
     sp.connect(rp.identifier(), WAIT)?;
     let mut figures = Vec::new();
     for &size in &a.sizes {
-        // A sample per message: the median is the software cost of a send plus a
-        // receive (with one clock reading pair, ~60 ns here); the mean also counts the
+        // A sample per message (by default): the median is the software cost of a send
+        // plus a receive (with one clock reading pair, ~60 ns here); the mean also counts the
         // messages a sender holds back waiting for a receiver that is not polling (see
         // the README: one thread cannot be its own polling receiver).
         let (mut per, mut means) = (Vec::new(), Vec::new());
@@ -732,7 +737,7 @@ fn selfloop(a: &Args) -> Res<()> {
                 &mut sp,
                 size,
                 iters_for(a, size),
-                1,
+                a.batch,
             )?);
             per.push(us(s.median));
             means.push(us(s.mean));

@@ -263,11 +263,14 @@ impl Link {
             let spin = Duration::from_nanos(self.wake_spin_ns.load(Ordering::Relaxed))
                 .min(max)
                 .max(MIN_WAKE_SPIN.min(max));
-            let t0 = Instant::now();
+            // The clock is first read after 16 polls: a polling receiver has usually
+            // taken the slot by then, and the reading would cost as much as the wait.
+            let mut t0: Option<Instant> = None;
             let mut polls = 0u32;
             while !spin.is_zero() && !tx.consumed() {
                 polls = polls.wrapping_add(1);
-                if polls.is_multiple_of(16) && t0.elapsed() >= spin {
+                if polls.is_multiple_of(16) && t0.get_or_insert_with(Instant::now).elapsed() >= spin
+                {
                     break;
                 }
                 std::hint::spin_loop();
