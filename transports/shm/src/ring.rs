@@ -83,6 +83,28 @@ impl<'a> Cursor<'a> {
         }
     }
 
+    /// Copies the next `len` bytes (fewer if the slices end) to `dst`.
+    ///
+    /// # Safety
+    /// `dst..dst + len` must be valid for writes and not overlap the slices.
+    unsafe fn copy_to(&mut self, dst: *mut u8, mut len: usize) {
+        let mut at = 0;
+        while len > 0 && self.idx < self.slices.len() {
+            let s = &self.slices[self.idx][self.off..];
+            let n = s.len().min(len);
+            // SAFETY: at + n <= the caller's len, so the destination range is within the
+            // one the caller vouches for; the source is a live slice of n bytes.
+            unsafe { std::ptr::copy_nonoverlapping(s.as_ptr(), dst.add(at), n) };
+            at += n;
+            len -= n;
+            self.off += n;
+            if self.off == self.slices[self.idx].len() {
+                self.idx += 1;
+                self.off = 0;
+            }
+        }
+    }
+
     /// Copies the next `len` bytes (fewer if the slices end) into `region` at `at`.
     fn copy_into(
         &mut self,
@@ -114,11 +136,29 @@ fn first_word(h: &[u8; HEADER_LEN]) -> [u8; 8] {
     w
 }
 
+/// The 8-byte word at `off` of a data area.
+///
+/// # Safety
+/// `data + off..data + off + 8` must be in a live mapping, 8-aligned, for the lifetime
+/// the caller uses the reference.
+unsafe fn word_at<'a>(data: *mut u8, off: usize) -> &'a AtomicU64 {
+    // SAFETY: the caller's promise.
+    unsafe { &*data.add(off).cast::<AtomicU64>() }
+}
+
+// SAFETY: the only field that is not Send is `data`, a pointer into the mapping that the
+// `Arc<Region>` beside it keeps alive; it is used by whoever owns the RingTx (one thread
+// at a time, behind the link's lock), as the region's own accessors are.
+unsafe impl Send for RingTx {}
+
 /// The sending end of a ring.
 #[derive(Debug)]
 pub struct RingTx {
     region: Arc<Region>,
     place: RingPlace,
+    /// The data area (`place.data..place.data + place.cap` of the region, checked at
+    /// construction; the `Arc` keeps it mapped).
+    data: *mut u8,
     producer: Producer,
     /// The receiver's tail as last read (checked). The shared tail is read again only
     /// when this one grants too little space, or when a small slot might go back to the
@@ -131,8 +171,17 @@ impl RingTx {
     /// The sending end of the ring at `place`, which must be fresh (all zero).
     pub fn new(region: Arc<Region>, place: RingPlace) -> Result<Self, OutOfBounds> {
         region.atomic(place.control + layout::CONTROL_LAST)?;
-        region.ptr(place.data, place.cap)?;
+        let data = region.ptr(place.data, place.cap)?.cast_mut();
+        // Header words must be 8-aligned, and offsets are masks of a power of two.
+        if !(data as usize).is_multiple_of(8) || !place.cap.is_power_of_two() {
+            return Err(OutOfBounds {
+                off: place.data,
+                len: place.cap,
+                size: region.size(),
+            });
+        }
         Ok(RingTx {
+            data,
             region,
             producer: Producer::new(place.cap as u64),
             place,
@@ -179,6 +228,29 @@ impl RingTx {
             }
         };
         let cap = self.place.cap as u64;
+        if plan.pad.is_none() {
+            // The common case, a slot that needs no padding: written through the data
+            // area's pointer.
+            let at = ring_offset(plan.pos, cap) as usize;
+            let next = ring_offset(plan.new_head, cap) as usize;
+            let first = u64::from(len) | (kind as u64) << 32;
+            // SAFETY: `data` points to the `cap`-byte data area (checked in `new`, kept
+            // mapped by `region`). The plan keeps the slot inside the area (`at` and
+            // `at + slot_size(len)` are 16-aligned and at most `cap`, which is a multiple
+            // of 16), so the header words at `at` and `at + 8`, the payload at
+            // `at + 16..at + 16 + len` and the header word at `next` (the offset after the
+            // slot, or 0) are in bounds and 8-aligned (so is the area, checked in `new`). The
+            // credits give this range to the producer alone until the first word is
+            // published; the words the peer also reads are accessed atomically.
+            unsafe {
+                word_at(self.data, next).store(0, Ordering::Relaxed);
+                payload.copy_to(self.data.add(at + HEADER_LEN), len as usize);
+                word_at(self.data, at + 8).store(channel.to_le(), Ordering::Relaxed);
+                word_at(self.data, at).store(first.to_le(), Ordering::SeqCst);
+            }
+            self.producer.commit(&plan);
+            return Ok(true);
+        }
         let data = self.place.data;
         let word = |pos: u64| self.region.atomic(data + ring_offset(pos, cap) as usize);
         // The header after this slot reads "nothing yet" before this one can be seen
@@ -390,9 +462,11 @@ impl RingRx {
         if first == 0 {
             return Ok(None);
         }
+        // The second word as a word too (no byte copy): the acquire load above orders it.
+        let second = s.region.atomic(at + 8)?.load(Ordering::Relaxed);
         let mut raw = [0u8; HEADER_LEN];
         raw[..8].copy_from_slice(&first.to_le_bytes());
-        s.region.read(at + 8, &mut raw[8..])?;
+        raw[8..].copy_from_slice(&second.to_le_bytes());
         let tail = s.index(TAIL).load(Ordering::Relaxed);
         let Some(c) = self.consumer.take(&raw, tail)? else {
             return Ok(None);
