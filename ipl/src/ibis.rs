@@ -172,7 +172,23 @@ impl IbisShared {
         lock(&self.routes).insert(key, Role::Incoming(None));
     }
 
+    /// A data message: to the receive port its channel is connected to.
+    fn on_data(&self, key: ChannelKey, seq: u64, buf: ReceivedBuffer) {
+        let port = match lock(&self.routes).get(&key) {
+            Some(Role::Incoming(Some(p))) => Some(Arc::clone(p)),
+            _ => None,
+        };
+        match port {
+            Some(p) => p.deliver(key, seq, buf),
+            None => tracing::warn!("data on an unconnected channel dropped"),
+        }
+    }
+
     fn on_message(&self, key: ChannelKey, buf: ReceivedBuffer) {
+        if let Some(seq) = protocol::data_seq(&buf) {
+            self.on_data(key, seq, buf);
+            return;
+        }
         let frame = match protocol::decode(&buf) {
             Ok(f) => f,
             Err(e) => {
@@ -182,16 +198,7 @@ impl IbisShared {
             }
         };
         match frame {
-            Frame::Data { seq } => {
-                let port = match lock(&self.routes).get(&key) {
-                    Some(Role::Incoming(Some(p))) => Some(Arc::clone(p)),
-                    _ => None,
-                };
-                match port {
-                    Some(p) => p.deliver(key, seq, buf),
-                    None => tracing::warn!("data on an unconnected channel dropped"),
-                }
-            }
+            Frame::Data { seq } => self.on_data(key, seq, buf),
             Frame::Control(Control::Connect {
                 sender,
                 receiver,

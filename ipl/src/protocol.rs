@@ -176,6 +176,19 @@ pub fn encode_control(c: &Control) -> Vec<u8> {
     out
 }
 
+/// The sequence number of a data frame, `None` for anything else (a control frame, or
+/// a malformed one: [`decode`] says which). The hot path of every message: it builds no
+/// [`Frame`].
+pub fn data_seq(buf: &[u8]) -> Option<u64> {
+    let h: &[u8; HEADER_LEN] = buf.get(..HEADER_LEN)?.try_into().ok()?;
+    if h[0] != VERSION || h[1] != KIND_DATA {
+        return None;
+    }
+    let mut word = [0u8; 8];
+    word.copy_from_slice(&h[8..16]);
+    Some(u64::from_le_bytes(word))
+}
+
 /// Decodes a frame's header (and a control message's body).
 pub fn decode(buf: &[u8]) -> Result<Frame, ProtocolError> {
     if buf.len() < HEADER_LEN {
@@ -237,10 +250,29 @@ mod tests {
         assert!(matches!(decode(&c), Err(ProtocolError::Control(_))));
     }
 
+    #[test]
+    fn data_seq_takes_data_frames_only() {
+        assert_eq!(data_seq(&data_header(42)), Some(42));
+        let mut with_payload = data_header(7).to_vec();
+        with_payload.extend_from_slice(b"payload");
+        assert_eq!(data_seq(&with_payload), Some(7));
+        assert_eq!(data_seq(&encode_control(&Control::Disconnect)), None);
+        assert_eq!(data_seq(&data_header(1)[..15]), None, "short");
+        let mut h = data_header(1);
+        h[0] = 9;
+        assert_eq!(data_seq(&h), None, "other version");
+    }
+
     proptest! {
         #[test]
         fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..256)) {
             let _ = decode(&bytes);
+            // The fast path agrees with the full decoder.
+            let fast = data_seq(&bytes);
+            match decode(&bytes) {
+                Ok(Frame::Data { seq }) => prop_assert_eq!(fast, Some(seq)),
+                _ => prop_assert_eq!(fast, None),
+            }
         }
     }
 }
