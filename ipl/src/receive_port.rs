@@ -264,13 +264,22 @@ impl PortShared {
         let (pending, credit) = {
             let mut st = lock(&self.state);
             st.outstanding = false;
-            // Flow control: return credits in batches of half the window.
-            let credit = if st.connections.contains_key(&from) {
-                let n = st.finished.entry(from).or_insert(0);
-                *n += cost;
-                (*n >= protocol::window() / 2).then(|| std::mem::take(n))
-            } else {
-                None
+            // Flow control: return credits in batches of half the window. A connection
+            // has an entry in `finished` from its first finished message until it ends
+            // (`connection_ended` removes both), so the common case is one lookup.
+            let half = protocol::window() / 2;
+            let state = &mut *st;
+            let credit = match state.finished.get_mut(&from) {
+                Some(n) => {
+                    *n += cost;
+                    (*n >= half).then(|| std::mem::take(n))
+                }
+                None if state.connections.contains_key(&from) => {
+                    let n = state.finished.entry(from).or_insert(0);
+                    *n += cost;
+                    (*n >= half).then(|| std::mem::take(n))
+                }
+                None => None,
             };
             let pending = std::mem::take(&mut st.pending);
             for (k, o) in &pending {
