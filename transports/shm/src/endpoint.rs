@@ -665,25 +665,21 @@ impl TransportPlugin for ShmTransport {
 
     fn progress(&self) -> usize {
         let inner = &*self.inner;
-        // One look at each ring, under the read lock; a ring with something pending is
-        // consumed outside it (a host callback may lead to `link_lost`, which takes the
-        // write lock).
-        let mut n = 0;
-        let mut i = 0;
-        loop {
-            let link = {
-                let links = read_lock(&inner.links);
-                let Some(at) = links
-                    .get(i..)
-                    .and_then(|rest| rest.iter().position(|l| l.rx_shared.has_pending()))
-                else {
-                    return n;
-                };
-                i += at + 1;
-                links[i - 1].clone()
-            };
-            n += inner.consume(&link);
-        }
+        // One look at each ring under the read lock; the rings with something pending
+        // are consumed outside it, from a snapshot of the list (a host callback may lead
+        // to `link_lost`, which takes the write lock).
+        let links = {
+            let links = read_lock(&inner.links);
+            if !links.iter().any(|l| l.rx_shared.has_pending()) {
+                return 0;
+            }
+            Arc::clone(&*links)
+        };
+        links
+            .iter()
+            .filter(|l| l.rx_shared.has_pending())
+            .map(|l| inner.consume(l))
+            .sum()
     }
 
     fn shutdown(&self) {
