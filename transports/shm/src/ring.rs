@@ -83,46 +83,43 @@ impl<'a> Cursor<'a> {
         }
     }
 
+    /// The next piece of at most `max` bytes (within one slice), consumed; `None` once
+    /// the slices end (or `max` is 0).
+    fn next_piece(&mut self, max: usize) -> Option<&'a [u8]> {
+        let slices: &'a [&'a [u8]] = self.slices;
+        let s = &slices.get(self.idx)?[self.off..];
+        let n = s.len().min(max);
+        if n == 0 && max == 0 {
+            return None;
+        }
+        self.off += n;
+        if self.off == slices[self.idx].len() {
+            self.idx += 1;
+            self.off = 0;
+        }
+        Some(&s[..n])
+    }
+
     /// Copies the next `len` bytes (fewer if the slices end) to `dst`.
     ///
     /// # Safety
     /// `dst..dst + len` must be valid for writes and not overlap the slices.
-    unsafe fn copy_to(&mut self, dst: *mut u8, mut len: usize) {
+    unsafe fn copy_to(&mut self, dst: *mut u8, len: usize) {
         let mut at = 0;
-        while len > 0 && self.idx < self.slices.len() {
-            let s = &self.slices[self.idx][self.off..];
-            let n = s.len().min(len);
-            // SAFETY: at + n <= the caller's len, so the destination range is within the
-            // one the caller vouches for; the source is a live slice of n bytes.
-            unsafe { std::ptr::copy_nonoverlapping(s.as_ptr(), dst.add(at), n) };
-            at += n;
-            len -= n;
-            self.off += n;
-            if self.off == self.slices[self.idx].len() {
-                self.idx += 1;
-                self.off = 0;
-            }
+        while let Some(p) = self.next_piece(len - at) {
+            // SAFETY: at + p.len() <= len, so the destination range is within the one
+            // the caller vouches for; the source is a live slice of p.len() bytes.
+            unsafe { std::ptr::copy_nonoverlapping(p.as_ptr(), dst.add(at), p.len()) };
+            at += p.len();
         }
     }
 
     /// Copies the next `len` bytes (fewer if the slices end) into `region` at `at`.
-    fn copy_into(
-        &mut self,
-        region: &Region,
-        mut at: usize,
-        mut len: usize,
-    ) -> Result<(), OutOfBounds> {
-        while len > 0 && self.idx < self.slices.len() {
-            let s = &self.slices[self.idx][self.off..];
-            let n = s.len().min(len);
-            region.write(at, &s[..n])?;
-            at += n;
-            len -= n;
-            self.off += n;
-            if self.off == self.slices[self.idx].len() {
-                self.idx += 1;
-                self.off = 0;
-            }
+    fn copy_into(&mut self, region: &Region, at: usize, len: usize) -> Result<(), OutOfBounds> {
+        let mut done = 0;
+        while let Some(p) = self.next_piece(len - done) {
+            region.write(at + done, p)?;
+            done += p.len();
         }
         Ok(())
     }
