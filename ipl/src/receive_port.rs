@@ -402,12 +402,6 @@ impl PortShared {
                 }
             }
         }
-        // The wait so far, and the deadline: from the first clock reading (read now if
-        // the message is not there and the clock was not read yet).
-        let waited_so_far = |start: Option<Instant>, now: Option<Instant>| match (start, now) {
-            (Some(s), Some(n)) => n - s,
-            _ => Duration::ZERO,
-        };
         let mut slept = false;
         let adapt = |got: bool, waited: Duration| {
             let budget = Duration::from_nanos(self.spin_ns.load(Ordering::Relaxed));
@@ -427,9 +421,11 @@ impl PortShared {
         let mut st = lock(&self.state);
         loop {
             if let Some(r) = self.take_locked(&mut st) {
-                let waited = match (slept, start) {
-                    (true, Some(s)) => s.elapsed(),
-                    _ => waited_so_far(start, now),
+                // The wait counts from the first clock reading (none: it did not wait).
+                let waited = match (slept, start, now) {
+                    (true, Some(s), _) => s.elapsed(),
+                    (false, Some(s), Some(n)) => n - s,
+                    _ => Duration::ZERO,
                 };
                 adapt(true, waited);
                 return r.map(Some);

@@ -442,8 +442,14 @@ fn measure(a: &Args) -> Res<()> {
         for (i, &size) in a.sizes.iter().enumerate() {
             let (r, x) = if a.cmd == "latency" {
                 let r = raw.latency(size, iters_for(&a, size))?;
-                let x =
-                    us(stats(&mut ipl_latency(&rp, &mut sp, size, iters_for(&a, size))?).median);
+                let x = us(stats(&mut ipl_latency(
+                    &rp,
+                    &mut sp,
+                    size,
+                    iters_for(&a, size),
+                    BATCH,
+                )?)
+                .median);
                 (r, x)
             } else {
                 let r = raw.throughput(size, count_for(&a, size))?;
@@ -550,15 +556,10 @@ fn count_for(a: &Args, size: usize) -> usize {
 const BATCH: usize = 50;
 
 /// Runs `round_trip` `iters / 10 + 10` times to warm up, then `iters` times timed in
-/// batches of [`BATCH`]: one sample per batch, its mean round trip (so the median of the
-/// samples ignores the batches that a preemption hit, and no round trip pays for a clock
-/// reading of its own).
-fn batched(iters: usize, round_trip: impl FnMut() -> Res<()>) -> Res<Vec<Duration>> {
-    batched_by(iters, BATCH, round_trip)
-}
-
-/// [`batched`] with batches of `batch` round trips (1: a sample per round trip).
-fn batched_by(
+/// batches of `batch` ([`BATCH`] for the comparisons): one sample per batch, its mean
+/// round trip (so the median of the samples ignores the batches that a preemption hit,
+/// and no round trip pays for a clock reading of its own).
+fn batched(
     iters: usize,
     batch: usize,
     mut round_trip: impl FnMut() -> Res<()>,
@@ -581,17 +582,8 @@ fn batched_by(
     Ok(samples)
 }
 
+/// IPL round trips of `size` bytes from `sp` back to `rp`, timed by [`batched`].
 fn ipl_latency(
-    rp: &ReceivePort,
-    sp: &mut SendPort,
-    size: usize,
-    iters: usize,
-) -> Res<Vec<Duration>> {
-    ipl_latency_by(rp, sp, size, iters, BATCH)
-}
-
-/// [`ipl_latency`] with batches of `batch` round trips.
-fn ipl_latency_by(
     rp: &ReceivePort,
     sp: &mut SendPort,
     size: usize,
@@ -599,7 +591,7 @@ fn ipl_latency_by(
     batch: usize,
 ) -> Res<Vec<Duration>> {
     let payload = vec![7u8; size];
-    batched_by(iters, batch, || {
+    batched(iters, batch, || {
         let mut w = sp.new_message()?;
         w.write_bytes_borrowed(&payload)?;
         w.finish()?;
@@ -627,7 +619,7 @@ fn raw_latency(s: &mut TcpStream, size: usize, iters: usize) -> Res<f64> {
     let mut frame = (size as u32).to_le_bytes().to_vec();
     frame.extend(std::iter::repeat_n(7u8, size));
     let mut back = vec![0u8; 4 + size];
-    let mut samples = batched(iters, || {
+    let mut samples = batched(iters, BATCH, || {
         s.write_all(&frame)?;
         s.read_exact(&mut back)?;
         Ok(())
@@ -732,7 +724,7 @@ fn selfloop(a: &Args) -> Res<()> {
         // the README: one thread cannot be its own polling receiver).
         let (mut per, mut means) = (Vec::new(), Vec::new());
         for _ in 0..a.repeat {
-            let s = stats(&mut ipl_latency_by(
+            let s = stats(&mut ipl_latency(
                 &rp,
                 &mut sp,
                 size,
@@ -846,7 +838,7 @@ fn inproc_pingpong(t: &PortType, size: usize, iters: usize) -> Res<Vec<Duration>
         }
         Ok(())
     });
-    let samples = ipl_latency(&a_in, &mut a_out, size, iters)?;
+    let samples = ipl_latency(&a_in, &mut a_out, size, iters, BATCH)?;
     server.join().map_err(|_| "server thread panicked")??;
     Ok(samples)
 }
@@ -864,7 +856,7 @@ fn raw_thread_pingpong(size: usize, iters: usize) -> Vec<Duration> {
         }
     });
     let payload = vec![7u8; size];
-    let samples = batched(iters, || {
+    let samples = batched(iters, BATCH, || {
         to_b.send(payload.clone())?;
         std::hint::black_box(a_rx.recv()?);
         Ok(())

@@ -125,6 +125,24 @@ impl SlotHeader {
         h
     }
 
+    /// The header as the two words to store in the ring (so that its memory holds the
+    /// bytes of [`encode`](Self::encode)); the first one publishes the slot.
+    pub fn words(&self) -> [u64; 2] {
+        let h = self.encode();
+        let mut w = [[0u8; 8]; 2];
+        w[0].copy_from_slice(&h[..8]);
+        w[1].copy_from_slice(&h[8..]);
+        w.map(u64::from_ne_bytes)
+    }
+
+    /// The bytes of a header loaded from the ring as two words (see [`words`](Self::words)).
+    pub fn bytes_of_words(words: [u64; 2]) -> [u8; HEADER_LEN] {
+        let mut h = [0u8; HEADER_LEN];
+        h[..8].copy_from_slice(&words[0].to_ne_bytes());
+        h[8..].copy_from_slice(&words[1].to_ne_bytes());
+        h
+    }
+
     /// Decodes and checks a header.
     pub fn decode(h: &[u8; HEADER_LEN]) -> Result<SlotHeader, HeaderError> {
         let mut len = [0u8; 4];
@@ -239,6 +257,8 @@ mod tests {
             channel: 1 << 63 | 5,
         };
         assert_eq!(SlotHeader::decode(&h.encode()), Ok(h));
+        assert_eq!(SlotHeader::bytes_of_words(h.words()), h.encode());
+        assert_ne!(h.words()[0], 0, "a header's first word is never zero");
         let mut b = h.encode();
         b[4] = 0;
         assert_eq!(SlotHeader::decode(&b), Err(HeaderError::Kind(0)));

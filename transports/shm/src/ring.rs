@@ -83,54 +83,26 @@ impl<'a> Cursor<'a> {
         }
     }
 
-    /// The next piece of at most `max` bytes (within one slice), consumed; `None` once
-    /// the slices end (or `max` is 0).
-    fn next_piece(&mut self, max: usize) -> Option<&'a [u8]> {
-        let slices: &'a [&'a [u8]] = self.slices;
-        let s = &slices.get(self.idx)?[self.off..];
-        let n = s.len().min(max);
-        if n == 0 && max == 0 {
-            return None;
-        }
-        self.off += n;
-        if self.off == slices[self.idx].len() {
-            self.idx += 1;
-            self.off = 0;
-        }
-        Some(&s[..n])
-    }
-
     /// Copies the next `len` bytes (fewer if the slices end) to `dst`.
     ///
     /// # Safety
     /// `dst..dst + len` must be valid for writes and not overlap the slices.
     unsafe fn copy_to(&mut self, dst: *mut u8, len: usize) {
         let mut at = 0;
-        while let Some(p) = self.next_piece(len - at) {
-            // SAFETY: at + p.len() <= len, so the destination range is within the one
-            // the caller vouches for; the source is a live slice of p.len() bytes.
-            unsafe { std::ptr::copy_nonoverlapping(p.as_ptr(), dst.add(at), p.len()) };
-            at += p.len();
+        while at < len && self.idx < self.slices.len() {
+            let s = &self.slices[self.idx][self.off..];
+            let n = s.len().min(len - at);
+            // SAFETY: at + n <= len, so the destination range is within the one the
+            // caller vouches for; the source is a live slice of n bytes.
+            unsafe { std::ptr::copy_nonoverlapping(s.as_ptr(), dst.add(at), n) };
+            at += n;
+            self.off += n;
+            if self.off == self.slices[self.idx].len() {
+                self.idx += 1;
+                self.off = 0;
+            }
         }
     }
-
-    /// Copies the next `len` bytes (fewer if the slices end) into `region` at `at`.
-    fn copy_into(&mut self, region: &Region, at: usize, len: usize) -> Result<(), OutOfBounds> {
-        let mut done = 0;
-        while let Some(p) = self.next_piece(len - done) {
-            region.write(at + done, p)?;
-            done += p.len();
-        }
-        Ok(())
-    }
-}
-
-/// The first word of an encoded header (`len | kind | 0 0 0`): the word that publishes a
-/// slot.
-fn first_word(h: &[u8; HEADER_LEN]) -> [u8; 8] {
-    let mut w = [0u8; 8];
-    w.copy_from_slice(&h[..8]);
-    w
 }
 
 /// The 8-byte word at `off` of a data area.
@@ -169,8 +141,9 @@ impl RingTx {
     pub fn new(region: Arc<Region>, place: RingPlace) -> Result<Self, OutOfBounds> {
         region.atomic(place.control + layout::CONTROL_LAST)?;
         let data = region.ptr(place.data, place.cap)?.cast_mut();
-        // Header words must be 8-aligned, and offsets are masks of a power of two.
-        if !(data as usize).is_multiple_of(8) || !place.cap.is_power_of_two() {
+        // Header words must be 8-aligned, and offsets are masks of a power of two (a
+        // ring capacity: at least 64 KiB).
+        if !(data as usize).is_multiple_of(8) || !layout::valid_capacity(place.cap as u64) {
             return Err(OutOfBounds {
                 off: place.data,
                 len: place.cap,
@@ -225,53 +198,43 @@ impl RingTx {
             }
         };
         let cap = self.place.cap as u64;
-        if plan.pad.is_none() {
-            // The common case, a slot that needs no padding: written through the data
-            // area's pointer.
-            let at = ring_offset(plan.pos, cap) as usize;
-            let next = ring_offset(plan.new_head, cap) as usize;
-            let first = u64::from(len) | (kind as u64) << 32;
-            // SAFETY: `data` points to the `cap`-byte data area (checked in `new`, kept
-            // mapped by `region`). The plan keeps the slot inside the area (`at` and
-            // `at + slot_size(len)` are 16-aligned and at most `cap`, which is a multiple
-            // of 16), so the header words at `at` and `at + 8`, the payload at
-            // `at + 16..at + 16 + len` and the header word at `next` (the offset after the
-            // slot, or 0) are in bounds and 8-aligned (so is the area, checked in `new`). The
-            // credits give this range to the producer alone until the first word is
-            // published; the words the peer also reads are accessed atomically.
-            unsafe {
-                word_at(self.data, next).store(0, Ordering::Relaxed);
-                payload.copy_to(self.data.add(at + HEADER_LEN), len as usize);
-                word_at(self.data, at + 8).store(channel.to_le(), Ordering::Relaxed);
-                word_at(self.data, at).store(first.to_le(), Ordering::SeqCst);
-            }
-            self.producer.commit(&plan);
-            return Ok(true);
+        let at = ring_offset(plan.pos, cap) as usize;
+        let next = ring_offset(plan.new_head, cap) as usize;
+        let [first, second] = SlotHeader { len, kind, channel }.words();
+        // SAFETY (each `word_at` and the copy in this function): `data` points to the
+        // `cap`-byte data area (checked in `new`, kept mapped by `region`, 8-aligned).
+        // The plan keeps every slot inside the area: slots start at multiples of 16
+        // below `cap` (a power of two, at least 64 KiB) and end at most at `cap`, so the
+        // header words at `at` and `at + 8`, the payload at `at + 16..at + 16 + len`, the
+        // padding's header at the old head's offset, and the header word at `next` (the
+        // offset after the slot, or 0) are in bounds and 8-aligned. The credits give
+        // this range to the producer alone until a first word publishes it; the words
+        // the peer also reads are accessed atomically.
+        unsafe {
+            // The header after this slot reads "nothing yet" before this one can be
+            // seen (the credits kept it free).
+            word_at(self.data, next).store(0, Ordering::Relaxed);
+            payload.copy_to(self.data.add(at + HEADER_LEN), len as usize);
+            word_at(self.data, at + 8).store(second, Ordering::Relaxed);
         }
-        let data = self.place.data;
-        let word = |pos: u64| self.region.atomic(data + ring_offset(pos, cap) as usize);
-        // The header after this slot reads "nothing yet" before this one can be seen
-        // (the credits kept it free).
-        word(plan.new_head)?.store(0, Ordering::Relaxed);
-        let at = data + ring_offset(plan.pos, cap) as usize;
-        payload.copy_into(&self.region, at + HEADER_LEN, len as usize)?;
-        let h = SlotHeader { len, kind, channel }.encode();
-        self.region.write(at + 8, &h[8..])?;
-        let first = u64::from_le_bytes(first_word(&h));
         match plan.pad {
-            None => word(plan.pos)?.store(first, Ordering::SeqCst),
+            // SAFETY: as above.
+            None => unsafe { word_at(self.data, at) }.store(first, Ordering::SeqCst),
             Some((pos, pad_len)) => {
                 // The slot first, then the padding that leads the receiver to it.
-                word(plan.pos)?.store(first, Ordering::Release);
-                let p = SlotHeader {
+                let [pad_first, pad_second] = SlotHeader {
                     len: pad_len,
                     kind: Kind::Pad,
                     channel: 0,
                 }
-                .encode();
-                self.region
-                    .write(data + ring_offset(pos, cap) as usize + 8, &p[8..])?;
-                word(pos)?.store(u64::from_le_bytes(first_word(&p)), Ordering::SeqCst);
+                .words();
+                let p = ring_offset(pos, cap) as usize;
+                // SAFETY: as above.
+                unsafe {
+                    word_at(self.data, at).store(first, Ordering::Release);
+                    word_at(self.data, p + 8).store(pad_second, Ordering::Relaxed);
+                    word_at(self.data, p).store(pad_first, Ordering::SeqCst);
+                }
             }
         }
         self.producer.commit(&plan);
@@ -461,9 +424,7 @@ impl RingRx {
         }
         // The second word as a word too (no byte copy): the acquire load above orders it.
         let second = s.region.atomic(at + 8)?.load(Ordering::Relaxed);
-        let mut raw = [0u8; HEADER_LEN];
-        raw[..8].copy_from_slice(&first.to_le_bytes());
-        raw[8..].copy_from_slice(&second.to_le_bytes());
+        let raw = SlotHeader::bytes_of_words([first, second]);
         let tail = s.index(TAIL).load(Ordering::Relaxed);
         let Some(c) = self.consumer.take(&raw, tail)? else {
             return Ok(None);
