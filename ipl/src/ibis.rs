@@ -53,7 +53,8 @@ struct Slot {
 /// The polled transports a receiver drives, gathered without allocating: an instance
 /// has one slot per transport, and the few that deliver through receiver-driven
 /// progress fit inline.
-pub(crate) type PolledInstances = smallvec::SmallVec<[Arc<TransportInstance>; 4]>;
+/// Each with its transport slot.
+pub(crate) type PolledInstances = smallvec::SmallVec<[(usize, Arc<TransportInstance>); 4]>;
 
 pub(crate) struct IbisShared {
     ident: IbisIdentifier,
@@ -88,7 +89,7 @@ impl IbisShared {
             bits &= bits - 1;
             if let Some(s) = self.slots.get(i).filter(|s| s.polled) {
                 if let Some(inst) = lock(&s.instance).clone() {
-                    out.push(inst);
+                    out.push((i, inst));
                 }
             }
         }
@@ -184,7 +185,8 @@ impl IbisShared {
         }
     }
 
-    fn on_message(&self, key: ChannelKey, buf: ReceivedBuffer) {
+    /// A message from a transport: data to its receive port, control frames handled.
+    pub(crate) fn on_message(&self, key: ChannelKey, buf: ReceivedBuffer) {
         if let Some(seq) = protocol::data_seq(&buf) {
             self.on_data(key, seq, buf);
             return;

@@ -103,6 +103,14 @@ pub(crate) struct PortShared {
     /// those (a port whose connections are all on, say, TCP keeps yielding to the
     /// transport's threads, and a shared-memory port does not pay for QUIC's socket).
     polled: std::sync::atomic::AtomicU64,
+    /// The port's one connection, when it has exactly one and it came over a transport
+    /// with receiver-driven progress: a waiting receive asks that transport for this
+    /// channel's next message directly (`TransportInstance::take`) instead of having it
+    /// delivered through the router and the queue. Slot `usize::MAX`: none. The two
+    /// words are written under the state lock but read without it; a receive that
+    /// reads them torn still only routes what it takes the usual way.
+    direct_slot: std::sync::atomic::AtomicUsize,
+    direct_chan: std::sync::atomic::AtomicU64,
     connect_upcall: Option<Box<dyn ReceivePortConnectUpcall>>,
 }
 
@@ -122,6 +130,16 @@ fn spin_budget() -> Duration {
             .unwrap_or(50u64);
         Duration::from_micros(us)
     })
+}
+
+/// How long a receive waited: from the first clock reading (`start`; none: it did not
+/// wait) to now if it slept, else to the poll loop's last reading.
+fn waited(slept: bool, start: Option<Instant>, last: Option<Instant>) -> Duration {
+    match (slept, start, last) {
+        (true, Some(s), _) => s.elapsed(),
+        (false, Some(s), Some(n)) => n - s,
+        _ => Duration::ZERO,
+    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -144,8 +162,31 @@ impl PortShared {
             ready: AtomicBool::new(false),
             spin_ns: std::sync::atomic::AtomicU64::new(spin_budget().as_nanos() as u64),
             polled: std::sync::atomic::AtomicU64::new(0),
+            direct_slot: std::sync::atomic::AtomicUsize::new(usize::MAX),
+            direct_chan: std::sync::atomic::AtomicU64::new(0),
             connect_upcall,
         }
+    }
+
+    /// Recomputes the direct channel (see `direct_slot`) after the connections changed.
+    fn sync_direct(&self, st: &PortState) {
+        let mut only = st.connections.keys().copied();
+        let slot = match (only.next(), only.next()) {
+            (Some(key), None)
+                if key.0 < 64 && self.polled.load(Ordering::Relaxed) & (1 << key.0) != 0 =>
+            {
+                self.direct_chan.store(key.1, Ordering::Relaxed);
+                key.0
+            }
+            _ => usize::MAX,
+        };
+        self.direct_slot.store(slot, Ordering::Release);
+    }
+
+    /// The direct channel, if any (see `direct_slot`).
+    fn direct(&self) -> Option<ChannelKey> {
+        let slot = self.direct_slot.load(Ordering::Acquire);
+        (slot != usize::MAX).then(|| (slot, self.direct_chan.load(Ordering::Relaxed)))
     }
 
     fn sync_ready(&self, st: &PortState) {
@@ -212,6 +253,7 @@ impl PortShared {
             None
         } else {
             st.connections.insert(key, origin);
+            self.sync_direct(&st);
             Some(Control::Accept {
                 receiver: self.ident.clone(),
             })
@@ -251,6 +293,7 @@ impl PortShared {
                     st.lost.push(((**o).clone(), why.clone()));
                 }
             }
+            self.sync_direct(&st);
             self.notify(&mut st);
             origin
         };
@@ -282,8 +325,11 @@ impl PortShared {
                 None => None,
             };
             let pending = std::mem::take(&mut st.pending);
-            for (k, o) in &pending {
-                st.connections.insert(*k, o.clone());
+            if !pending.is_empty() {
+                for (k, o) in &pending {
+                    st.connections.insert(*k, o.clone());
+                }
+                self.sync_direct(&st);
             }
             self.notify(&mut st);
             (pending, credit)
@@ -314,9 +360,14 @@ impl PortShared {
             return None;
         }
         let inc = st.queue.pop_front()?;
+        Some(Ok(self.hand_out(st, inc)))
+    }
+
+    /// Makes `inc` the outstanding message.
+    fn hand_out(self: &Arc<Self>, st: &mut PortState, inc: Incoming) -> ReadMessage {
         st.outstanding = true;
         self.sync_ready(st);
-        Some(Ok(ReadMessage {
+        ReadMessage {
             key: inc.key,
             port: Arc::clone(self),
             reader: MessageReader::with_offset(inc.buf, protocol::HEADER_LEN),
@@ -324,7 +375,33 @@ impl PortShared {
             seq: inc.seq,
             level: self.port_type.serialization(),
             finished: false,
-        }))
+        }
+    }
+
+    /// A message the transport handed straight to a waiting receive of this port
+    /// (`TransportInstance::take`): it is the next message if it is data of one of the
+    /// port's connections and nothing waits before it (the transport delivered every
+    /// earlier message of its channel before, into the queue). Anything else goes the
+    /// way of a delivered message, through the Ibis instance's routes.
+    fn accept_taken(self: &Arc<Self>, key: ChannelKey, buf: ReceivedBuffer) -> Option<ReadMessage> {
+        if let Some(seq) = protocol::data_seq(&buf) {
+            let mut st = lock(&self.state);
+            if !st.closed && !st.outstanding && st.queue.is_empty() {
+                if let Some(origin) = st.connections.get(&key).cloned() {
+                    let inc = Incoming {
+                        key,
+                        origin,
+                        seq,
+                        buf,
+                    };
+                    return Some(self.hand_out(&mut st, inc));
+                }
+            }
+        }
+        if let Some(ibis) = self.ibis.upgrade() {
+            ibis.on_message(key, buf);
+        }
+        None
     }
 
     /// Waits for the next message, at most `timeout` (None: forever). The clock is read
@@ -350,6 +427,8 @@ impl PortShared {
         // is timed with the last reading.
         let mut start: Option<Instant> = None;
         let mut now: Option<Instant> = None;
+        // A message the transport handed to this thread directly.
+        let mut taken: Option<ReadMessage> = None;
         if !self.ready.load(Ordering::Acquire) {
             let budget = Duration::from_nanos(self.spin_ns.load(Ordering::Relaxed));
             // Reads the clock; false once the poll budget (or the timeout) is spent.
@@ -378,9 +457,29 @@ impl PortShared {
                 // transports itself. It spins without a system call (a yield costs more
                 // than a shared-memory round trip), yielding now and then so that other
                 // threads on a busy CPU still run.
+                //
+                // A port with one connection asks its transport for that channel's next
+                // message directly (see `direct_slot`).
+                let direct = self.direct();
                 let mut rounds = 0u32;
                 while !self.ready.load(Ordering::Acquire) {
-                    let delivered: usize = polled.iter().map(|t| t.progress()).sum();
+                    let mut delivered = 0;
+                    for (slot, t) in &polled {
+                        match direct {
+                            Some(key) if key.0 == *slot => {
+                                let (n, buf) = t.take(key.1);
+                                delivered += n;
+                                if let Some(buf) = buf {
+                                    taken = self.accept_taken(key, buf);
+                                    delivered += 1;
+                                }
+                            }
+                            _ => delivered += t.progress(),
+                        }
+                    }
+                    if taken.is_some() {
+                        break;
+                    }
                     rounds = rounds.wrapping_add(1);
                     if delivered == 0 {
                         if rounds.is_multiple_of(256) {
@@ -393,10 +492,10 @@ impl PortShared {
                         break;
                     }
                 }
-                if !self.ready.load(Ordering::Acquire) {
+                if taken.is_none() && !self.ready.load(Ordering::Acquire) {
                     // This thread is about to sleep: the transports' own threads must
                     // deliver from now on.
-                    for t in &polled {
+                    for (_, t) in &polled {
                         t.progress_end();
                     }
                 }
@@ -418,16 +517,14 @@ impl PortShared {
             self.spin_ns
                 .store(next.as_nanos() as u64, Ordering::Relaxed);
         };
+        if let Some(m) = taken {
+            adapt(true, waited(false, start, now));
+            return Ok(Some(m));
+        }
         let mut st = lock(&self.state);
         loop {
             if let Some(r) = self.take_locked(&mut st) {
-                // The wait counts from the first clock reading (none: it did not wait).
-                let waited = match (slept, start, now) {
-                    (true, Some(s), _) => s.elapsed(),
-                    (false, Some(s), Some(n)) => n - s,
-                    _ => Duration::ZERO,
-                };
-                adapt(true, waited);
+                adapt(true, waited(slept, start, now));
                 return r.map(Some);
             }
             slept = true;
@@ -553,7 +650,7 @@ impl ReceivePort {
             let ibis = self.shared.ibis.upgrade();
             let mask = self.shared.polled.load(Ordering::Relaxed);
             if let Some(ibis) = ibis.filter(|_| mask != 0) {
-                for t in ibis.polled_instances(mask) {
+                for (_, t) in ibis.polled_instances(mask) {
                     t.progress();
                 }
             }
@@ -646,6 +743,7 @@ impl ReceivePort {
         }
         st.closed = true;
         let forced: Vec<(ChannelKey, Arc<SendPortIdentifier>)> = st.connections.drain().collect();
+        self.shared.sync_direct(&st);
         let waiting: Vec<ChannelKey> = st.pending.drain(..).map(|(k, _)| k).collect();
         let discarded = st.queue.len();
         st.queue.clear();

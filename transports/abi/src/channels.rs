@@ -152,6 +152,13 @@ pub struct Route<L> {
     pub wire: u64,
 }
 
+impl<L> Route<L> {
+    /// The channel's id in the messages we receive (the other direction's wire id).
+    pub fn wire_in(&self) -> u64 {
+        self.wire ^ OPENED_BY_SENDER
+    }
+}
+
 impl<L> Clone for Route<L> {
     fn clone(&self) -> Self {
         Route {

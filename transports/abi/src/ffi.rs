@@ -13,7 +13,7 @@ use std::ffi::c_void;
 
 /// The ABI version this crate speaks. A plugin whose descriptor carries another version
 /// is refused by the loader before any of its functions is called.
-pub const ABI_VERSION: u32 = 3;
+pub const ABI_VERSION: u32 = 4;
 
 /// The magic number at the start of every [`PluginDescriptor`] ("IPL_TRNS"), so that a
 /// library exporting an unrelated symbol of the same name is recognised as not a plugin.
@@ -116,6 +116,16 @@ impl CloseCode {
     pub const CLOSED_LOCALLY: CloseCode = CloseCode(2);
 }
 
+/// What [`TransportVTable::take`] did.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TakeOutcome {
+    /// Messages delivered through the host's `message` callback during the call.
+    pub delivered: usize,
+    /// 1: a message of the asked channel was written to `out`; 0: nothing was.
+    pub taken: u32,
+}
+
 /// A received message handed from the plugin to the host. The bytes stay valid, and
 /// unchanged, until the host calls `release(release_ctx)` exactly once, from any thread;
 /// this is what lets shared-memory and RDMA transports deliver without copying.
@@ -208,6 +218,17 @@ pub struct TransportVTable {
     /// loop stops polling (it is about to sleep), so the transport's own threads must
     /// deliver again. Transports that do not rely on pollers ignore it.
     pub progress_end: unsafe extern "C" fn(inst: *mut c_void),
+    /// Receiver-driven progress for a receiver that waits on one channel (ABI version
+    /// 4): as `progress`, except that the transport may hand the next message that
+    /// arrived on `channel` back in `*out` (the outcome's `taken` is 1) instead of
+    /// through the `message` callback, so that the waiting thread gets it without the
+    /// callback's way through the host. The host then owns `*out` as it owns a
+    /// callback's buffer; with `taken` 0, `*out` is untouched. Every message of
+    /// `channel` that arrived before the taken one has been delivered through the
+    /// callback, and that callback has returned, before `take` returns. A transport
+    /// without such a path runs `progress` and takes nothing.
+    pub take:
+        unsafe extern "C" fn(inst: *mut c_void, channel: u64, out: *mut RawBuffer) -> TakeOutcome,
 }
 
 /// What the entry symbol returns: who the plugin is and its functions. Lives in static

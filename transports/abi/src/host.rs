@@ -12,6 +12,7 @@ use crate::ffi::{
     CloseCode, HostCallbacks, OutBuf, PluginDescriptor, RawBuffer, RawSlice, Status, ABI_MAGIC,
     ABI_VERSION,
 };
+use std::mem::MaybeUninit;
 
 /// Why a channel closed, as the host sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -480,6 +481,25 @@ impl TransportInstance {
     pub fn progress(&self) -> usize {
         // SAFETY: live instance; the trampoline catches panics inside the plugin.
         unsafe { (self.plugin.desc.vtable.progress)(self.inst) }
+    }
+
+    /// Receiver-driven progress for a thread that waits on `channel`: as
+    /// [`progress`](Self::progress), and the next message of `channel` may come back
+    /// here instead of through [`TransportEvents::message`]. Returns the number of
+    /// messages delivered through the callback, and the message taken. Every message of
+    /// `channel` that arrived before the taken one was delivered (and its callback had
+    /// returned) first.
+    pub fn take(&self, channel: u64) -> (usize, Option<ReceivedBuffer>) {
+        let mut out = MaybeUninit::<RawBuffer>::uninit();
+        // SAFETY: live instance; out is valid for one RawBuffer; the trampoline catches
+        // panics inside the plugin.
+        let r = unsafe { (self.plugin.desc.vtable.take)(self.inst, channel, out.as_mut_ptr()) };
+        let buf = (r.taken != 0).then(|| {
+            // SAFETY: taken != 0: the plugin wrote a RawBuffer to out and handed us its
+            // release (ABI contract of `take`).
+            unsafe { ReceivedBuffer::from_raw(out.assume_init()) }
+        });
+        (r.delivered, buf)
     }
 
     /// Tells the transport that this thread stops calling [`progress`](Self::progress)

@@ -86,6 +86,12 @@ fn panics_are_caught_at_the_boundary() {
     assert!(matches!(e, TransportError::Panicked(_)), "{e:?}");
     inst.close_channel(1); // panics inside; must not unwind into us
     assert_eq!(inst.progress(), 0, "a panicking progress delivers nothing");
+    let (n, taken) = inst.take(1);
+    assert_eq!(
+        (n, taken.is_none()),
+        (0, true),
+        "nor does the default take over it"
+    );
 }
 
 /// A transport that delivers only when the host calls `progress`.
@@ -144,7 +150,9 @@ fn progress_delivers_on_the_calling_thread() {
     assert_eq!(inst.progress(), 0, "nothing arrived yet");
     inst.send(1, &[b"a", b"b"]).unwrap();
     assert_eq!(inst.progress(), 1);
-    assert_eq!(inst.progress(), 1);
+    // A transport without a take path delivers through the callback there too.
+    let (n, taken) = inst.take(1);
+    assert_eq!((n, taken.is_none()), (1, true));
     assert_eq!(inst.progress(), 0);
     let got = events.0.lock().unwrap();
     let me = std::thread::current().id();
@@ -180,6 +188,7 @@ fn copy_vtable() -> ipl_transport_abi::ffi::TransportVTable {
         close_channel: v.close_channel,
         progress: v.progress,
         progress_end: v.progress_end,
+        take: v.take,
     }
 }
 
@@ -231,4 +240,87 @@ fn malformed_descriptors_are_refused() {
     let e = unsafe { Plugin::from_raw(std::ptr::null(), "test") }.unwrap_err();
     assert!(matches!(e, LoadError::NullDescriptor { .. }));
     assert_eq!(WILD.magic, ABI_MAGIC);
+}
+
+/// Releases of the buffers `Taker` hands out.
+static TAKER_RELEASES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+static TAKER_BYTES: [u8; 3] = [7, 1, 2];
+
+unsafe extern "C" fn count_release(_: *mut std::ffi::c_void) {
+    TAKER_RELEASES.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+}
+
+/// A transport whose `take` hands channel 7 its message directly and delivers one
+/// message of channel 8 through the callback first.
+struct Taker(HostSink);
+impl TransportPlugin for Taker {
+    const NAME: &'static str = "taker";
+    const VERSION: &'static str = "0.1.0";
+    const CAPABILITIES: C = C::RELIABLE.union(C::POLLED);
+    const PRIORITY: i32 = 0;
+    fn create(_: &str, host: HostSink) -> Result<Self, TransportError> {
+        Ok(Taker(host))
+    }
+    fn local_address(&self) -> Vec<u8> {
+        Vec::new()
+    }
+    fn connect(&self, _: &[u8], _: Duration) -> Result<u64, TransportError> {
+        Ok(7)
+    }
+    fn send(&self, _: u64, _: &[&[u8]]) -> Result<(), TransportError> {
+        Ok(())
+    }
+    fn close_channel(&self, _: u64) {}
+    fn take(&self, channel: u64) -> ipl_transport_abi::Take {
+        self.0.message_owned(8, b"before".to_vec());
+        let raw = ipl_transport_abi::ffi::RawBuffer {
+            data: TAKER_BYTES.as_ptr(),
+            len: TAKER_BYTES.len(),
+            release: count_release,
+            release_ctx: std::ptr::null_mut(),
+        };
+        // SAFETY: static bytes, and a release that only counts.
+        let buf = unsafe { ipl_transport_abi::PluginBuffer::from_raw(raw) };
+        ipl_transport_abi::Take {
+            delivered: 1,
+            // Another channel's message is dropped here, which releases it.
+            message: (channel == 7).then_some(buf),
+        }
+    }
+    fn shutdown(&self) {}
+}
+ipl_transport_abi::declare_plugin!(static TAKER = Taker;);
+
+#[test]
+fn take_hands_the_message_over_and_the_host_releases_it_once() {
+    struct Log(std::sync::Mutex<Vec<(u64, Vec<u8>)>>);
+    impl TransportEvents for Log {
+        fn channel_opened(&self, _: u64) {}
+        fn message(&self, ch: u64, b: ReceivedBuffer) {
+            self.0.lock().unwrap().push((ch, b.to_vec()));
+        }
+        fn channel_closed(&self, _: u64, _: ChannelClosed) {}
+    }
+    use std::sync::atomic::Ordering::SeqCst;
+    let log = Arc::new(Log(std::sync::Mutex::new(Vec::new())));
+    let inst = Plugin::from_static(&TAKER)
+        .unwrap()
+        .create("", log.clone())
+        .unwrap();
+    let (n, taken) = inst.take(7);
+    assert_eq!(n, 1);
+    let buf = taken.expect("the message of channel 7");
+    assert_eq!(&buf[..], &TAKER_BYTES);
+    assert_eq!(log.0.lock().unwrap().as_slice(), &[(8, b"before".to_vec())]);
+    assert_eq!(
+        TAKER_RELEASES.load(SeqCst),
+        0,
+        "held while the host keeps it"
+    );
+    drop(buf);
+    assert_eq!(TAKER_RELEASES.load(SeqCst), 1);
+    // Not handed over (another channel): the plugin side releases it itself.
+    let (_, taken) = inst.take(9);
+    assert!(taken.is_none());
+    assert_eq!(TAKER_RELEASES.load(SeqCst), 2);
 }

@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicPtr, Ordering};
 use std::sync::Arc;
 
 use ipl_transport_abi::ffi::RawBuffer;
-use ipl_transport_abi::HostSink;
+use ipl_transport_abi::PluginBuffer;
 
 use crate::ring::RxShared;
 
@@ -80,7 +80,7 @@ impl std::fmt::Debug for CtxCache {
 }
 
 unsafe extern "C" fn release_slot(ctx: *mut c_void) {
-    // SAFETY: ctx comes from Box::into_raw in `deliver_in_place`, and the host calls
+    // SAFETY: ctx comes from Box::into_raw in `in_place`, and the host calls
     // release exactly once per buffer (ABI contract), so it is reclaimed once.
     let mut ctx = unsafe { Box::from_raw(ctx.cast::<ReleaseCtx>()) };
     if let Some(shared) = ctx.shared.take() {
@@ -94,17 +94,15 @@ unsafe extern "C" fn release_slot(ctx: *mut c_void) {
     }
 }
 
-/// Hands `len` bytes at `ptr` (inside `shared`'s region, in a slot held under `seq`)
-/// to the host as message on `channel`; the slot is released when the host releases
-/// the buffer.
-pub(crate) fn deliver_in_place(
-    host: &HostSink,
-    channel: u64,
+/// The `len` bytes at `ptr` (inside `shared`'s region, in a slot held under `seq`) as
+/// a buffer for the host, read in place; the slot is released when the host releases
+/// the buffer (or when the value is dropped before it was handed over).
+pub(crate) fn in_place(
     shared: &Arc<RxShared>,
     seq: u64,
     ptr: *const u8,
     len: usize,
-) {
+) -> PluginBuffer {
     debug_assert!(len == 0 || shared.region().contains(ptr));
     let mut ctx = shared.release_ctx_cache().take();
     ctx.shared = Some(shared.clone());
@@ -119,8 +117,9 @@ pub(crate) fn deliver_in_place(
     // SAFETY: ptr..ptr+len lies in a slot that the reclaimer holds until `seq` is
     // released, so the producer cannot overwrite it (no credits for it) and the
     // mapping stays alive through the Arc in the context; `release_slot` is callable
-    // from any thread and after the endpoint is gone (it touches only the context).
-    unsafe { host.message_raw(channel, buf) }
+    // from any thread and after the endpoint is gone (it touches only the context),
+    // and the context is released once: by the host, or by the PluginBuffer's drop.
+    unsafe { PluginBuffer::from_raw(buf) }
 }
 
 #[cfg(test)]

@@ -14,10 +14,12 @@ use std::time::{Duration, Instant};
 
 use ipl_transport_abi::channels::{ChannelTable, Route};
 use ipl_transport_abi::ffi::CloseCode;
-use ipl_transport_abi::{Gate, HostSink, TransportCapabilities, TransportError, TransportPlugin};
+use ipl_transport_abi::{
+    Gate, HostSink, PluginBuffer, Take, TransportCapabilities, TransportError, TransportPlugin,
+};
 
 use crate::address::{socket_name, Address, HostId};
-use crate::buffer::deliver_in_place;
+use crate::buffer::in_place;
 use crate::chan_map::ChanHasher;
 use crate::config::{Config, WaitMode};
 use crate::handshake;
@@ -222,12 +224,14 @@ impl Inner {
     }
 
     /// Delivers everything that arrived on `link`, unless another thread is at it.
-    /// Returns the number of messages delivered.
-    fn consume(&self, link: &Arc<Link>) -> usize {
+    /// Returns the number of messages delivered through the host callback; and, when
+    /// `want` names a channel (by wire id), stops at that channel's next message and
+    /// returns it instead of delivering it (what came before it was delivered).
+    fn consume(&self, link: &Arc<Link>, want: Option<u64>) -> (usize, Option<PluginBuffer>) {
         let mut rx = match link.rx.try_lock() {
             Ok(g) => g,
             Err(TryLockError::Poisoned(p)) => p.into_inner(),
-            Err(TryLockError::WouldBlock) => return 0,
+            Err(TryLockError::WouldBlock) => return (0, None),
         };
         // Host callbacks may start while the gate is open: entered once for the batch
         // (two locked instructions per message otherwise). Once it is closed, messages
@@ -235,6 +239,15 @@ impl Inner {
         let entered = self.gate.enter();
         let mut n = 0;
         let mut taken_since_publish = 0u32;
+        // A message of `want` goes back to the caller; others to the host, counted.
+        let mut hand = |ch: u64, wire: u64, buf: PluginBuffer| -> Option<PluginBuffer> {
+            if want == Some(wire) {
+                return Some(buf);
+            }
+            self.host.message(ch, buf);
+            n += 1;
+            None
+        };
         loop {
             // The sender learns how far we took slots after the batch (and every few
             // slots of a long one), not before each delivery (see `publish_read`).
@@ -246,12 +259,12 @@ impl Inner {
                 Ok(Some(t)) => t,
                 Ok(None) => {
                     rx.ring.publish_read();
-                    return n;
+                    return (n, None);
                 }
                 Err(e) => {
                     drop(rx);
                     self.link_lost(link, &format!("peer broke the ring protocol: {e}"));
-                    return n;
+                    return (n, None);
                 }
             };
             taken_since_publish += 1;
@@ -261,6 +274,7 @@ impl Inner {
                     link.rx_shared.release(seq);
                 }
             };
+            let mut got = None;
             let violation = match c.kind {
                 Kind::Pad => None,
                 Kind::Open => self.on_open(link, c.channel),
@@ -271,22 +285,11 @@ impl Inner {
                 Kind::Data => {
                     match (self.lookup(link, &mut rx, c.channel), taken.seq) {
                         (Some(ch), Some(seq)) if taken.in_place => match rx.ring.payload_ptr(&c) {
-                            Ok(ptr) => {
-                                if entered.is_some() {
-                                    deliver_in_place(
-                                        &self.host,
-                                        ch,
-                                        &link.rx_shared,
-                                        seq,
-                                        ptr,
-                                        c.len,
-                                    );
-                                    n += 1;
-                                } else {
-                                    link.rx_shared.release(seq);
-                                }
+                            Ok(ptr) if entered.is_some() => {
+                                let buf = in_place(&link.rx_shared, seq, ptr, c.len);
+                                got = hand(ch, c.channel, buf);
                             }
-                            Err(_) => link.rx_shared.release(seq),
+                            _ => link.rx_shared.release(seq),
                         },
                         (None, _) | (_, None) => release(),
                         (Some(ch), Some(seq)) => {
@@ -295,8 +298,7 @@ impl Inner {
                             let copied = rx.ring.copy_payload(&c, &mut v);
                             link.rx_shared.release(seq);
                             if copied.is_ok() && entered.is_some() {
-                                self.host.message_owned(ch, v);
-                                n += 1;
+                                got = hand(ch, c.channel, PluginBuffer::owned(v));
                             }
                         }
                     }
@@ -322,8 +324,7 @@ impl Inner {
                             rx.partial = None;
                             if copied.is_ok() && entered.is_some() {
                                 if let Some(ch) = self.lookup(link, &mut rx, c.channel) {
-                                    self.host.message_owned(ch, v);
-                                    n += 1;
+                                    got = hand(ch, c.channel, PluginBuffer::owned(v));
                                 }
                             }
                         } else if let Some(p) = rx.partial.as_mut() {
@@ -336,7 +337,11 @@ impl Inner {
             if let Some(why) = violation {
                 drop(rx);
                 self.link_lost(link, &format!("peer broke the ring protocol: {why}"));
-                return n;
+                return (n, None);
+            }
+            if got.is_some() {
+                rx.ring.publish_read();
+                return (n, got);
             }
         }
     }
@@ -419,7 +424,7 @@ impl Inner {
         let mut busy = false;
         for l in links {
             if l.rx_shared.has_pending() {
-                n += self.consume(l);
+                n += self.consume(l, None).0;
                 busy |= l.rx_shared.has_pending() && l.is_alive();
             }
         }
@@ -515,7 +520,7 @@ impl Inner {
                         && start.elapsed() < Duration::from_secs(1)
                         && !self.stopping.load(Ordering::SeqCst)
                     {
-                        if self.consume(l) == 0 {
+                        if self.consume(l, None).0 == 0 {
                             thread::yield_now();
                         }
                     }
@@ -540,6 +545,47 @@ impl ShmTransport {
         read_lock(&self.inner.links)
             .iter()
             .any(|l| l.region.contains(ptr))
+    }
+}
+
+impl ShmTransport {
+    /// Receiver-driven progress: delivers what arrived on every link; with `channel`,
+    /// that channel's link is consumed first, up to the channel's next message, which
+    /// is returned instead of delivered.
+    fn take_from(&self, channel: Option<u64>) -> Take {
+        let inner = &*self.inner;
+        // One look at each ring under the read lock; the rings with something pending
+        // are consumed outside it, from a snapshot of the list (a host callback may lead
+        // to `link_lost`, which takes the write lock).
+        let links = {
+            let links = read_lock(&inner.links);
+            if !links.iter().any(|l| l.rx_shared.has_pending()) {
+                return Take {
+                    delivered: 0,
+                    message: None,
+                };
+            }
+            Arc::clone(&*links)
+        };
+        let mut delivered = 0;
+        if let Some(route) = channel.and_then(|c| inner.route(c).ok()) {
+            if route.link.rx_shared.has_pending() {
+                let (n, message) = inner.consume(&route.link, Some(route.wire_in()));
+                delivered += n;
+                if message.is_some() {
+                    return Take { delivered, message };
+                }
+            }
+        }
+        delivered += links
+            .iter()
+            .filter(|l| l.rx_shared.has_pending())
+            .map(|l| inner.consume(l, None).0)
+            .sum::<usize>();
+        Take {
+            delivered,
+            message: None,
+        }
     }
 }
 
@@ -664,22 +710,11 @@ impl TransportPlugin for ShmTransport {
     }
 
     fn progress(&self) -> usize {
-        let inner = &*self.inner;
-        // One look at each ring under the read lock; the rings with something pending
-        // are consumed outside it, from a snapshot of the list (a host callback may lead
-        // to `link_lost`, which takes the write lock).
-        let links = {
-            let links = read_lock(&inner.links);
-            if !links.iter().any(|l| l.rx_shared.has_pending()) {
-                return 0;
-            }
-            Arc::clone(&*links)
-        };
-        links
-            .iter()
-            .filter(|l| l.rx_shared.has_pending())
-            .map(|l| inner.consume(l))
-            .sum()
+        self.take_from(None).delivered
+    }
+
+    fn take(&self, channel: u64) -> Take {
+        self.take_from(Some(channel))
     }
 
     fn shutdown(&self) {
