@@ -47,7 +47,13 @@ struct Slot {
     polled: bool,
     /// The transport offers unreliable channels (capability `unreliable`).
     unreliable: bool,
+    /// The instance's owner: taken (and the endpoint destroyed once nobody uses it)
+    /// when the Ibis instance ends.
     instance: Mutex<Option<Arc<TransportInstance>>>,
+    /// The same instance for the per-message paths (send, a receiver's poll): an
+    /// upgrade is one atomic update, where the owner's lock and clone cost three, and
+    /// it fails once the instance ended.
+    live: Weak<TransportInstance>,
 }
 
 /// The polled transports a receiver drives, gathered without allocating: an instance
@@ -88,7 +94,7 @@ impl IbisShared {
             let i = bits.trailing_zeros() as usize;
             bits &= bits - 1;
             if let Some(s) = self.slots.get(i).filter(|s| s.polled) {
-                if let Some(inst) = lock(&s.instance).clone() {
+                if let Some(inst) = s.live.upgrade() {
                     out.push((i, inst));
                 }
             }
@@ -99,7 +105,7 @@ impl IbisShared {
     fn instance(&self, slot: usize) -> std::result::Result<Arc<TransportInstance>, TransportError> {
         self.slots
             .get(slot)
-            .and_then(|s| lock(&s.instance).clone())
+            .and_then(|s| s.live.upgrade())
             .ok_or_else(|| TransportError::Closed("the Ibis instance has ended".into()))
     }
 
@@ -675,11 +681,13 @@ impl IbisBuilder {
                 Ok((address, inst)) => {
                     request = request.with_address(p.name(), address);
                     routers.0.push(router);
+                    let inst = Arc::new(inst);
                     slots.push(Slot {
                         name: p.name(),
                         polled: p.capabilities().contains(TransportCapabilities::POLLED),
                         unreliable: p.capabilities().contains(TransportCapabilities::UNRELIABLE),
-                        instance: Mutex::new(Some(Arc::new(inst))),
+                        live: Arc::downgrade(&inst),
+                        instance: Mutex::new(Some(inst)),
                     });
                     used.push(pi);
                 }

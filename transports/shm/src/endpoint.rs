@@ -233,19 +233,21 @@ impl Inner {
             Err(TryLockError::Poisoned(p)) => p.into_inner(),
             Err(TryLockError::WouldBlock) => return (0, None),
         };
-        // Host callbacks may start while the gate is open: entered once for the batch
-        // (two locked instructions per message otherwise). Once it is closed, messages
-        // are released undelivered.
-        let entered = self.gate.enter();
         let mut n = 0;
         let mut taken_since_publish = 0u32;
-        // A message of `want` goes back to the caller; others to the host, counted.
+        // Host callbacks may start while the gate is open: entered at the first one, and
+        // then once for the batch (two locked instructions per message otherwise). Once
+        // it is closed, messages are released undelivered. A message of `want` goes
+        // back to the caller, which needs no callback (nor the gate).
+        let mut entered = None;
         let mut hand = |ch: u64, wire: u64, buf: PluginBuffer| -> Option<PluginBuffer> {
             if want == Some(wire) {
                 return Some(buf);
             }
-            self.host.message(ch, buf);
-            n += 1;
+            if entered.get_or_insert_with(|| self.gate.enter()).is_some() {
+                self.host.message(ch, buf);
+                n += 1;
+            }
             None
         };
         loop {
@@ -285,11 +287,11 @@ impl Inner {
                 Kind::Data => {
                     match (self.lookup(link, &mut rx, c.channel), taken.seq) {
                         (Some(ch), Some(seq)) if taken.in_place => match rx.ring.payload_ptr(&c) {
-                            Ok(ptr) if entered.is_some() => {
+                            Ok(ptr) => {
                                 let buf = in_place(&link.rx_shared, seq, ptr, c.len);
                                 got = hand(ch, c.channel, buf);
                             }
-                            _ => link.rx_shared.release(seq),
+                            Err(_) => link.rx_shared.release(seq),
                         },
                         (None, _) | (_, None) => release(),
                         (Some(ch), Some(seq)) => {
@@ -297,7 +299,7 @@ impl Inner {
                             let mut v = Vec::with_capacity(c.len);
                             let copied = rx.ring.copy_payload(&c, &mut v);
                             link.rx_shared.release(seq);
-                            if copied.is_ok() && entered.is_some() {
+                            if copied.is_ok() {
                                 got = hand(ch, c.channel, PluginBuffer::owned(v));
                             }
                         }
@@ -322,7 +324,7 @@ impl Inner {
                         release();
                         if c.kind == Kind::FragEnd {
                             rx.partial = None;
-                            if copied.is_ok() && entered.is_some() {
+                            if copied.is_ok() {
                                 if let Some(ch) = self.lookup(link, &mut rx, c.channel) {
                                     got = hand(ch, c.channel, PluginBuffer::owned(v));
                                 }
@@ -554,19 +556,17 @@ impl ShmTransport {
     /// is returned instead of delivered.
     fn take_from(&self, channel: Option<u64>) -> Take {
         let inner = &*self.inner;
-        // One look at each ring under the read lock; the rings with something pending
-        // are consumed outside it, from a snapshot of the list (a host callback may lead
-        // to `link_lost`, which takes the write lock).
-        let links = {
-            let links = read_lock(&inner.links);
-            if !links.iter().any(|l| l.rx_shared.has_pending()) {
-                return Take {
-                    delivered: 0,
-                    message: None,
-                };
-            }
-            Arc::clone(&*links)
+        let none = Take {
+            delivered: 0,
+            message: None,
         };
+        // One look at each ring under the read lock (a few loads when nothing arrived).
+        if !read_lock(&inner.links)
+            .iter()
+            .any(|l| l.rx_shared.has_pending())
+        {
+            return none;
+        }
         let mut delivered = 0;
         if let Some(route) = channel.and_then(|c| inner.route(c).ok()) {
             if route.link.rx_shared.has_pending() {
@@ -577,15 +577,16 @@ impl ShmTransport {
                 }
             }
         }
+        // The rings with something pending are consumed from a snapshot of the list,
+        // outside the lock (a host callback may lead to `link_lost`, which takes the
+        // write lock).
+        let links = Arc::clone(&*read_lock(&inner.links));
         delivered += links
             .iter()
             .filter(|l| l.rx_shared.has_pending())
             .map(|l| inner.consume(l, None).0)
             .sum::<usize>();
-        Take {
-            delivered,
-            message: None,
-        }
+        Take { delivered, ..none }
     }
 }
 
