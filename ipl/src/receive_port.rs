@@ -379,12 +379,19 @@ impl PortShared {
     }
 
     /// A message the transport handed straight to a waiting receive of this port
-    /// (`TransportInstance::take`): it is the next message if it is data of one of the
-    /// port's connections and nothing waits before it (the transport delivered every
-    /// earlier message of its channel before, into the queue). Anything else goes the
-    /// way of a delivered message, through the Ibis instance's routes.
-    fn accept_taken(self: &Arc<Self>, key: ChannelKey, buf: ReceivedBuffer) -> Option<ReadMessage> {
-        if let Some(seq) = protocol::data_seq(&buf) {
+    /// (`TransportInstance::take`, which calls this while no later message of the
+    /// channel can be delivered): it becomes the receive's message (`out`) if it is
+    /// data of one of the port's connections and nothing waits before it (the
+    /// transport delivered every earlier message of its channel into the queue before).
+    /// Anything else goes the way of a delivered message, through the Ibis instance's
+    /// routes.
+    fn accept_taken(
+        self: &Arc<Self>,
+        key: ChannelKey,
+        buf: ReceivedBuffer,
+        out: &mut Option<ReadMessage>,
+    ) {
+        if let (None, Some(seq)) = (&out, protocol::data_seq(&buf)) {
             let mut st = lock(&self.state);
             if !st.closed && !st.outstanding && st.queue.is_empty() {
                 if let Some(origin) = st.connections.get(&key).cloned() {
@@ -394,14 +401,14 @@ impl PortShared {
                         seq,
                         buf,
                     };
-                    return Some(self.hand_out(&mut st, inc));
+                    *out = Some(self.hand_out(&mut st, inc));
+                    return;
                 }
             }
         }
         if let Some(ibis) = self.ibis.upgrade() {
             ibis.on_message(key, buf);
         }
-        None
     }
 
     /// Waits for the next message, at most `timeout` (None: forever). The clock is read
@@ -467,12 +474,8 @@ impl PortShared {
                     for (slot, t) in &polled {
                         match direct {
                             Some(key) if key.0 == *slot => {
-                                let (n, buf) = t.take(key.1);
-                                delivered += n;
-                                if let Some(buf) = buf {
-                                    taken = self.accept_taken(key, buf);
-                                    delivered += 1;
-                                }
+                                delivered +=
+                                    t.take(key.1, |buf| self.accept_taken(key, buf, &mut taken));
                             }
                             _ => delivered += t.progress(),
                         }

@@ -116,14 +116,15 @@ impl CloseCode {
     pub const CLOSED_LOCALLY: CloseCode = CloseCode(2);
 }
 
-/// What [`TransportVTable::take`] did.
+/// Where [`TransportVTable::take`] hands the message it takes: the host's function
+/// and its context, valid only during that call.
 #[repr(C)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct TakeOutcome {
-    /// Messages delivered through the host's `message` callback during the call.
-    pub delivered: usize,
-    /// 1: a message of the asked channel was written to `out`; 0: nothing was.
-    pub taken: u32,
+#[derive(Clone, Copy, Debug)]
+pub struct TakeSink {
+    /// The host's context, passed back to `accept`.
+    pub ctx: *mut c_void,
+    /// Receives the message; the host owns `buf` from then on, as a callback's buffer.
+    pub accept: unsafe extern "C" fn(ctx: *mut c_void, buf: RawBuffer),
 }
 
 /// A received message handed from the plugin to the host. The bytes stay valid, and
@@ -219,16 +220,14 @@ pub struct TransportVTable {
     /// deliver again. Transports that do not rely on pollers ignore it.
     pub progress_end: unsafe extern "C" fn(inst: *mut c_void),
     /// Receiver-driven progress for a receiver that waits on one channel (ABI version
-    /// 4): as `progress`, except that the transport may hand the next message that
-    /// arrived on `channel` back in `*out` (the outcome's `taken` is 1) instead of
-    /// through the `message` callback, so that the waiting thread gets it without the
-    /// callback's way through the host. The host then owns `*out` as it owns a
-    /// callback's buffer; with `taken` 0, `*out` is untouched. Every message of
-    /// `channel` that arrived before the taken one has been delivered through the
-    /// callback, and that callback has returned, before `take` returns. A transport
-    /// without such a path runs `progress` and takes nothing.
-    pub take:
-        unsafe extern "C" fn(inst: *mut c_void, channel: u64, out: *mut RawBuffer) -> TakeOutcome,
+    /// 4): as `progress`, except that the next message of `channel` may go to
+    /// `sink.accept` instead of the `message` callback, so that the waiting thread gets
+    /// it without the callback's way through the host. `accept` is called at most once,
+    /// on the calling thread, before `take` returns; like a callback, only after every
+    /// earlier message of `channel` was delivered (and its callback returned), and
+    /// before any later one can be. Returns the number of messages delivered, through
+    /// the callback or the sink. A transport without such a path runs `progress`.
+    pub take: unsafe extern "C" fn(inst: *mut c_void, channel: u64, sink: TakeSink) -> usize,
 }
 
 /// What the entry symbol returns: who the plugin is and its functions. Lives in static

@@ -9,10 +9,9 @@ use std::time::Duration;
 use crate::capabilities::TransportCapabilities;
 use crate::error::{LoadError, TransportError};
 use crate::ffi::{
-    CloseCode, HostCallbacks, OutBuf, PluginDescriptor, RawBuffer, RawSlice, Status, ABI_MAGIC,
-    ABI_VERSION,
+    CloseCode, HostCallbacks, OutBuf, PluginDescriptor, RawBuffer, RawSlice, Status, TakeSink,
+    ABI_MAGIC, ABI_VERSION,
 };
-use std::mem::MaybeUninit;
 
 /// Why a channel closed, as the host sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -484,22 +483,27 @@ impl TransportInstance {
     }
 
     /// Receiver-driven progress for a thread that waits on `channel`: as
-    /// [`progress`](Self::progress), and the next message of `channel` may come back
-    /// here instead of through [`TransportEvents::message`]. Returns the number of
-    /// messages delivered through the callback, and the message taken. Every message of
-    /// `channel` that arrived before the taken one was delivered (and its callback had
-    /// returned) first.
-    pub fn take(&self, channel: u64) -> (usize, Option<ReceivedBuffer>) {
-        let mut out = MaybeUninit::<RawBuffer>::uninit();
-        // SAFETY: live instance; out is valid for one RawBuffer; the trampoline catches
-        // panics inside the plugin.
-        let r = unsafe { (self.plugin.desc.vtable.take)(self.inst, channel, out.as_mut_ptr()) };
-        let buf = (r.taken != 0).then(|| {
-            // SAFETY: taken != 0: the plugin wrote a RawBuffer to out and handed us its
-            // release (ABI contract of `take`).
-            unsafe { ReceivedBuffer::from_raw(out.assume_init()) }
-        });
-        (r.delivered, buf)
+    /// [`progress`](Self::progress), and the next message of `channel` may go to
+    /// `accept` (on this thread, at most once) instead of through
+    /// [`TransportEvents::message`]. As with a callback, every earlier message of
+    /// `channel` was delivered before, and no later one is until `accept` returns.
+    /// Returns the number of messages delivered, the one accepted included.
+    pub fn take<F: FnMut(ReceivedBuffer)>(&self, channel: u64, mut accept: F) -> usize {
+        unsafe extern "C" fn call<F: FnMut(ReceivedBuffer)>(ctx: *mut c_void, buf: RawBuffer) {
+            // SAFETY: the plugin hands over a buffer obeying the RawBuffer contract.
+            let buf = unsafe { ReceivedBuffer::from_raw(buf) };
+            // SAFETY: ctx is the `&mut F` made below, alive for the whole `take` call,
+            // within which the plugin calls this (ABI contract), on the same thread.
+            let f = unsafe { &mut *ctx.cast::<F>() };
+            let _ = catch_unwind(AssertUnwindSafe(|| f(buf)));
+        }
+        let sink = TakeSink {
+            ctx: (&mut accept as *mut F).cast(),
+            accept: call::<F>,
+        };
+        // SAFETY: live instance; sink's ctx outlives the call; the trampoline catches
+        // panics inside the plugin and `call` those of `accept`.
+        unsafe { (self.plugin.desc.vtable.take)(self.inst, channel, sink) }
     }
 
     /// Tells the transport that this thread stops calling [`progress`](Self::progress)

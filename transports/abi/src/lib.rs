@@ -75,7 +75,7 @@ pub use host::{ChannelClosed, Plugin, ReceivedBuffer, TransportEvents, Transport
 pub use loader::{
     discover, discover_default, load_file, search_path, Discovery, PLUGIN_PATH_VAR, PLUGIN_PREFIX,
 };
-pub use plugin::{HostSink, PluginBuffer, Take, TransportPlugin};
+pub use plugin::{ChannelSink, HostSink, PluginBuffer, TransportPlugin};
 pub use pool::BufferPool;
 
 /// The README example, compiled and run as a doc test.

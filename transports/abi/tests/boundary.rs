@@ -86,12 +86,9 @@ fn panics_are_caught_at_the_boundary() {
     assert!(matches!(e, TransportError::Panicked(_)), "{e:?}");
     inst.close_channel(1); // panics inside; must not unwind into us
     assert_eq!(inst.progress(), 0, "a panicking progress delivers nothing");
-    let (n, taken) = inst.take(1);
-    assert_eq!(
-        (n, taken.is_none()),
-        (0, true),
-        "nor does the default take over it"
-    );
+    let mut given = 0;
+    let n = inst.take(1, |_| given += 1);
+    assert_eq!((n, given), (0, 0), "nor does the default take over it");
 }
 
 /// A transport that delivers only when the host calls `progress`.
@@ -151,8 +148,9 @@ fn progress_delivers_on_the_calling_thread() {
     inst.send(1, &[b"a", b"b"]).unwrap();
     assert_eq!(inst.progress(), 1);
     // A transport without a take path delivers through the callback there too.
-    let (n, taken) = inst.take(1);
-    assert_eq!((n, taken.is_none()), (1, true));
+    let mut given = 0;
+    let n = inst.take(1, |_| given += 1);
+    assert_eq!((n, given), (1, 0));
     assert_eq!(inst.progress(), 0);
     let got = events.0.lock().unwrap();
     let me = std::thread::current().id();
@@ -250,8 +248,9 @@ unsafe extern "C" fn count_release(_: *mut std::ffi::c_void) {
     TAKER_RELEASES.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
 }
 
-/// A transport whose `take` hands channel 7 its message directly and delivers one
-/// message of channel 8 through the callback first.
+/// A transport whose `take` hands channel 7 its message directly (trying a second one,
+/// which the sink refuses) and delivers one message of channel 8 through the callback
+/// first.
 struct Taker(HostSink);
 impl TransportPlugin for Taker {
     const NAME: &'static str = "taker";
@@ -271,7 +270,7 @@ impl TransportPlugin for Taker {
         Ok(())
     }
     fn close_channel(&self, _: u64) {}
-    fn take(&self, channel: u64) -> ipl_transport_abi::Take {
+    fn take(&self, channel: u64, sink: &mut ipl_transport_abi::ChannelSink<'_>) -> usize {
         self.0.message_owned(8, b"before".to_vec());
         let raw = ipl_transport_abi::ffi::RawBuffer {
             data: TAKER_BYTES.as_ptr(),
@@ -281,11 +280,16 @@ impl TransportPlugin for Taker {
         };
         // SAFETY: static bytes, and a release that only counts.
         let buf = unsafe { ipl_transport_abi::PluginBuffer::from_raw(raw) };
-        ipl_transport_abi::Take {
-            delivered: 1,
-            // Another channel's message is dropped here, which releases it.
-            message: (channel == 7).then_some(buf),
+        if channel != 7 {
+            return 1; // dropped here, which releases it
         }
+        assert!(!sink.given());
+        sink.give(buf).expect("the first message is taken");
+        assert!(sink.given());
+        let second = ipl_transport_abi::PluginBuffer::owned(b"second".to_vec());
+        let back = sink.give(second).expect_err("one message per call");
+        assert_eq!(back.len(), 6);
+        2
     }
     fn shutdown(&self) {}
 }
@@ -307,20 +311,26 @@ fn take_hands_the_message_over_and_the_host_releases_it_once() {
         .unwrap()
         .create("", log.clone())
         .unwrap();
-    let (n, taken) = inst.take(7);
-    assert_eq!(n, 1);
-    let buf = taken.expect("the message of channel 7");
-    assert_eq!(&buf[..], &TAKER_BYTES);
+    let mut kept = Vec::new();
+    let n = inst.take(7, |b| kept.push(b));
+    assert_eq!(n, 2);
+    assert_eq!(kept.len(), 1, "one message through the sink");
+    assert_eq!(&kept[0][..], &TAKER_BYTES);
     assert_eq!(log.0.lock().unwrap().as_slice(), &[(8, b"before".to_vec())]);
     assert_eq!(
         TAKER_RELEASES.load(SeqCst),
         0,
         "held while the host keeps it"
     );
-    drop(buf);
+    drop(kept);
     assert_eq!(TAKER_RELEASES.load(SeqCst), 1);
-    // Not handed over (another channel): the plugin side releases it itself.
-    let (_, taken) = inst.take(9);
-    assert!(taken.is_none());
+    // Not given (another channel): the plugin side releases it itself.
+    let mut given = 0;
+    assert_eq!(inst.take(9, |_| given += 1), 1);
+    assert_eq!(given, 0, "nothing for channel 9");
     assert_eq!(TAKER_RELEASES.load(SeqCst), 2);
+    // A sink that panics does not unwind into the plugin; the buffer is still released.
+    let n = inst.take(7, |_| panic!("the host's sink exploded"));
+    assert_eq!(n, 2);
+    assert_eq!(TAKER_RELEASES.load(SeqCst), 3);
 }

@@ -15,7 +15,8 @@ use std::time::{Duration, Instant};
 use ipl_transport_abi::channels::{ChannelTable, Route};
 use ipl_transport_abi::ffi::CloseCode;
 use ipl_transport_abi::{
-    Gate, HostSink, PluginBuffer, Take, TransportCapabilities, TransportError, TransportPlugin,
+    ChannelSink, Gate, HostSink, PluginBuffer, TransportCapabilities, TransportError,
+    TransportPlugin,
 };
 
 use crate::address::{socket_name, Address, HostId};
@@ -224,14 +225,15 @@ impl Inner {
     }
 
     /// Delivers everything that arrived on `link`, unless another thread is at it.
-    /// Returns the number of messages delivered through the host callback; and, when
-    /// `want` names a channel (by wire id), stops at that channel's next message and
-    /// returns it instead of delivering it (what came before it was delivered).
-    fn consume(&self, link: &Arc<Link>, want: Option<u64>) -> (usize, Option<PluginBuffer>) {
+    /// Returns the number of messages delivered. When `want` names a channel (by wire
+    /// id), that channel's next message goes to its sink instead of the host callback
+    /// (still under the ring's lock, so nothing later of the channel overtakes it), and
+    /// the consumption stops there.
+    fn consume(&self, link: &Arc<Link>, mut want: Option<(u64, &mut ChannelSink<'_>)>) -> usize {
         let mut rx = match link.rx.try_lock() {
             Ok(g) => g,
             Err(TryLockError::Poisoned(p)) => p.into_inner(),
-            Err(TryLockError::WouldBlock) => return (0, None),
+            Err(TryLockError::WouldBlock) => return 0,
         };
         let mut n = 0;
         let mut taken_since_publish = 0u32;
@@ -240,15 +242,22 @@ impl Inner {
         // it is closed, messages are released undelivered. A message of `want` goes
         // back to the caller, which needs no callback (nor the gate).
         let mut entered = None;
-        let mut hand = |ch: u64, wire: u64, buf: PluginBuffer| -> Option<PluginBuffer> {
-            if want == Some(wire) {
-                return Some(buf);
+        // Delivers one message; true when it went to `want`'s sink.
+        let mut hand = |ch: u64, wire: u64, mut buf: PluginBuffer| -> bool {
+            if let Some((_, sink)) = want.as_mut().filter(|(w, _)| *w == wire) {
+                match sink.give(buf) {
+                    Ok(()) => {
+                        n += 1;
+                        return true;
+                    }
+                    Err(b) => buf = b,
+                }
             }
             if entered.get_or_insert_with(|| self.gate.enter()).is_some() {
                 self.host.message(ch, buf);
                 n += 1;
             }
-            None
+            false
         };
         loop {
             // The sender learns how far we took slots after the batch (and every few
@@ -261,12 +270,12 @@ impl Inner {
                 Ok(Some(t)) => t,
                 Ok(None) => {
                     rx.ring.publish_read();
-                    return (n, None);
+                    return n;
                 }
                 Err(e) => {
                     drop(rx);
                     self.link_lost(link, &format!("peer broke the ring protocol: {e}"));
-                    return (n, None);
+                    return n;
                 }
             };
             taken_since_publish += 1;
@@ -276,7 +285,7 @@ impl Inner {
                     link.rx_shared.release(seq);
                 }
             };
-            let mut got = None;
+            let mut given = false;
             let violation = match c.kind {
                 Kind::Pad => None,
                 Kind::Open => self.on_open(link, c.channel),
@@ -289,7 +298,7 @@ impl Inner {
                         (Some(ch), Some(seq)) if taken.in_place => match rx.ring.payload_ptr(&c) {
                             Ok(ptr) => {
                                 let buf = in_place(&link.rx_shared, seq, ptr, c.len);
-                                got = hand(ch, c.channel, buf);
+                                given = hand(ch, c.channel, buf);
                             }
                             Err(_) => link.rx_shared.release(seq),
                         },
@@ -300,7 +309,7 @@ impl Inner {
                             let copied = rx.ring.copy_payload(&c, &mut v);
                             link.rx_shared.release(seq);
                             if copied.is_ok() {
-                                got = hand(ch, c.channel, PluginBuffer::owned(v));
+                                given = hand(ch, c.channel, PluginBuffer::owned(v));
                             }
                         }
                     }
@@ -326,7 +335,7 @@ impl Inner {
                             rx.partial = None;
                             if copied.is_ok() {
                                 if let Some(ch) = self.lookup(link, &mut rx, c.channel) {
-                                    got = hand(ch, c.channel, PluginBuffer::owned(v));
+                                    given = hand(ch, c.channel, PluginBuffer::owned(v));
                                 }
                             }
                         } else if let Some(p) = rx.partial.as_mut() {
@@ -339,11 +348,11 @@ impl Inner {
             if let Some(why) = violation {
                 drop(rx);
                 self.link_lost(link, &format!("peer broke the ring protocol: {why}"));
-                return (n, None);
+                return n;
             }
-            if got.is_some() {
+            if given {
                 rx.ring.publish_read();
-                return (n, got);
+                return n;
             }
         }
     }
@@ -426,7 +435,7 @@ impl Inner {
         let mut busy = false;
         for l in links {
             if l.rx_shared.has_pending() {
-                n += self.consume(l, None).0;
+                n += self.consume(l, None);
                 busy |= l.rx_shared.has_pending() && l.is_alive();
             }
         }
@@ -522,7 +531,7 @@ impl Inner {
                         && start.elapsed() < Duration::from_secs(1)
                         && !self.stopping.load(Ordering::SeqCst)
                     {
-                        if self.consume(l, None).0 == 0 {
+                        if self.consume(l, None) == 0 {
                             thread::yield_now();
                         }
                     }
@@ -551,29 +560,26 @@ impl ShmTransport {
 }
 
 impl ShmTransport {
-    /// Receiver-driven progress: delivers what arrived on every link; with `channel`,
-    /// that channel's link is consumed first, up to the channel's next message, which
-    /// is returned instead of delivered.
-    fn take_from(&self, channel: Option<u64>) -> Take {
+    /// Receiver-driven progress: delivers what arrived on every link; with `want`
+    /// (a channel and its sink), that channel's link is consumed first, up to the
+    /// channel's next message, which goes to the sink.
+    fn take_from(&self, want: Option<(u64, &mut ChannelSink<'_>)>) -> usize {
         let inner = &*self.inner;
-        let none = Take {
-            delivered: 0,
-            message: None,
-        };
         // One look at each ring under the read lock (a few loads when nothing arrived).
         if !read_lock(&inner.links)
             .iter()
             .any(|l| l.rx_shared.has_pending())
         {
-            return none;
+            return 0;
         }
         let mut delivered = 0;
-        if let Some(route) = channel.and_then(|c| inner.route(c).ok()) {
-            if route.link.rx_shared.has_pending() {
-                let (n, message) = inner.consume(&route.link, Some(route.wire_in()));
-                delivered += n;
-                if message.is_some() {
-                    return Take { delivered, message };
+        if let Some((channel, sink)) = want {
+            if let Ok(route) = inner.route(channel) {
+                if route.link.rx_shared.has_pending() {
+                    delivered += inner.consume(&route.link, Some((route.wire_in(), &mut *sink)));
+                    if sink.given() {
+                        return delivered;
+                    }
                 }
             }
         }
@@ -581,12 +587,12 @@ impl ShmTransport {
         // outside the lock (a host callback may lead to `link_lost`, which takes the
         // write lock).
         let links = Arc::clone(&*read_lock(&inner.links));
-        delivered += links
-            .iter()
-            .filter(|l| l.rx_shared.has_pending())
-            .map(|l| inner.consume(l, None).0)
-            .sum::<usize>();
-        Take { delivered, ..none }
+        delivered
+            + links
+                .iter()
+                .filter(|l| l.rx_shared.has_pending())
+                .map(|l| inner.consume(l, None))
+                .sum::<usize>()
     }
 }
 
@@ -711,11 +717,11 @@ impl TransportPlugin for ShmTransport {
     }
 
     fn progress(&self) -> usize {
-        self.take_from(None).delivered
+        self.take_from(None)
     }
 
-    fn take(&self, channel: u64) -> Take {
-        self.take_from(Some(channel))
+    fn take(&self, channel: u64, sink: &mut ChannelSink<'_>) -> usize {
+        self.take_from(Some((channel, sink)))
     }
 
     fn shutdown(&self) {

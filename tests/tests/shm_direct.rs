@@ -1,0 +1,94 @@
+//! A receive port over shm takes its one connection's messages straight from the ring
+//! (`take`) while the endpoint's own thread may deliver others into the port's queue:
+//! whatever path each message takes, every sender's messages come out in order, once.
+
+use std::time::Duration;
+
+use ipl::{EmbeddedRegistry, Ibis, PortCapabilities as P, PortType};
+use ipl_auth::PoolSecret;
+
+const WAIT: Duration = Duration::from_secs(30);
+
+fn port_type() -> PortType {
+    PortType::new(
+        P::CONNECTION_MANY_TO_ONE
+            | P::RECEIVE_EXPLICIT
+            | P::RECEIVE_TIMEOUT
+            | P::SERIALIZATION_DATA
+            | P::COMMUNICATION_RELIABLE
+            | P::COMMUNICATION_FIFO,
+    )
+    .unwrap()
+}
+
+fn member(reg: &EmbeddedRegistry, secret: &PoolSecret, t: PortType) -> Ibis {
+    Ibis::builder()
+        .pool("shm-direct")
+        .registry(reg)
+        .secret(secret.clone())
+        .prefer_transport("shm")
+        // The endpoint thread is woken at once for every message a sleeping receiver
+        // misses, so it competes with the receiver's own takes.
+        .transport_config("shm.wait=block")
+        .port_type(t)
+        .build()
+        .unwrap()
+}
+
+#[test]
+fn one_connection_then_two_keep_each_senders_order_whichever_path_delivers() {
+    ipl::register_static_plugin(&ipl_transport_shm::PLUGIN);
+    let t = port_type();
+    let secret = PoolSecret::generate().unwrap();
+    let reg = EmbeddedRegistry::new();
+    let rx = member(&reg, &secret, t);
+    let tx = member(&reg, &secret, t);
+    assert_eq!(rx.transport_for(&t).unwrap(), "shm");
+    let rp = rx.create_receive_port(&t, "inbox").unwrap();
+    rp.enable_connections();
+    const N: u64 = 3000;
+    std::thread::scope(|sc| {
+        let send = |name: &'static str, tag: u64| {
+            let tx = &tx;
+            let rx_id = rx.identifier().clone();
+            move || {
+                let mut sp = tx.create_send_port(&t, name).unwrap();
+                sp.connect_to(&rx_id, "inbox", WAIT).unwrap();
+                for i in 0..N {
+                    let mut w = sp.new_message().unwrap();
+                    w.write_u64(tag).unwrap();
+                    w.write_u64(i).unwrap();
+                    w.finish().unwrap();
+                    // Pauses let the receiver catch up and wait (and take).
+                    if i % 4 == 0 {
+                        std::thread::sleep(Duration::from_micros(20));
+                    }
+                }
+                sp.close();
+            }
+        };
+        // First one sender (the direct path), a second one joins part way.
+        let first = sc.spawn(send("first", 0));
+        let mut next = [0u64; 2];
+        let mut second = None;
+        while next.iter().sum::<u64>() < 2 * N {
+            if next[0] == N / 3 && second.is_none() {
+                second = Some(sc.spawn(send("second", 1)));
+            }
+            let mut m = rp.receive_timeout(WAIT).unwrap();
+            let (tag, i) = (m.read_u64().unwrap(), m.read_u64().unwrap());
+            m.finish();
+            let tag = usize::try_from(tag).unwrap();
+            assert_eq!(i, next[tag], "sender {tag}: message {i} out of order");
+            next[tag] += 1;
+            // Now and then the receiver is slow: the sender's messages go to the
+            // endpoint thread and the queue, and later ones to the take again.
+            if i % 97 == 0 {
+                std::thread::sleep(Duration::from_micros(300));
+            }
+        }
+        first.join().unwrap();
+        second.unwrap().join().unwrap();
+    });
+    assert_eq!(rp.queued(), 0);
+}
