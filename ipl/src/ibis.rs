@@ -56,12 +56,6 @@ struct Slot {
     live: Weak<TransportInstance>,
 }
 
-/// The polled transports a receiver drives, gathered without allocating: an instance
-/// has one slot per transport, and the few that deliver through receiver-driven
-/// progress fit inline.
-/// Each with its transport slot.
-pub(crate) type PolledInstances = smallvec::SmallVec<[(usize, Arc<TransportInstance>); 4]>;
-
 pub(crate) struct IbisShared {
     ident: IbisIdentifier,
     slots: Vec<Slot>,
@@ -77,29 +71,14 @@ impl IbisShared {
         self.slots.get(slot).map(|s| s.name).unwrap_or("?")
     }
 
-    /// Whether transport `slot` delivers through receiver-driven progress.
-    pub(crate) fn is_polled(&self, slot: usize) -> bool {
-        self.slots.get(slot).is_some_and(|s| s.polled)
-    }
-
-    /// The live transports that deliver through receiver-driven progress, for a receiver
-    /// that is about to poll. Kept on the stack (a receive gathers them once per call,
-    /// and an allocation would cost as much as a third of a shared-memory round trip).
-    /// Only the slots in `mask` (bit i: slot i), those a port's connections use.
-    pub(crate) fn polled_instances(&self, mask: u64) -> PolledInstances {
-        let mut out = PolledInstances::new();
-        // The set bits only (usually one), not every slot.
-        let mut bits = mask;
-        while bits != 0 {
-            let i = bits.trailing_zeros() as usize;
-            bits &= bits - 1;
-            if let Some(s) = self.slots.get(i).filter(|s| s.polled) {
-                if let Some(inst) = s.live.upgrade() {
-                    out.push((i, inst));
-                }
-            }
-        }
-        out
+    /// Per transport slot, the instance if it delivers through receiver-driven
+    /// progress: what a receive port keeps to poll its connections' transports without
+    /// going through the Ibis instance (see `PortShared::polled_instances`).
+    pub(crate) fn polled_transports(&self) -> Vec<Option<Weak<TransportInstance>>> {
+        self.slots
+            .iter()
+            .map(|s| s.polled.then(|| s.live.clone()))
+            .collect()
     }
 
     fn instance(&self, slot: usize) -> std::result::Result<Arc<TransportInstance>, TransportError> {
@@ -822,6 +801,7 @@ impl ReceivePortBuilder<'_> {
             ident,
             t,
             Arc::downgrade(sh),
+            sh.polled_transports(),
             self.connect_upcall,
         ));
         {

@@ -14,11 +14,12 @@ use ipl_transport_abi::ReceivedBuffer;
 
 use crate::capabilities::PortCapabilities;
 use crate::error::{IplError, Result};
-use crate::ibis::{ChannelKey, IbisShared, PolledInstances};
+use crate::ibis::{ChannelKey, IbisShared};
 use crate::identifiers::{ReceivePortIdentifier, SendPortIdentifier};
 use crate::message::ReadMessage;
 use crate::port_type::PortType;
 use crate::protocol::{self, Control, RejectReason};
+use ipl_transport_abi::TransportInstance;
 
 /// Why a connection ended.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -69,6 +70,11 @@ pub(crate) struct Incoming {
     buf: ReceivedBuffer,
 }
 
+/// The polled transports a receiver drives, gathered without allocating: an instance
+/// has one slot per transport, and the few that deliver through receiver-driven
+/// progress fit inline. Each with its transport slot.
+type PolledInstances = smallvec::SmallVec<[(usize, Arc<TransportInstance>); 4]>;
+
 #[derive(Default)]
 struct PortState {
     /// Threads waiting on the port's condition variable: a notify is a system call
@@ -103,6 +109,10 @@ pub(crate) struct PortShared {
     /// those (a port whose connections are all on, say, TCP keeps yielding to the
     /// transport's threads, and a shared-memory port does not pay for QUIC's socket).
     polled: std::sync::atomic::AtomicU64,
+    /// Per transport slot of the Ibis instance, the transport if it delivers through
+    /// receiver-driven progress (fixed when the instance is built; an upgrade fails once
+    /// the instance ended).
+    transports: Vec<Option<Weak<TransportInstance>>>,
     /// The port's one connection, when it has exactly one and it came over a transport
     /// with receiver-driven progress: a waiting receive asks that transport for this
     /// channel's next message directly (`TransportInstance::take`) instead of having it
@@ -151,6 +161,7 @@ impl PortShared {
         ident: ReceivePortIdentifier,
         port_type: PortType,
         ibis: Weak<IbisShared>,
+        transports: Vec<Option<Weak<TransportInstance>>>,
         connect_upcall: Option<Box<dyn ReceivePortConnectUpcall>>,
     ) -> Self {
         PortShared {
@@ -162,10 +173,27 @@ impl PortShared {
             ready: AtomicBool::new(false),
             spin_ns: std::sync::atomic::AtomicU64::new(spin_budget().as_nanos() as u64),
             polled: std::sync::atomic::AtomicU64::new(0),
+            transports,
             direct_slot: std::sync::atomic::AtomicUsize::new(usize::MAX),
             direct_chan: std::sync::atomic::AtomicU64::new(0),
             connect_upcall,
         }
+    }
+
+    /// The live transports with receiver-driven progress that this port's connections
+    /// use (`polled`), for a receiver about to poll: on the stack, and only the set bits
+    /// of the mask (usually one).
+    fn polled_instances(&self) -> PolledInstances {
+        let mut out = PolledInstances::new();
+        let mut bits = self.polled.load(Ordering::Relaxed);
+        while bits != 0 {
+            let i = bits.trailing_zeros() as usize;
+            bits &= bits - 1;
+            if let Some(inst) = self.transports.get(i).and_then(|w| w.as_ref()?.upgrade()) {
+                out.push((i, inst));
+            }
+        }
+        out
     }
 
     /// Recomputes the direct channel (see `direct_slot`) after the connections changed.
@@ -244,7 +272,7 @@ impl PortShared {
         let origin = Arc::new(origin.clone());
         if key.0 < 64
             && self.polled.load(Ordering::Relaxed) & (1 << key.0) == 0
-            && self.ibis.upgrade().is_some_and(|i| i.is_polled(key.0))
+            && self.transports.get(key.0).is_some_and(Option::is_some)
         {
             self.polled.fetch_or(1 << key.0, Ordering::Relaxed);
         }
@@ -446,15 +474,7 @@ impl PortShared {
                 let until = s + timeout.map_or(budget, |d| d.min(budget));
                 t < until
             };
-            let mask = self.polled.load(Ordering::Relaxed);
-            let polled = if mask != 0 {
-                self.ibis
-                    .upgrade()
-                    .map(|i| i.polled_instances(mask))
-                    .unwrap_or_default()
-            } else {
-                PolledInstances::default()
-            };
+            let polled = self.polled_instances();
             if polled.is_empty() {
                 while !self.ready.load(Ordering::Acquire) && keep_polling() {
                     std::thread::yield_now();
@@ -650,12 +670,8 @@ impl ReceivePort {
         self.need(PortCapabilities::RECEIVE_POLL, "receive.poll")?;
         if !self.shared.ready.load(Ordering::Acquire) {
             // Give receiver-driven transports one chance to deliver.
-            let ibis = self.shared.ibis.upgrade();
-            let mask = self.shared.polled.load(Ordering::Relaxed);
-            if let Some(ibis) = ibis.filter(|_| mask != 0) {
-                for (_, t) in ibis.polled_instances(mask) {
-                    t.progress();
-                }
+            for (_, t) in self.shared.polled_instances() {
+                t.progress();
             }
             if !self.shared.ready.load(Ordering::Acquire) {
                 return Ok(None);
