@@ -206,8 +206,11 @@ fn a_sender_blocked_on_a_peer_that_dies_gets_an_error() {
     log.until("the victim connects", |e| e.opened.len() == 1);
     let ch = log.events().opened[0];
     // The victim keeps every buffer: its 64 KiB ring fills up and the sender blocks.
+    // The endpoint stays ours: were the sender's the last handle, its end would destroy
+    // the endpoint, which may then close before it reports the loss.
+    let me = std::sync::Arc::new(me);
     let sender = std::thread::spawn({
-        let me = std::sync::Arc::new(me);
+        let me = me.clone();
         move || {
             let chunk = vec![3u8; 4000];
             let mut sent = 0u64;
