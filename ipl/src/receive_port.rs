@@ -10,7 +10,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use ipl_serialization::MessageReader;
-use ipl_transport_abi::ReceivedBuffer;
+use ipl_transport_abi::{ReceivedBuffer, TransportInstance};
 
 use crate::capabilities::PortCapabilities;
 use crate::error::{IplError, Result};
@@ -19,7 +19,6 @@ use crate::identifiers::{ReceivePortIdentifier, SendPortIdentifier};
 use crate::message::ReadMessage;
 use crate::port_type::PortType;
 use crate::protocol::{self, Control, RejectReason};
-use ipl_transport_abi::TransportInstance;
 
 /// Why a connection ended.
 #[derive(Clone, Debug, PartialEq, Eq)]
