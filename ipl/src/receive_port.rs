@@ -125,7 +125,9 @@ pub(crate) struct PortShared {
 
 /// How long a blocking receive polls before it sleeps (the thesis's "poll for about two
 /// latencies, then yield"): waking a sleeping thread costs 11-12 us on this kind of
-/// machine, more than a whole in-process round trip. `IPL_SPIN_US` overrides it.
+/// machine, more than a whole in-process round trip. `IPL_SPIN_US` overrides it; 0
+/// switches polling and its learning off, so that a receiver sleeps at once (for a
+/// machine with more busy threads than CPUs, and to measure blocking).
 /// The longest poll a port learns from the waits it sees (see `next`); a message that
 /// comes later than this halves the budget instead.
 const LEARN_LIMIT: Duration = Duration::from_micros(200);
@@ -463,8 +465,9 @@ impl PortShared {
         let mut now: Option<Instant> = None;
         // A message the transport handed to this thread directly.
         let mut taken: Option<ReadMessage> = None;
-        if !self.ready.load(Ordering::Acquire) {
-            let budget = Duration::from_nanos(self.spin_ns.load(Ordering::Relaxed));
+        let budget = Duration::from_nanos(self.spin_ns.load(Ordering::Relaxed));
+        // A zero budget (`IPL_SPIN_US=0`) does not poll at all: the receiver sleeps at once.
+        if !budget.is_zero() && !self.ready.load(Ordering::Acquire) {
             // Reads the clock; false once the poll budget (or the timeout) is spent.
             let mut keep_polling = || {
                 let t = Instant::now();
@@ -526,7 +529,10 @@ impl PortShared {
         let mut slept = false;
         let adapt = |got: bool, waited: Duration| {
             let budget = Duration::from_nanos(self.spin_ns.load(Ordering::Relaxed));
-            let next = if got && waited <= max {
+            let next = if max.is_zero() {
+                // Polling is switched off (`IPL_SPIN_US=0`): nothing is learned.
+                Duration::ZERO
+            } else if got && waited <= max {
                 max
             } else if got && awaits_reply && waited <= LEARN_LIMIT {
                 // About two latencies of what this port waits for, at least the

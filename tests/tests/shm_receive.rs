@@ -1,7 +1,11 @@
-//! A receive port over shm takes its one connection's messages straight from the ring
-//! (`take`) while the endpoint's own thread may deliver others into the port's queue:
-//! whatever path each message takes, every sender's messages come out in order, once.
+//! The ways a message over shm reaches a waiting receiver:
+//! - a receive port takes its one connection's messages straight from the ring (`take`)
+//!   while the endpoint's own thread may deliver others into the port's queue: whatever
+//!   path each message takes, every sender's messages come out in order, once;
+//! - with polling switched off (`IPL_SPIN_US=0`), everything comes through the
+//!   endpoint's thread and a wake-up.
 
+use std::process::Command;
 use std::time::Duration;
 
 use ipl::{EmbeddedRegistry, Ibis, PortCapabilities as P, PortType};
@@ -22,6 +26,7 @@ fn port_type() -> PortType {
 }
 
 fn member(reg: &EmbeddedRegistry, secret: &PoolSecret, t: PortType) -> Ibis {
+    ipl::register_static_plugin(&ipl_transport_shm::PLUGIN);
     Ibis::builder()
         .pool("shm-direct")
         .registry(reg)
@@ -37,7 +42,6 @@ fn member(reg: &EmbeddedRegistry, secret: &PoolSecret, t: PortType) -> Ibis {
 
 #[test]
 fn one_connection_then_two_keep_each_senders_order_whichever_path_delivers() {
-    ipl::register_static_plugin(&ipl_transport_shm::PLUGIN);
     let t = port_type();
     let secret = PoolSecret::generate().unwrap();
     let reg = EmbeddedRegistry::new();
@@ -91,4 +95,74 @@ fn one_connection_then_two_keep_each_senders_order_whichever_path_delivers() {
         second.unwrap().join().unwrap();
     });
     assert_eq!(rp.queued(), 0);
+}
+
+/// Set for the child process of the test below.
+const CHILD: &str = "IBIS_TEST_NO_POLL_CHILD";
+
+#[test]
+fn without_polling_the_endpoint_thread_delivers_every_message() {
+    // The poll budget is read once per process: the ping-pong runs in a child.
+    let out = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "ping_pong_without_polling",
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env("IPL_SPIN_US", "0")
+        .env(CHILD, "1")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("ping-pong done: 200"), "{stdout}");
+}
+
+#[test]
+#[ignore = "helper: run by the test above with IPL_SPIN_US=0"]
+fn ping_pong_without_polling() {
+    if std::env::var(CHILD).is_err() {
+        return;
+    }
+    let t = port_type();
+    let secret = PoolSecret::generate().unwrap();
+    let reg = EmbeddedRegistry::new();
+    let a = member(&reg, &secret, t);
+    let b = member(&reg, &secret, t);
+    let a_in = a.create_receive_port(&t, "a-in").unwrap();
+    let b_in = b.create_receive_port(&t, "b-in").unwrap();
+    a_in.enable_connections();
+    b_in.enable_connections();
+    const N: u64 = 200;
+    std::thread::scope(|sc| {
+        sc.spawn(|| {
+            let mut to_a = b.create_send_port(&t, "to-a").unwrap();
+            to_a.connect_to(a.identifier(), "a-in", WAIT).unwrap();
+            for _ in 0..N {
+                let mut m = b_in.receive_timeout(WAIT).unwrap();
+                let i = m.read_u64().unwrap();
+                m.finish();
+                let mut w = to_a.new_message().unwrap();
+                w.write_u64(i + 1).unwrap();
+                w.finish().unwrap();
+            }
+        });
+        let mut to_b = a.create_send_port(&t, "to-b").unwrap();
+        to_b.connect_to(b.identifier(), "b-in", WAIT).unwrap();
+        for i in 0..N {
+            let mut w = to_b.new_message().unwrap();
+            w.write_u64(2 * i).unwrap();
+            w.finish().unwrap();
+            let mut m = a_in.receive_timeout(WAIT).unwrap();
+            assert_eq!(m.read_u64().unwrap(), 2 * i + 1);
+            m.finish();
+        }
+    });
+    println!("ping-pong done: {N}");
 }
