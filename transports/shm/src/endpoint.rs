@@ -557,9 +557,7 @@ impl ShmTransport {
             .iter()
             .any(|l| l.region.contains(ptr))
     }
-}
 
-impl ShmTransport {
     /// Receiver-driven progress: delivers what arrived on every link; with `want`
     /// (a channel and its sink), that channel's link is consumed first, up to the
     /// channel's next message, which goes to the sink.
@@ -587,12 +585,7 @@ impl ShmTransport {
         // outside the lock (a host callback may lead to `link_lost`, which takes the
         // write lock).
         let links = Arc::clone(&*read_lock(&inner.links));
-        delivered
-            + links
-                .iter()
-                .filter(|l| l.rx_shared.has_pending())
-                .map(|l| inner.consume(l, None))
-                .sum::<usize>()
+        delivered + inner.progress_all(&links).0
     }
 }
 
