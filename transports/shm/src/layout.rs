@@ -164,8 +164,8 @@ impl SlotHeader {
 /// The offset in a data area of `cap` bytes of position `pos`: `pos % cap` as a mask,
 /// for the power-of-two capacity every ring has ([`valid_capacity`]; a 64-bit division
 /// costs tens of cycles, and a message needs several offsets on each side). Whatever
-/// `cap` is, the result is below it, so a wrong capacity can misplace a slot but never
-/// reach outside the data area.
+/// nonzero `cap` is, the result is below it, so a wrong capacity can misplace a slot but
+/// never reach outside the data area.
 #[inline]
 pub fn ring_offset(pos: u64, cap: u64) -> u64 {
     pos & cap.wrapping_sub(1)
