@@ -162,8 +162,12 @@ fn parse_peer(v: &[String]) -> Res<(String, Args)> {
 enum Raw {
     /// A plain TCP socket (tcp and every transport without a baseline of its own).
     Tcp(TcpStream),
-    /// A spinning shared-memory ping-pong and stream (shm).
-    Shm(ipl_transport_shm::baseline::RawShm),
+    /// A spinning shared-memory ping-pong and stream (shm), and the transport's own
+    /// rings with nothing above them (the protocol floor).
+    Shm(
+        ipl_transport_shm::baseline::RawShm,
+        Box<ipl_transport_shm::bare_ring::BareRing>,
+    ),
     /// The measuring side of a plain quinn connection (quic).
     QuicClient(ipl_transport_quic::baseline::RawClient),
     /// The echoing side of a plain quinn connection (quic).
@@ -181,7 +185,11 @@ fn raw_kind(transport: &str) -> &'static str {
 
 fn raw_description(kind: &str) -> &'static str {
     match kind {
-        "shm" => "raw = spinning shared-memory ping-pong / stream, one copy per message",
+        "shm" => {
+            "raw = spinning shared-memory ping-pong / stream, one copy per message; \
+             rings alone = the transport's own rings (slot headers, credits, \
+             reclamation) spinning, with no endpoint, plugin boundary or IPL"
+        }
         "quic" => "raw = plain quinn ping-pong / stream (TLS 1.3), one tokio thread per side",
         _ => "raw = plain TCP socket, blocking reads, TCP_NODELAY",
     }
@@ -192,7 +200,7 @@ impl Raw {
     fn latency(&mut self, size: usize, iters: usize) -> Res<f64> {
         Ok(match self {
             Raw::Tcp(s) => raw_latency(s, size, iters)?,
-            Raw::Shm(r) => r.latency(size, iters)?,
+            Raw::Shm(r, _) => r.latency(size, iters)?,
             Raw::QuicClient(c) => c.latency(size, iters)?,
             Raw::QuicServer(_) => return Err("the echoing side cannot measure".into()),
         })
@@ -202,7 +210,7 @@ impl Raw {
     fn throughput(&mut self, size: usize, count: usize) -> Res<f64> {
         Ok(match self {
             Raw::Tcp(s) => raw_throughput(s, size, count)?,
-            Raw::Shm(r) => r.stream(size, count)?,
+            Raw::Shm(r, _) => r.stream(size, count)?,
             Raw::QuicClient(c) => c.throughput(size, count)?,
             Raw::QuicServer(_) => return Err("the echoing side cannot measure".into()),
         })
@@ -219,7 +227,7 @@ impl Raw {
                     s.write_all(&buf)?;
                 }
             }
-            Raw::Shm(r) => r.echo(size, iters)?,
+            Raw::Shm(r, _) => r.echo(size, iters)?,
             Raw::QuicServer(q) => q.echo(size, iters)?,
             Raw::QuicClient(_) => return Err("the measuring side cannot echo".into()),
         }
@@ -237,11 +245,28 @@ impl Raw {
                 }
                 s.write_all(&[1])?;
             }
-            Raw::Shm(r) => r.sink(size, count)?,
+            Raw::Shm(r, _) => r.sink(size, count)?,
             Raw::QuicServer(q) => q.sink(size, count)?,
             Raw::QuicClient(_) => return Err("the measuring side cannot sink".into()),
         }
         Ok(())
+    }
+
+    /// The measuring side of the protocol floor, where the transport has one (shm) and
+    /// a message of `size` bytes fits it: the mean round trip in us.
+    fn floor_latency(&mut self, size: usize, iters: usize) -> Res<Option<f64>> {
+        match self {
+            Raw::Shm(_, ring) if size <= ring.max_message() => Ok(Some(ring.latency(size, iters)?)),
+            _ => Ok(None),
+        }
+    }
+
+    /// The peer's half of [`Raw::floor_latency`].
+    fn floor_echo(&mut self, size: usize, iters: usize) -> Res<()> {
+        match self {
+            Raw::Shm(_, ring) if size <= ring.max_message() => Ok(ring.echo(size, iters)?),
+            _ => Ok(()),
+        }
     }
 }
 
@@ -249,7 +274,10 @@ impl Raw {
 /// where the baseline is, and what to finish once the peer runs.
 enum RawSetup {
     Tcp(TcpListener),
-    Shm(ipl_transport_shm::baseline::RawShm),
+    Shm(
+        ipl_transport_shm::baseline::RawShm,
+        Box<ipl_transport_shm::bare_ring::BareRing>,
+    ),
     /// The peer serves and prints `RAW <addr>` on its standard output.
     Quic,
 }
@@ -260,7 +288,18 @@ impl RawSetup {
             "shm" => {
                 let max = a.sizes.iter().copied().max().unwrap_or(1).max(8);
                 let (r, name) = ipl_transport_shm::baseline::RawShm::create(max)?;
-                (RawSetup::Shm(r), format!("shm:{name}"))
+                // The floor only for the sizes a latency run uses (a ring of 4x the
+                // largest message); throughput runs leave it out.
+                let floor_max = if a.cmd == "latency" && max <= 4 << 20 {
+                    max
+                } else {
+                    8
+                };
+                let (ring, ring_name) = ipl_transport_shm::bare_ring::BareRing::create(floor_max)?;
+                (
+                    RawSetup::Shm(r, Box::new(ring)),
+                    format!("shm:{name},{ring_name}"),
+                )
             }
             "quic" => (RawSetup::Quic, "quic".into()),
             _ => {
@@ -278,9 +317,10 @@ impl RawSetup {
                 sock.set_nodelay(true)?;
                 Raw::Tcp(sock)
             }
-            RawSetup::Shm(r) => {
+            RawSetup::Shm(r, ring) => {
                 r.wait_peer()?;
-                Raw::Shm(r)
+                ring.wait_peer()?;
+                Raw::Shm(r, ring)
             }
             RawSetup::Quic => {
                 let addr = peer_raw_addr
@@ -302,7 +342,15 @@ fn raw_peer(spec: &str) -> Res<Raw> {
             s.set_nodelay(true)?;
             Raw::Tcp(s)
         }
-        Some(("shm", name)) => Raw::Shm(ipl_transport_shm::baseline::RawShm::open(name)?),
+        Some(("shm", names)) => {
+            let (raw, ring) = names
+                .split_once(',')
+                .ok_or("the shm baseline names two segments")?;
+            Raw::Shm(
+                ipl_transport_shm::baseline::RawShm::open(raw)?,
+                Box::new(ipl_transport_shm::bare_ring::BareRing::open(ring)?),
+            )
+        }
         None if spec == "quic" => {
             let (addr, server) = ipl_transport_quic::baseline::serve("127.0.0.1:0".parse()?)?;
             println!("RAW {addr}");
@@ -438,10 +486,17 @@ fn measure(a: &Args) -> Res<()> {
     let mut raw_v = vec![Vec::new(); n];
     let mut ipl_v = vec![Vec::new(); n];
     let mut ratio_v = vec![Vec::new(); n];
+    // The protocol floor (shm latency): its round trips and its ratios to raw.
+    let mut floor_v = vec![Vec::new(); n];
+    let mut floor_ratio_v = vec![Vec::new(); n];
     for _ in 0..a.repeat {
         for (i, &size) in a.sizes.iter().enumerate() {
             let (r, x) = if a.cmd == "latency" {
                 let r = raw.latency(size, iters_for(&a, size))?;
+                if let Some(f) = raw.floor_latency(size, iters_for(&a, size))? {
+                    floor_v[i].push(f);
+                    floor_ratio_v[i].push(f / r.max(1e-9));
+                }
                 let x = us(stats(&mut ipl_latency(
                     &rp,
                     &mut sp,
@@ -504,6 +559,33 @@ fn measure(a: &Args) -> Res<()> {
             unit: "x",
             what: format!("IPL / raw, {size} B (range {})", spread(&ratio_v[i])),
         });
+        if !floor_v[i].is_empty() {
+            let floor_m = median(&floor_v[i]);
+            figures.push(Figure {
+                name: format!("floor.{kind}.{tn}.{size}B.{suffix}"),
+                value: floor_m,
+                unit,
+                what: format!(
+                    "{tn} rings alone, {size} B round trip (range {})",
+                    spread(&floor_v[i])
+                ),
+            });
+            figures.push(Figure {
+                name: format!("ratio.floor.{kind}.{tn}.{size}B"),
+                value: median(&floor_ratio_v[i]),
+                unit: "x",
+                what: format!(
+                    "rings alone / raw, {size} B (range {})",
+                    spread(&floor_ratio_v[i])
+                ),
+            });
+            figures.push(Figure {
+                name: format!("ratio.ipl_over_floor.{kind}.{tn}.{size}B"),
+                value: ipl_m / floor_m.max(1e-9),
+                unit: "x",
+                what: format!("IPL / rings alone, {size} B (of the medians)"),
+            });
+        }
     }
     if let Raw::Tcp(sock) = &mut raw {
         sock.write_all(&u32::MAX.to_le_bytes())?;
@@ -656,6 +738,7 @@ fn peer(raw_spec: &str, a: &Args) -> Res<()> {
             // The raw phase of this size...
             if a.cmd == "latency" {
                 raw.echo(size, iters_for(a, size))?;
+                raw.floor_echo(size, iters_for(a, size))?;
             } else {
                 raw.sink(size, count_for(a, size))?;
             }

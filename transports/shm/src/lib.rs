@@ -51,9 +51,12 @@
 //! `shm.send_timeout_ms=` (default 60000).
 //!
 //! [`baseline`] is a plain spinning shared-memory ping-pong and stream between two
-//! processes: the raw limit benchmarks compare against.
+//! processes: the raw limit benchmarks compare against. [`bare_ring`] drives this
+//! transport's own rings between two processes with nothing above them: the floor that
+//! the ring protocol sets, between the raw limit and the IPL.
 
 pub mod address;
+pub mod bare_ring;
 pub mod baseline;
 mod buffer;
 mod chan_map;
