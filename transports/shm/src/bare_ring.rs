@@ -33,13 +33,12 @@
 
 use std::io;
 use std::os::fd::OwnedFd;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
 
-use crate::baseline::PATIENCE;
+use crate::baseline::{new_segment_file, PATIENCE};
 use crate::layout::{self, Kind, HEADER_LEN, MIN_CAPACITY, SEGMENT_HEADER};
 use crate::region::Region;
 use crate::ring::{Cursor, RingPlace, RingRx, RingTx};
@@ -124,15 +123,7 @@ impl BareRing {
     /// name to pass to [`open`](Self::open) in the other process.
     pub fn create(max_message: usize) -> io::Result<(BareRing, String)> {
         let cap = capacity_for(max_message.max(1))?;
-        let mut r = [0u8; 8];
-        getrandom::getrandom(&mut r).map_err(oob)?;
-        let path = PathBuf::from(format!("{PREFIX}{:016x}", u64::from_le_bytes(r)));
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&path)?;
+        let (path, file) = new_segment_file(PREFIX)?;
         let size = layout::segment_size(cap);
         let setup = || -> io::Result<BareRing> {
             file.set_len(size as u64)?;

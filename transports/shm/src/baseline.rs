@@ -74,15 +74,7 @@ impl RawShm {
     /// name to pass to [`open`](Self::open) in the other process.
     pub fn create(max_message: usize) -> io::Result<(RawShm, String)> {
         let max = max_message.max(1).div_ceil(64) * 64;
-        let mut r = [0u8; 8];
-        getrandom::getrandom(&mut r).map_err(|e| io::Error::other(e.to_string()))?;
-        let path = PathBuf::from(format!("/dev/shm/ipl-raw-{:016x}", u64::from_le_bytes(r)));
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&path)?;
+        let (path, file) = new_segment_file("/dev/shm/ipl-raw-")?;
         let size = segment_len(max);
         let setup = || -> io::Result<Region> {
             file.set_len(size as u64)?;
@@ -248,6 +240,21 @@ impl Drop for RawShm {
             let _ = std::fs::remove_file(p);
         }
     }
+}
+
+/// A new file for a benchmark segment, named `prefix` and 16 random hex digits, readable
+/// and writable by this user only; it must not exist yet.
+pub(crate) fn new_segment_file(prefix: &str) -> io::Result<(PathBuf, std::fs::File)> {
+    let mut r = [0u8; 8];
+    getrandom::getrandom(&mut r).map_err(|e| io::Error::other(e.to_string()))?;
+    let path = PathBuf::from(format!("{prefix}{:016x}", u64::from_le_bytes(r)));
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&path)?;
+    Ok((path, file))
 }
 
 /// Spins until `ok(word)`; a `TimedOut` error after [`PATIENCE`].
