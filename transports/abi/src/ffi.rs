@@ -13,7 +13,7 @@ use std::ffi::c_void;
 
 /// The ABI version this crate speaks. A plugin whose descriptor carries another version
 /// is refused by the loader before any of its functions is called.
-pub const ABI_VERSION: u32 = 4;
+pub const ABI_VERSION: u32 = 5;
 
 /// The magic number at the start of every [`PluginDescriptor`] ("IPL_TRNS"), so that a
 /// library exporting an unrelated symbol of the same name is recognised as not a plugin.
@@ -228,6 +228,20 @@ pub struct TransportVTable {
     /// before any later one can be. Returns the number of messages delivered, through
     /// the callback or the sink. A transport without such a path runs `progress`.
     pub take: unsafe extern "C" fn(inst: *mut c_void, channel: u64, sink: TakeSink) -> usize,
+    /// Parks the calling thread until the transport may have something to deliver
+    /// (ABI version 5): a message arrived for some channel, or [`interrupt`] was
+    /// called, or `timeout_ns` passed (spurious returns are allowed). It delivers
+    /// nothing itself: the host calls `take` or `progress` after it. So that a
+    /// receiver whose thread sleeps is woken by the sender's signal directly, instead
+    /// of by a transport thread that was woken first. Returns 1 when the transport
+    /// supports it (and waited), 0 at once when it does not (the host then sleeps on
+    /// its own and relies on the transport's threads).
+    ///
+    /// [`interrupt`]: Self::interrupt
+    pub wait: unsafe extern "C" fn(inst: *mut c_void, timeout_ns: u64) -> u32,
+    /// Makes every thread parked in `wait` return soon (ABI version 5): the host has
+    /// something for one of them from elsewhere (another transport, a closed port).
+    pub interrupt: unsafe extern "C" fn(inst: *mut c_void),
 }
 
 /// What the entry symbol returns: who the plugin is and its functions. Lives in static

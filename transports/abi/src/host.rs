@@ -506,6 +506,22 @@ impl TransportInstance {
         unsafe { (self.plugin.desc.vtable.take)(self.inst, channel, sink) }
     }
 
+    /// Parks this thread until the transport may have something to deliver, or
+    /// [`interrupt`](Self::interrupt) is called, or `timeout` passes (it may return
+    /// early); delivers nothing itself. False (at once) when the transport does not
+    /// support it: the caller must then sleep on its own.
+    pub fn wait(&self, timeout: Duration) -> bool {
+        let ns = u64::try_from(timeout.as_nanos()).unwrap_or(u64::MAX);
+        // SAFETY: live instance; the trampoline catches panics inside the plugin.
+        unsafe { (self.plugin.desc.vtable.wait)(self.inst, ns) != 0 }
+    }
+
+    /// Makes every thread parked in [`wait`](Self::wait) return soon.
+    pub fn interrupt(&self) {
+        // SAFETY: live instance; the trampoline catches panics inside the plugin.
+        unsafe { (self.plugin.desc.vtable.interrupt)(self.inst) }
+    }
+
     /// Tells the transport that this thread stops calling [`progress`](Self::progress)
     /// in a loop (it is about to sleep).
     pub fn progress_end(&self) {

@@ -70,6 +70,21 @@ pub trait TransportPlugin: Sized + Send + Sync + 'static {
         self.progress()
     }
 
+    /// Parks the calling thread until something may have arrived for any channel, or
+    /// [`interrupt`](Self::interrupt) is called, or `timeout` passes (returning early
+    /// for no reason is allowed); delivers nothing itself (the host calls
+    /// [`take`](Self::take) or [`progress`](Self::progress) after it). Returns true when
+    /// the transport supports it. The default returns false at once: the host then
+    /// sleeps on its own and the transport's threads deliver.
+    fn wait(&self, timeout: std::time::Duration) -> bool {
+        let _ = timeout;
+        false
+    }
+
+    /// Makes every thread parked in [`wait`](Self::wait) return soon. The default
+    /// does nothing.
+    fn interrupt(&self) {}
+
     /// Shuts the endpoint down (called by `destroy` before the value is dropped): every
     /// channel is reported lost to its peer, and no host callback may follow.
     fn shutdown(&self);
@@ -469,6 +484,29 @@ pub unsafe extern "C" fn take<T: TransportPlugin>(
     .unwrap_or(0)
 }
 
+/// Trampoline for `wait`.
+///
+/// # Safety
+/// `inst` is live.
+pub unsafe extern "C" fn wait<T: TransportPlugin>(inst: *mut c_void, timeout_ns: u64) -> u32 {
+    catch_unwind(AssertUnwindSafe(|| {
+        // SAFETY: inst is live (contract).
+        unsafe { instance::<T>(inst) }.wait(std::time::Duration::from_nanos(timeout_ns))
+    }))
+    .map_or(0, u32::from)
+}
+
+/// Trampoline for `interrupt`.
+///
+/// # Safety
+/// `inst` is live.
+pub unsafe extern "C" fn interrupt<T: TransportPlugin>(inst: *mut c_void) {
+    let _ = catch_unwind(AssertUnwindSafe(|| {
+        // SAFETY: inst is live (contract).
+        unsafe { instance::<T>(inst) }.interrupt()
+    }));
+}
+
 /// Declares `static $name: PluginDescriptor` for a type implementing
 /// [`TransportPlugin`]. Link it statically with [`Plugin::from_static`](crate::Plugin::from_static),
 /// or export it from a `cdylib` with [`export_plugin!`](crate::export_plugin).
@@ -497,6 +535,8 @@ macro_rules! declare_plugin {
                 progress: $crate::plugin::progress::<$ty>,
                 progress_end: $crate::plugin::progress_end::<$ty>,
                 take: $crate::plugin::take::<$ty>,
+                wait: $crate::plugin::wait::<$ty>,
+                interrupt: $crate::plugin::interrupt::<$ty>,
             },
         };
     };

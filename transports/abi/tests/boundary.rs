@@ -43,6 +43,12 @@ impl TransportPlugin for Wild {
     fn progress(&self) -> usize {
         panic!("progress exploded")
     }
+    fn wait(&self, _: Duration) -> bool {
+        panic!("wait exploded")
+    }
+    fn interrupt(&self) {
+        panic!("interrupt exploded")
+    }
     fn shutdown(&self) {}
 }
 
@@ -89,6 +95,11 @@ fn panics_are_caught_at_the_boundary() {
     let mut given = 0;
     let n = inst.take(1, |_| given += 1);
     assert_eq!((n, given), (0, 0), "nor does the default take over it");
+    assert!(
+        !inst.wait(Duration::from_secs(3600)),
+        "a panicking wait counts as no wait"
+    );
+    inst.interrupt(); // panics inside; must not unwind into us
 }
 
 /// A transport that delivers only when the host calls `progress`.
@@ -152,6 +163,9 @@ fn progress_delivers_on_the_calling_thread() {
     let n = inst.take(1, |_| given += 1);
     assert_eq!((n, given), (1, 0));
     assert_eq!(inst.progress(), 0);
+    // Without a wait of its own, a transport returns at once (an hour would hang here).
+    assert!(!inst.wait(Duration::from_secs(3600)));
+    inst.interrupt();
     let got = events.0.lock().unwrap();
     let me = std::thread::current().id();
     assert_eq!(got.as_slice(), &[(me, vec![2]), (me, vec![1])]);
@@ -187,6 +201,8 @@ fn copy_vtable() -> ipl_transport_abi::ffi::TransportVTable {
         progress: v.progress,
         progress_end: v.progress_end,
         take: v.take,
+        wait: v.wait,
+        interrupt: v.interrupt,
     }
 }
 
@@ -333,4 +349,71 @@ fn take_hands_the_message_over_and_the_host_releases_it_once() {
     let n = inst.take(7, |_| panic!("the host's sink exploded"));
     assert_eq!(n, 2);
     assert_eq!(TAKER_RELEASES.load(SeqCst), 3);
+}
+
+/// A transport whose `wait` parks until `interrupt` (or the timeout).
+#[derive(Default)]
+struct Parker {
+    state: std::sync::Mutex<(usize, u64)>, // (threads parked, interrupts)
+    cond: std::sync::Condvar,
+}
+impl TransportPlugin for Parker {
+    const NAME: &'static str = "parker";
+    const VERSION: &'static str = "0.1.0";
+    const CAPABILITIES: C = C::RELIABLE.union(C::POLLED);
+    const PRIORITY: i32 = 0;
+    fn create(_: &str, _: HostSink) -> Result<Self, TransportError> {
+        Ok(Parker::default())
+    }
+    fn local_address(&self) -> Vec<u8> {
+        Vec::new()
+    }
+    fn connect(&self, _: &[u8], _: Duration) -> Result<u64, TransportError> {
+        Ok(1)
+    }
+    fn send(&self, _: u64, _: &[&[u8]]) -> Result<(), TransportError> {
+        Ok(())
+    }
+    fn close_channel(&self, _: u64) {}
+    fn wait(&self, timeout: Duration) -> bool {
+        let mut st = self.state.lock().unwrap();
+        let seen = st.1;
+        st.0 += 1;
+        let (mut st, _) = self
+            .cond
+            .wait_timeout_while(st, timeout, |s| s.1 == seen)
+            .unwrap();
+        st.0 -= 1;
+        true
+    }
+    fn interrupt(&self) {
+        self.state.lock().unwrap().1 += 1;
+        self.cond.notify_all();
+    }
+    fn shutdown(&self) {}
+}
+ipl_transport_abi::declare_plugin!(static PARKER = Parker;);
+
+#[test]
+fn a_thread_parked_in_wait_returns_on_interrupt() {
+    let p = Plugin::from_static(&PARKER).unwrap();
+    let inst = Arc::new(p.create("", Arc::new(Sink)).unwrap());
+    let parked = {
+        let inst = Arc::clone(&inst);
+        std::thread::spawn(move || inst.wait(Duration::from_secs(3600)))
+    };
+    // Interrupt until the parked thread returns: an interrupt before it parked is not
+    // remembered by this plugin, so keep sending them (bounded).
+    for _ in 0..6000 {
+        if parked.is_finished() {
+            break;
+        }
+        inst.interrupt();
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(parked.join().unwrap(), "the plugin waited and said so");
+    assert!(
+        inst.wait(Duration::from_millis(1)),
+        "and times out by itself"
+    );
 }
