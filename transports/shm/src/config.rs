@@ -16,6 +16,9 @@ pub const DEFAULT_MAX_MESSAGE: usize = 1 << 30;
 pub const DEFAULT_SPIN_US: u64 = 10;
 /// Default `send_timeout_ms`: how long a sender waits for ring space.
 pub const DEFAULT_SEND_TIMEOUT: Duration = Duration::from_secs(60);
+/// Default `idle_check_ms`: how long the endpoint thread sleeps at most before it
+/// looks at the rings again, wake-up or not.
+pub const DEFAULT_IDLE_CHECK: Duration = Duration::from_secs(1);
 
 /// How the endpoint's receiving thread waits when the rings are empty.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -49,6 +52,10 @@ pub struct Config {
     pub spin: Duration,
     /// How long a send waits for ring space before it fails.
     pub send_timeout: Duration,
+    /// How long the endpoint thread sleeps at most without a wake-up: a safety net
+    /// that hides a lost wake-up as a delay of up to this long (tests raise it so
+    /// that a lost wake-up shows).
+    pub idle_check: Duration,
 }
 
 fn invalid(msg: String) -> TransportError {
@@ -76,6 +83,7 @@ impl Config {
             wait: WaitMode::SpinBlock,
             spin: Duration::from_micros(DEFAULT_SPIN_US),
             send_timeout: DEFAULT_SEND_TIMEOUT,
+            idle_check: DEFAULT_IDLE_CHECK,
         };
         for (key, value) in ipl_transport_abi::config::entries(text, "shm")? {
             match key {
@@ -107,6 +115,9 @@ impl Config {
                 "shm.send_timeout_ms" => {
                     c.send_timeout = Duration::from_millis(number(key, value, 1, 86_400_000)?)
                 }
+                "shm.idle_check_ms" => {
+                    c.idle_check = Duration::from_millis(number(key, value, 1, 86_400_000)?)
+                }
                 other => tracing::debug!(key = other, "shm config: ignoring unknown key"),
             }
         }
@@ -134,7 +145,7 @@ mod tests {
         assert_eq!(c.auth_context(), b"ipl-shm/");
         let c = Config::parse(&format!(
             "secret={S}\npool=p\nshm.ring_size=65536\nmax_message=10\nshm.wait=block\n\
-             shm.spin_us=0\nshm.send_timeout_ms=5"
+             shm.spin_us=0\nshm.send_timeout_ms=5\nshm.idle_check_ms=7"
         ))
         .unwrap();
         assert_eq!(c.ring_size, 65536);
@@ -142,6 +153,7 @@ mod tests {
         assert_eq!(c.wait, WaitMode::Block);
         assert_eq!(c.spin, Duration::ZERO);
         assert_eq!(c.send_timeout, Duration::from_millis(5));
+        assert_eq!(c.idle_check, Duration::from_millis(7));
         assert_eq!(c.auth_context(), b"ipl-shm/p");
     }
 
@@ -155,6 +167,7 @@ mod tests {
             format!("secret={S}\nshm.wait=sometimes"),
             format!("secret={S}\nmax_message=0"),
             format!("secret={S}\nshm.send_timeout_ms=x"),
+            format!("secret={S}\nshm.idle_check_ms=0"),
             format!("secret={S}\njunk"),
         ] {
             let e = Config::parse(&bad).unwrap_err();

@@ -26,15 +26,12 @@ use crate::config::{Config, WaitMode};
 use crate::handshake;
 use crate::layout::Kind;
 use crate::link::{Link, Pacing, RxState};
+use crate::park::Parking;
 use crate::{lock, read_lock, sys, write_lock};
 
 /// Bit 63 of a wire channel id: set when the sender of the slot is the side that
 /// opened the channel (as in the tcp transport), so the two directions never collide.
 pub use ipl_transport_abi::channels::OPENED_BY_SENDER;
-
-/// Longest sleep of the endpoint thread without any event: a safety net only (every
-/// event that matters wakes it).
-const IDLE_CHECK: Duration = Duration::from_secs(1);
 
 #[derive(Default)]
 struct Handshakes {
@@ -63,6 +60,11 @@ struct Inner {
     /// Wakes the endpoint thread (new link, shutdown).
     ctl: OwnedFd,
     handshakes: Mutex<Handshakes>,
+    /// Host threads parked in `wait`.
+    parking: Parking,
+    /// The endpoint thread is in (or about to enter) its `poll`. A parked host thread
+    /// that drains a wake-up byte must then wake it (see `wait`).
+    endpoint_asleep: AtomicBool,
 }
 
 /// A shared-memory endpoint (the plugin's instance type). See the crate documentation.
@@ -470,6 +472,9 @@ impl Inner {
                 WaitMode::SpinBlock | WaitMode::Block => None,
             };
             let announce = timeout.is_none();
+            // Before the announcement: a parked host thread that drains a byte this
+            // thread was to be woken by sees it (SeqCst, as the flags).
+            self.endpoint_asleep.store(true, Ordering::SeqCst);
             if announce {
                 for l in links.iter() {
                     l.rx_shared.set_sleeping(true);
@@ -478,6 +483,7 @@ impl Inner {
                     for l in links.iter() {
                         l.rx_shared.set_sleeping(false);
                     }
+                    self.endpoint_asleep.store(false, Ordering::SeqCst);
                     continue;
                 }
             }
@@ -496,7 +502,8 @@ impl Inner {
                     revents: 0,
                 });
             }
-            let ready = sys::poll(&mut fds, Some(timeout.unwrap_or(IDLE_CHECK)));
+            let ready = sys::poll(&mut fds, Some(timeout.unwrap_or(self.cfg.idle_check)));
+            self.endpoint_asleep.store(false, Ordering::SeqCst);
             if announce {
                 for l in links.iter() {
                     l.rx_shared.set_sleeping(false);
@@ -550,6 +557,12 @@ fn handshake_max_cap(cfg: &Config) -> usize {
 }
 
 impl ShmTransport {
+    /// Test hook: how many host threads are parked in `wait` now.
+    #[doc(hidden)]
+    pub fn parked_threads(&self) -> usize {
+        self.inner.parking.parked()
+    }
+
     /// Test hook: whether `ptr` lies inside a segment mapped by this endpoint.
     #[doc(hidden)]
     pub fn maps(&self, ptr: *const u8) -> bool {
@@ -636,6 +649,8 @@ impl TransportPlugin for ShmTransport {
             channels: ChannelTable::default(),
             ctl,
             handshakes: Mutex::new(Handshakes::default()),
+            parking: Parking::default(),
+            endpoint_asleep: AtomicBool::new(false),
         });
         let me = inner.clone();
         let thread = thread::Builder::new()
@@ -715,6 +730,72 @@ impl TransportPlugin for ShmTransport {
 
     fn take(&self, channel: u64, sink: &mut ChannelSink<'_>) -> usize {
         self.take_from(Some((channel, sink)))
+    }
+
+    /// Sleeps as the endpoint's thread does (announce on every ring, look again, `poll`
+    /// on the sockets), so that a sender's wake-up byte wakes this thread directly, and
+    /// on an eventfd of its own for `interrupt`. The endpoint's thread wakes too and
+    /// finds the slot taken, or takes it first (the host then gets it through the
+    /// callback).
+    fn wait(&self, timeout: Duration) -> bool {
+        let inner = &*self.inner;
+        if inner.stopping.load(Ordering::SeqCst) {
+            // Shutting down: the host must not keep coming back here.
+            return false;
+        }
+        let parked = match inner.parking.park() {
+            Ok(Some(p)) => p,
+            Ok(None) => return true,
+            Err(e) => {
+                tracing::debug!("shm: cannot park a thread: {e}");
+                return false;
+            }
+        };
+        let links = Arc::clone(&*read_lock(&inner.links));
+        for l in links.iter() {
+            l.rx_shared.set_sleeping(true);
+        }
+        if links.iter().any(|l| l.rx_shared.has_pending()) {
+            return true;
+        }
+        let mut fds = Vec::with_capacity(1 + links.len());
+        fds.push(libc::pollfd {
+            fd: parked.fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        });
+        for l in links.iter() {
+            fds.push(libc::pollfd {
+                fd: l.sock.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            });
+        }
+        if let Err(e) = sys::poll(&mut fds, Some(timeout)) {
+            tracing::debug!("shm: poll of a parked thread failed: {e}");
+        }
+        // Wake-up bytes: ours to drain as much as the endpoint thread's (a byte may also
+        // grant credits to a sender of this process). A closed socket is left to the
+        // endpoint thread, which reports the link lost.
+        let mut drained = false;
+        for (l, p) in links.iter().zip(&fds[1..]) {
+            if p.revents & libc::POLLIN != 0 && l.drain_socket() {
+                l.notify_credits();
+                drained = true;
+            }
+        }
+        // A sender wakes once per announcement (it takes the flag): a byte drained here
+        // may have been the endpoint thread's, which then sleeps on without an
+        // announcement and misses the next message. If it is in `poll`, wake it: it
+        // delivers what is pending and announces again.
+        if drained && inner.endpoint_asleep.load(Ordering::SeqCst) {
+            sys::eventfd_signal(&inner.ctl);
+        }
+        true
+    }
+
+    fn interrupt(&self) {
+        self.inner.parking.interrupt();
     }
 
     fn shutdown(&self) {

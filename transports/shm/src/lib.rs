@@ -66,6 +66,7 @@ mod endpoint;
 pub mod handshake;
 pub mod layout;
 mod link;
+mod park;
 pub mod producer;
 pub mod reclaim;
 pub mod region;

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use ipl_auth::PoolSecret;
-use ipl_transport_abi::{TransportCapabilities as C, TransportError};
+use ipl_transport_abi::{TransportCapabilities as C, TransportError, TransportInstance};
 
 #[test]
 fn descriptor_declares_a_polled_zero_copy_same_host_transport() {
@@ -316,4 +316,116 @@ fn shutdown_reports_channels_lost_to_the_peer() {
     let t0 = Instant::now();
     assert!(a.send(ch, &[b"x"]).is_err());
     assert!(t0.elapsed() < Duration::from_secs(30));
+}
+
+/// One thread parks in `b.wait` while `a` sends `msg` on `ch`, and takes it when woken;
+/// if the endpoint's thread delivers it first, the calling thread interrupts the parked
+/// one, as a receive port does. Returns the message if the parked thread took it.
+/// Each wait is bounded by PATIENCE, so a failure ends the test.
+fn park_for(
+    a: &TransportInstance,
+    ch: u64,
+    b: &TransportInstance,
+    lb: &Log,
+    inb: u64,
+    msg: &[u8],
+) -> Option<Vec<u8>> {
+    let before = lb.events().on(inb).len();
+    std::thread::scope(|sc| {
+        let parker = sc.spawn(|| {
+            let end = Instant::now() + PATIENCE;
+            loop {
+                assert!(b.wait(PATIENCE), "shm parks threads");
+                let mut got = None;
+                b.take(inb, |buf| got = Some(buf.to_vec()));
+                if got.is_some() || lb.events().on(inb).len() > before {
+                    return got;
+                }
+                assert!(Instant::now() < end, "no message after {PATIENCE:?}");
+            }
+        });
+        // Most likely parked by now; if not, it finds the message when it parks.
+        std::thread::sleep(Duration::from_millis(1));
+        a.send(ch, &[msg]).unwrap();
+        let end = Instant::now() + PATIENCE;
+        let mut interrupted = false;
+        while !parker.is_finished() && Instant::now() < end {
+            if !interrupted && lb.events().on(inb).len() > before {
+                b.interrupt();
+                interrupted = true;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        parker.join().unwrap()
+    })
+}
+
+#[test]
+fn a_thread_parked_in_wait_comes_back_for_a_message_and_for_an_interrupt() {
+    let s = PoolSecret::generate().unwrap();
+    // The sender wakes a sleeping receiver at once (no spin for a poller first).
+    let (a, _la) = endpoint(&format!("{}\nshm.wait=block", config(&s)));
+    let (b, lb) = endpoint(&config(&s));
+    let ch = connect(&a, &b);
+    let inb = lb.wait("the channel", |e| e.opened.len() == 1).opened[0];
+    // The parked thread and the endpoint's thread both sleep on the wake-up byte:
+    // whichever drains it first, the parked thread must come back, with the message or
+    // after the endpoint's thread delivered it.
+    let taken = park_for(&a, ch, &b, &lb, inb, b"wake up");
+    let ev = lb.events();
+    let delivered = ev.on(inb).into_iter().map(<[u8]>::to_vec);
+    let all: Vec<Vec<u8>> = taken.into_iter().chain(delivered).collect();
+    drop(ev);
+    assert_eq!(all, vec![b"wake up".to_vec()], "once, by one of the two");
+    // Nothing to deliver: only an interrupt ends the wait before PATIENCE.
+    std::thread::scope(|sc| {
+        let t0 = Instant::now();
+        let parker = sc.spawn(|| b.wait(PATIENCE));
+        while !parker.is_finished() && t0.elapsed() < PATIENCE {
+            b.interrupt();
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert!(parker.join().unwrap());
+        assert!(
+            t0.elapsed() < PATIENCE,
+            "the interrupt did not reach the thread"
+        );
+    });
+}
+
+#[test]
+fn a_parked_thread_that_drains_a_wake_up_leaves_the_endpoint_thread_able_to_deliver() {
+    // A sender wakes once per announcement. When a parked thread drains the byte, the
+    // endpoint's thread may sleep on with its announcement used up; it must still be
+    // woken for the next message, which only it can deliver once nobody is parked.
+    // Its periodic look at the rings would hide a lost wake-up as a delay: here it is
+    // set far beyond PATIENCE, so a lost one fails the test.
+    let s = PoolSecret::generate().unwrap();
+    let (a, _la) = endpoint(&format!("{}\nshm.wait=block", config(&s)));
+    let (b, lb) = endpoint(&format!("{}\nshm.idle_check_ms=3600000", config(&s)));
+    let ch = connect(&a, &b);
+    let inb = lb.wait("the channel", |e| e.opened.len() == 1).opened[0];
+    let mut taken = Vec::new();
+    const ROUNDS: u32 = 100;
+    for i in 0..ROUNDS {
+        taken.extend(park_for(&a, ch, &b, &lb, inb, &(2 * i).to_le_bytes()));
+        let next = (2 * i + 1).to_le_bytes();
+        a.send(ch, &[&next]).unwrap();
+        drop(
+            lb.wait("the endpoint thread to deliver with nobody parked", |e| {
+                e.on(inb).contains(&&next[..])
+            }),
+        );
+    }
+    // Every message once, by one path or the other.
+    let ev = lb.events();
+    let mut all: Vec<u32> = taken
+        .iter()
+        .map(Vec::as_slice)
+        .chain(ev.on(inb))
+        .map(|m| u32::from_le_bytes(m.try_into().unwrap()))
+        .collect();
+    drop(ev);
+    all.sort_unstable();
+    assert_eq!(all, (0..2 * ROUNDS).collect::<Vec<_>>());
 }
