@@ -2,8 +2,10 @@
 //! - a receive port takes its one connection's messages straight from the ring (`take`)
 //!   while the endpoint's own thread may deliver others into the port's queue: whatever
 //!   path each message takes, every sender's messages come out in order, once;
-//! - with polling switched off (`IPL_SPIN_US=0`), everything comes through the
-//!   endpoint's thread and a wake-up.
+//! - with polling switched off (`IPL_SPIN_US=0`), a receiver sleeps in the transport
+//!   (`wait`) and is woken by the sender's wake-up itself, racing the endpoint's thread
+//!   for the message; every message still comes through, and closing the port releases
+//!   a receiver that sleeps there.
 
 use std::process::Command;
 use std::time::Duration;
@@ -101,7 +103,7 @@ fn one_connection_then_two_keep_each_senders_order_whichever_path_delivers() {
 const CHILD: &str = "IBIS_TEST_NO_POLL_CHILD";
 
 #[test]
-fn without_polling_the_endpoint_thread_delivers_every_message() {
+fn without_polling_a_sleeping_receiver_gets_every_message_and_is_released_by_close() {
     // The poll budget is read once per process: the ping-pong runs in a child.
     let out = Command::new(std::env::current_exe().unwrap())
         .args([
@@ -122,6 +124,7 @@ fn without_polling_the_endpoint_thread_delivers_every_message() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(stdout.contains("ping-pong done: 200"), "{stdout}");
+    assert!(stdout.contains("released by close"), "{stdout}");
 }
 
 #[test]
@@ -165,4 +168,25 @@ fn ping_pong_without_polling() {
         }
     });
     println!("ping-pong done: {N}");
+
+    // A receiver that sleeps without a timeout is released by closing the port.
+    let (done_tx, done_rx) = std::sync::mpsc::channel();
+    std::thread::scope(|sc| {
+        sc.spawn(|| {
+            let r = b_in.receive().map(|_| ());
+            done_tx.send(r).unwrap();
+        });
+        // Time to fall asleep; the close must release it whether it sleeps yet or not.
+        std::thread::sleep(Duration::from_millis(200));
+        b_in.close(Some(Duration::ZERO));
+        match done_rx.recv_timeout(WAIT) {
+            Ok(Err(ipl::IplError::PortClosed)) => println!("released by close"),
+            Ok(other) => panic!("receive after close: {other:?}"),
+            Err(_) => {
+                // The receiver hangs: fail the test instead of waiting for it.
+                eprintln!("a receiver sleeping in the transport was not released by close");
+                std::process::exit(1);
+            }
+        }
+    });
 }
