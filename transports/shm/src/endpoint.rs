@@ -3,8 +3,8 @@
 //! and the endpoint thread that sleeps when nobody polls.
 
 use std::collections::HashMap;
-use std::os::fd::AsRawFd;
 use std::os::fd::OwnedFd;
+use std::os::fd::{AsRawFd, RawFd};
 use std::os::linux::net::SocketAddrExt;
 use std::os::unix::net::{SocketAddr as UnixAddr, UnixListener, UnixStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -487,21 +487,11 @@ impl Inner {
                     continue;
                 }
             }
-            fds.clear();
-            for fd in [self.ctl.as_raw_fd(), listener.as_raw_fd()] {
-                fds.push(libc::pollfd {
-                    fd,
-                    events: libc::POLLIN,
-                    revents: 0,
-                });
-            }
-            for l in links.iter() {
-                fds.push(libc::pollfd {
-                    fd: l.sock.as_raw_fd(),
-                    events: libc::POLLIN,
-                    revents: 0,
-                });
-            }
+            poll_set(
+                &mut fds,
+                &[self.ctl.as_raw_fd(), listener.as_raw_fd()],
+                &links,
+            );
             let ready = sys::poll(&mut fds, Some(timeout.unwrap_or(self.cfg.idle_check)));
             self.endpoint_asleep.store(false, Ordering::SeqCst);
             if announce {
@@ -554,6 +544,20 @@ impl Inner {
 /// default, whichever is larger (peers of one pool normally share a configuration).
 fn handshake_max_cap(cfg: &Config) -> usize {
     cfg.ring_size.max(crate::config::DEFAULT_RING_SIZE)
+}
+
+/// Fills `fds` with what a sleeping thread polls for input: `own` descriptors first,
+/// then the connection socket of each link, in the order of `links`.
+fn poll_set(fds: &mut Vec<libc::pollfd>, own: &[RawFd], links: &[Arc<Link>]) {
+    fds.clear();
+    let socks = links.iter().map(|l| l.sock.as_raw_fd());
+    for fd in own.iter().copied().chain(socks) {
+        fds.push(libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        });
+    }
 }
 
 impl ShmTransport {
@@ -759,18 +763,7 @@ impl TransportPlugin for ShmTransport {
             return true;
         }
         let mut fds = Vec::with_capacity(1 + links.len());
-        fds.push(libc::pollfd {
-            fd: parked.fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        });
-        for l in links.iter() {
-            fds.push(libc::pollfd {
-                fd: l.sock.as_raw_fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            });
-        }
+        poll_set(&mut fds, &[parked.fd()], &links);
         if let Err(e) = sys::poll(&mut fds, Some(timeout)) {
             tracing::debug!("shm: poll of a parked thread failed: {e}");
         }
