@@ -354,7 +354,8 @@ fn take_hands_the_message_over_and_the_host_releases_it_once() {
 /// A transport whose `wait` parks until `interrupt` (or the timeout).
 #[derive(Default)]
 struct Parker {
-    state: std::sync::Mutex<(usize, u64)>, // (threads parked, interrupts)
+    /// Interrupts so far.
+    interrupts: std::sync::Mutex<u64>,
     cond: std::sync::Condvar,
 }
 impl TransportPlugin for Parker {
@@ -376,18 +377,16 @@ impl TransportPlugin for Parker {
     }
     fn close_channel(&self, _: u64) {}
     fn wait(&self, timeout: Duration) -> bool {
-        let mut st = self.state.lock().unwrap();
-        let seen = st.1;
-        st.0 += 1;
-        let (mut st, _) = self
+        let n = self.interrupts.lock().unwrap();
+        let seen = *n;
+        let _ = self
             .cond
-            .wait_timeout_while(st, timeout, |s| s.1 == seen)
+            .wait_timeout_while(n, timeout, |n| *n == seen)
             .unwrap();
-        st.0 -= 1;
         true
     }
     fn interrupt(&self) {
-        self.state.lock().unwrap().1 += 1;
+        *self.interrupts.lock().unwrap() += 1;
         self.cond.notify_all();
     }
     fn shutdown(&self) {}
@@ -396,22 +395,25 @@ ipl_transport_abi::declare_plugin!(static PARKER = Parker;);
 
 #[test]
 fn a_thread_parked_in_wait_returns_on_interrupt() {
+    const PARK: Duration = Duration::from_secs(60);
     let p = Plugin::from_static(&PARKER).unwrap();
     let inst = Arc::new(p.create("", Arc::new(Sink)).unwrap());
+    let t0 = std::time::Instant::now();
     let parked = {
         let inst = Arc::clone(&inst);
-        std::thread::spawn(move || inst.wait(Duration::from_secs(3600)))
+        std::thread::spawn(move || inst.wait(PARK))
     };
     // Interrupt until the parked thread returns: an interrupt before it parked is not
-    // remembered by this plugin, so keep sending them (bounded).
-    for _ in 0..6000 {
-        if parked.is_finished() {
-            break;
-        }
+    // remembered by this plugin, so keep sending them (bounded by PARK).
+    while !parked.is_finished() && t0.elapsed() < PARK {
         inst.interrupt();
         std::thread::sleep(Duration::from_millis(10));
     }
     assert!(parked.join().unwrap(), "the plugin waited and said so");
+    assert!(
+        t0.elapsed() < PARK,
+        "the interrupt, not the timeout, ended the wait"
+    );
     assert!(
         inst.wait(Duration::from_millis(1)),
         "and times out by itself"

@@ -561,12 +561,6 @@ fn poll_set(fds: &mut Vec<libc::pollfd>, own: &[RawFd], links: &[Arc<Link>]) {
 }
 
 impl ShmTransport {
-    /// Test hook: how many host threads are parked in `wait` now.
-    #[doc(hidden)]
-    pub fn parked_threads(&self) -> usize {
-        self.inner.parking.parked()
-    }
-
     /// Test hook: whether `ptr` lies inside a segment mapped by this endpoint.
     #[doc(hidden)]
     pub fn maps(&self, ptr: *const u8) -> bool {

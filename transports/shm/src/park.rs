@@ -94,7 +94,8 @@ impl Parking {
     }
 
     /// Threads parked now (for tests).
-    pub(crate) fn parked(&self) -> usize {
+    #[cfg(test)]
+    fn parked(&self) -> usize {
         lock(&self.fds).waiting.len()
     }
 }
