@@ -22,8 +22,8 @@ use std::sync::mpsc;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use ibis_examples::members::PairPool;
-use ibis_examples::{report, stats, us, Figure};
+use ibis_bench::pair::PairPool;
+use ibis_bench::{report, stats, us, Figure};
 use ibis_rmi::{remote, Rmi, RmiError};
 use ipl::{Ibis, ReadMessage, ReceivePort, SendPort};
 use serde::{Deserialize, Serialize};
@@ -130,7 +130,7 @@ fn parse(v: &[String]) -> Args {
 }
 
 fn main() {
-    ibis_examples::init_logging();
+    ipl_tools::init_tracing("warn");
     let argv: Vec<String> = std::env::args().skip(1).collect();
     let r = if argv.first().map(String::as_str) == Some("__server") {
         server_process(&argv[1..])

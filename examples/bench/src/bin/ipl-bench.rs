@@ -32,9 +32,9 @@ use std::process::Stdio;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use ibis_examples::members::{connect_pair, PairPool};
-use ibis_examples::placement::Placement;
-use ibis_examples::{report, stats, us, Figure};
+use ibis_bench::pair::{connect_pair, PairPool};
+use ibis_bench::placement::Placement;
+use ibis_bench::{report, stats, us, Figure};
 use ipl::{
     EmbeddedRegistry, Ibis, PortCapabilities as P, PortType, ReceivePort, SendPort,
     TransportCapabilities as T,
@@ -130,7 +130,7 @@ fn to_argv(a: &Args) -> Vec<String> {
 }
 
 fn main() {
-    ibis_examples::init_logging();
+    ipl_tools::init_tracing("warn");
     let argv: Vec<String> = std::env::args().skip(1).collect();
     let result = match argv.first().map(String::as_str) {
         Some("list") => list(),

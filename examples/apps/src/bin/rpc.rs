@@ -41,7 +41,7 @@ struct Add {
 }
 
 fn main() -> ipl::Result<()> {
-    ibis_examples::init_logging();
+    ipl_tools::init_tracing("warn");
     let args: Vec<String> = std::env::args().collect();
     let clients: usize = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(4);
     let calls: usize = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(1000);

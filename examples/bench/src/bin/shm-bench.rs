@@ -2,7 +2,7 @@
 //! this host (this process and a re-executed copy of it).
 //!
 //! ```text
-//! cargo build --release -p ibis-examples --bin shm-bench && ./target/release/shm-bench [--iters N] [--count C] [--repeat R] [--modes spin,spin_block,block]
+//! cargo build --release -p ibis-bench --bin shm-bench && ./target/release/shm-bench [--iters N] [--count C] [--repeat R] [--modes spin,spin_block,block]
 //! ```
 //!
 //! Measures, in the same run:
@@ -18,7 +18,7 @@
 
 use std::process::{Command, Stdio};
 
-use ibis_examples::members::{connect_pair, PairPool};
+use ibis_bench::pair::{connect_pair, PairPool};
 use std::time::{Duration, Instant};
 
 use ipl::{Ibis, PortCapabilities as P, PortType};

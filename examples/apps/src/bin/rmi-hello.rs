@@ -26,7 +26,7 @@ impl Hello for Greeter {
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    ibis_examples::init_logging();
+    ipl_tools::init_tracing("warn");
     let who = std::env::args().nth(1).unwrap_or_else(|| "world".into());
     let registry = ipl::EmbeddedRegistry::new();
     let secret = ipl_auth::PoolSecret::generate()?;

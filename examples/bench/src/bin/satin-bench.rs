@@ -30,7 +30,7 @@
 //!   calling the spawning part: the price of that layout, which the compiler does not
 //!   find by itself (it saves six registers in every call, leaves included).
 
-use ibis_examples::{report, Figure};
+use ibis_bench::{report, Figure};
 use satin::apps::fib::{fib_seq, Fib};
 use satin::{Ctx, Job, Satin};
 use std::hint::black_box;

@@ -1,70 +1,13 @@
-//! Start-up of the examples whose members form an IPL pool (asp, tsp): under `ipl-run`
-//! one member per process, otherwise several members as threads of this process on an
-//! embedded registry; each learns its rank from the closed pool's join order.
+//! A pool of two processes for the benchmarks: a registry server in the measuring
+//! process, which is member 0, and a re-executed copy of the benchmark as member 1.
 
 use std::error::Error;
 use std::time::Duration;
 
-use ipl::{EmbeddedRegistry, Ibis, IbisBuilder, IbisCapabilities as C};
-
-/// The examples' error type.
-pub type Res<T> = Result<T, Box<dyn Error + Send + Sync>>;
+use ipl::{Ibis, IbisBuilder};
 
 /// The error type of the single-threaded benchmark drivers.
 pub type LocalRes<T> = Result<T, Box<dyn Error>>;
-
-/// This member's rank (its place in the closed pool's join order) and the pool size.
-pub fn rank_of(ibis: &Ibis) -> Res<(usize, usize)> {
-    ibis.registry()
-        .wait_until_pool_closed(Some(Duration::from_secs(120)))?;
-    let members = ibis.registry().members()?;
-    let rank = members
-        .iter()
-        .position(|m| m == ibis.identifier())
-        .ok_or("this member is not in the pool")?;
-    Ok((rank, members.len()))
-}
-
-/// Whether this process was started by `ipl-run` (as one member of a pool).
-pub fn under_ipl_run() -> bool {
-    std::env::var("IPL_POOL").is_ok_and(|v| !v.is_empty())
-}
-
-/// Runs `members` members as threads of this process, in a closed pool named after
-/// `name` and this process on a fresh embedded registry. Each builds its Ibis from
-/// `builder()` (with membership, elections and a closed world added) and runs
-/// `body(&ibis, rank, size)`; the results come back in thread order.
-pub fn in_process<T: Send>(
-    name: &str,
-    members: usize,
-    builder: impl Fn() -> IbisBuilder + Sync,
-    body: impl Fn(&Ibis, usize, usize) -> Res<T> + Sync,
-) -> Res<Vec<T>> {
-    let reg = EmbeddedRegistry::new();
-    let pool = format!("{name}-{}", std::process::id());
-    std::thread::scope(|s| {
-        let threads: Vec<_> = (0..members)
-            .map(|_| {
-                let (reg, pool, builder, body) = (reg.clone(), pool.clone(), &builder, &body);
-                s.spawn(move || -> Res<T> {
-                    let ibis = builder()
-                        .pool(pool)
-                        .registry(&reg)
-                        .capabilities(C::MEMBERSHIP | C::ELECTIONS | C::CLOSED_WORLD)
-                        .pool_size(members)
-                        .build()?;
-                    let (rank, size) = rank_of(&ibis)?;
-                    body(&ibis, rank, size)
-                })
-            })
-            .collect();
-        let mut outs = Vec::new();
-        for t in threads {
-            outs.push(t.join().map_err(|_| "a member panicked")??);
-        }
-        Ok(outs)
-    })
-}
 
 /// For a pool of two: creates the receive port `in` (connections enabled), waits for
 /// the pool to close, and connects a send port `out` to the other member's `in`.

@@ -1,21 +1,11 @@
-//! Shared helpers of the ibis-rs examples and micro-benchmarks: logging set-up and the
-//! report format every benchmark uses (a table for people, `name value unit` lines for
-//! scripts).
+//! The ibis-rs micro-benchmarks' shared parts: the report format every benchmark uses
+//! (a table for people, `name value unit` lines for scripts), sample statistics, the
+//! placement of two processes, and a pool of two processes.
 
-pub mod members;
+pub mod pair;
 pub mod placement;
 
 use std::time::Duration;
-
-/// Sets up `tracing` output on stderr, filtered by `RUST_LOG` (default: warnings).
-pub fn init_logging() {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .try_init();
-}
 
 /// One measured figure.
 #[derive(Debug, Clone)]

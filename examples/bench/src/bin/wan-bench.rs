@@ -3,7 +3,7 @@
 //! stack over plain TCP measured in the same run.
 //!
 //! ```text
-//! cargo build --release -p ipl-plugin-wan-emu -p ibis-examples --bin wan-bench
+//! cargo build --release -p ipl-plugin-wan-emu -p ibis-bench --bin wan-bench
 //! target/release/wan-bench [--latency-ms 5] [--bandwidth-mbit 100]
 //!                          [--sizes 1,1024,65536,1048576] [--iters 20] [--stream-ms 1000]
 //! ```
@@ -29,7 +29,7 @@
 
 use std::time::{Duration, Instant};
 
-use ibis_examples::{report, stats, us, Figure};
+use ibis_bench::{report, stats, us, Figure};
 use ipl::{EmbeddedRegistry, Ibis, PortCapabilities as P, PortType, ReceivePort, SendPort};
 use ipl_auth::PoolSecret;
 
@@ -93,7 +93,7 @@ fn parse_args() -> Args {
 }
 
 fn main() {
-    ibis_examples::init_logging();
+    ipl_tools::init_tracing("warn");
     let a = parse_args();
     if let Err(e) = run(&a) {
         eprintln!("wan-bench: {e}");

@@ -21,7 +21,7 @@
 
 use std::time::{Duration, Instant};
 
-use ibis_examples::members::{in_process, rank_of, under_ipl_run, Res};
+use ibis_apps::members::{in_process, rank_of, under_ipl_run, Res};
 use ibis_repmi::{declare, Options, Replica, Replicated};
 use ipl::{Ibis, IbisBuilder, IbisCapabilities as C};
 use serde::{Deserialize, Serialize};
@@ -356,12 +356,7 @@ fn parse() -> Res<Args> {
 }
 
 fn main() {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .try_init();
+    ipl_tools::init_tracing("warn");
     match run() {
         Ok(true) => {}
         Ok(false) => std::process::exit(1),
