@@ -4,32 +4,43 @@ use std::fmt;
 
 /// The capabilities a transport declares. The IPL maps the transport-related port type
 /// capabilities onto these when it negotiates a transport for a port type.
+///
+/// A transparent `u64`: the descriptor carries the bits as they are (`.0`), so the set
+/// crosses the plugin boundary unchanged. The set operations (`union`, `contains`,
+/// `difference`, `|`, iteration) come from [`bitflags`].
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[repr(transparent)]
 pub struct TransportCapabilities(pub u64);
 
-impl TransportCapabilities {
-    /// Messages are never lost or corrupted while the channel lives.
-    pub const RELIABLE: Self = Self(1 << 0);
-    /// Messages on one channel arrive in the order they were sent.
-    pub const FIFO: Self = Self(1 << 1);
-    /// Can carry messages without retransmission (datagrams), for unreliable port types.
-    pub const UNRELIABLE: Self = Self(1 << 2);
-    /// Received buffers are delivered in place, without a copy on the receiving side.
-    pub const ZERO_COPY: Self = Self(1 << 3);
-    /// Traffic is encrypted and authenticated.
-    pub const ENCRYPTED: Self = Self(1 << 4);
-    /// Reaches other hosts (not only this process or this host).
-    pub const NETWORK: Self = Self(1 << 5);
-    /// Reaches other processes on the same host.
-    pub const SAME_HOST: Self = Self(1 << 6);
-    /// Reaches only endpoints inside the same process.
-    pub const IN_PROCESS: Self = Self(1 << 7);
-    /// Native multicast (one send reaches several channels).
-    pub const MULTICAST: Self = Self(1 << 8);
-    /// Delivers through receiver-driven progress (`progress`): a waiting receiver should
-    /// poll the transport rather than wait for a thread of the transport to deliver.
-    pub const POLLED: Self = Self(1 << 9);
+bitflags::bitflags! {
+    impl TransportCapabilities: u64 {
+        /// Messages are never lost or corrupted while the channel lives.
+        const RELIABLE = 1 << 0;
+        /// Messages on one channel arrive in the order they were sent.
+        const FIFO = 1 << 1;
+        /// Can carry messages without retransmission (datagrams), for unreliable port
+        /// types.
+        const UNRELIABLE = 1 << 2;
+        /// Received buffers are delivered in place, without a copy on the receiving side.
+        const ZERO_COPY = 1 << 3;
+        /// Traffic is encrypted and authenticated.
+        const ENCRYPTED = 1 << 4;
+        /// Reaches other hosts (not only this process or this host).
+        const NETWORK = 1 << 5;
+        /// Reaches other processes on the same host.
+        const SAME_HOST = 1 << 6;
+        /// Reaches only endpoints inside the same process.
+        const IN_PROCESS = 1 << 7;
+        /// Native multicast (one send reaches several channels).
+        const MULTICAST = 1 << 8;
+        /// Delivers through receiver-driven progress (`progress`): a waiting receiver
+        /// should poll the transport rather than wait for a thread of the transport to
+        /// deliver.
+        const POLLED = 1 << 9;
+    }
+}
 
+impl TransportCapabilities {
     /// Every named capability with its name, in bit order.
     pub const NAMED: [(Self, &'static str); 10] = [
         (Self::RELIABLE, "reliable"),
@@ -44,29 +55,9 @@ impl TransportCapabilities {
         (Self::POLLED, "polled"),
     ];
 
-    /// The empty set.
-    pub const fn empty() -> Self {
-        Self(0)
-    }
-
-    /// The union of two sets.
-    pub const fn union(self, other: Self) -> Self {
-        Self(self.0 | other.0)
-    }
-
-    /// Whether every capability of `other` is in `self`.
-    pub const fn contains(self, other: Self) -> bool {
-        self.0 & other.0 == other.0
-    }
-
     /// The capabilities of `wanted` that `self` lacks.
     pub const fn missing(self, wanted: Self) -> Self {
-        Self(wanted.0 & !self.0)
-    }
-
-    /// Whether the set is empty.
-    pub const fn is_empty(self) -> bool {
-        self.0 == 0
+        wanted.difference(self)
     }
 
     /// The names of the capabilities in the set (unknown bits are left out).
@@ -76,13 +67,6 @@ impl TransportCapabilities {
             .filter(|(c, _)| self.contains(*c))
             .map(|(_, n)| *n)
             .collect()
-    }
-}
-
-impl std::ops::BitOr for TransportCapabilities {
-    type Output = Self;
-    fn bitor(self, rhs: Self) -> Self {
-        self.union(rhs)
     }
 }
 
@@ -103,3 +87,27 @@ impl fmt::Display for TransportCapabilities {
 /// reordered (QUIC datagrams, say). The IPL appends it for port types that ask for
 /// unreliable communication; a transport without the capability never sees it.
 pub const UNRELIABLE_SUFFIX: &[u8] = b"?unreliable";
+
+#[cfg(test)]
+mod tests {
+    use super::TransportCapabilities as C;
+
+    #[test]
+    fn bits_names_and_set_operations() {
+        assert_eq!(C::RELIABLE.0, 1);
+        assert_eq!(C::POLLED.0, 1 << 9);
+        assert_eq!(std::mem::size_of::<C>(), 8);
+        let s = C::RELIABLE | C::FIFO;
+        assert!(s.contains(C::FIFO));
+        assert!(!s.contains(C::NETWORK));
+        assert_eq!(s.missing(C::FIFO | C::NETWORK), C::NETWORK);
+        assert_eq!(s.names(), vec!["reliable", "fifo"]);
+        assert_eq!(format!("{s:?}"), "{reliable, fifo}");
+        assert_eq!(s.to_string(), "reliable,fifo");
+        // Unknown bits (a newer plugin) are kept, and left out of the names.
+        let u = C(1 << 40 | 1);
+        assert_eq!(u.0, 1 << 40 | 1);
+        assert_eq!(u.names(), vec!["reliable"]);
+        assert!(C::empty().is_empty());
+    }
+}

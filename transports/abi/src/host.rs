@@ -24,6 +24,19 @@ pub enum ChannelClosed {
     Locally,
 }
 
+impl ChannelClosed {
+    /// The close code and detail that report this through a
+    /// [`HostSink`](crate::HostSink) (a stacking transport passes its inner
+    /// transport's closes on).
+    pub fn code(&self) -> (CloseCode, &str) {
+        match self {
+            ChannelClosed::ByPeer => (CloseCode::CLOSED_BY_PEER, ""),
+            ChannelClosed::Lost(why) => (CloseCode::LOST, why),
+            ChannelClosed::Locally => (CloseCode::CLOSED_LOCALLY, ""),
+        }
+    }
+}
+
 /// The IPL's side of the callbacks: what a transport instance reports. Called from the
 /// transport's threads; for one channel in order. Implementations must not block for
 /// long.
@@ -92,6 +105,18 @@ impl fmt::Debug for ReceivedBuffer {
     }
 }
 
+impl From<ReceivedBuffer> for crate::PluginBuffer {
+    /// Passes a received message on unchanged, as a message of this plugin: a stacking
+    /// transport forwards what its inner transport delivered, without a copy.
+    fn from(buf: ReceivedBuffer) -> Self {
+        let buf = std::mem::ManuallyDrop::new(buf);
+        let raw = RawBuffer { ..buf.raw };
+        // SAFETY: a ReceivedBuffer holds a buffer obeying the RawBuffer contract that
+        // nobody else releases; ManuallyDrop hands its one release over unused.
+        unsafe { crate::PluginBuffer::from_raw(raw) }
+    }
+}
+
 impl Drop for ReceivedBuffer {
     fn drop(&mut self) {
         // SAFETY: release is called exactly once, here; the plugin promises it is valid
@@ -152,15 +177,20 @@ impl Plugin {
             });
         }
         // Read the header fields one at a time, unaligned, before trusting the layout.
+        // SAFETY: only the field's address is computed (nothing is read); `desc` is not
+        // null and points into memory of at least the header's size (the caller).
+        let magic_at = unsafe { std::ptr::addr_of!((*desc).magic) };
         // SAFETY: the caller guarantees at least the magic and version are readable.
-        let magic = unsafe { std::ptr::read_unaligned(std::ptr::addr_of!((*desc).magic)) };
+        let magic = unsafe { std::ptr::read_unaligned(magic_at) };
         if magic != ABI_MAGIC {
             return Err(LoadError::BadMagic {
                 origin: origin.to_string(),
             });
         }
-        // SAFETY: as above.
-        let version = unsafe { std::ptr::read_unaligned(std::ptr::addr_of!((*desc).abi_version)) };
+        // SAFETY: as for `magic_at`.
+        let version_at = unsafe { std::ptr::addr_of!((*desc).abi_version) };
+        // SAFETY: as for `magic`.
+        let version = unsafe { std::ptr::read_unaligned(version_at) };
         if version != ABI_VERSION {
             return Err(LoadError::WrongAbiVersion {
                 origin: origin.to_string(),
@@ -252,14 +282,7 @@ impl Plugin {
         config: &str,
         events: Arc<dyn TransportEvents>,
     ) -> Result<TransportInstance, TransportError> {
-        let ctx: Box<Arc<dyn TransportEvents>> = Box::new(events);
-        let ctx_ptr: *const Arc<dyn TransportEvents> = Box::into_raw(ctx);
-        let host = HostCallbacks {
-            ctx: ctx_ptr.cast(),
-            channel_opened: cb_channel_opened,
-            message: cb_message,
-            channel_closed: cb_channel_closed,
-        };
+        let (ctx, host) = EventsCtx::new(events);
         let mut inst: *mut c_void = std::ptr::null_mut();
         let mut buf = [0u8; 512];
         let mut err = OutBuf {
@@ -269,19 +292,19 @@ impl Plugin {
         };
         let cfg = RawSlice::from_slice(config.as_bytes());
         // SAFETY: validated vtable; all pointers valid for the call; ctx lives until the
-        // instance is destroyed (we free it in TransportInstance::drop, after destroy).
+        // instance is destroyed (TransportInstance drops it after destroy).
         let st =
             guard_call(|| unsafe { (self.desc.vtable.create)(cfg, host, &mut inst, &mut err) });
         if st != Status::OK || inst.is_null() {
-            // SAFETY: the plugin failed, so it holds no reference to ctx; reclaim it.
-            drop(unsafe { Box::from_raw(ctx_ptr.cast_mut()) });
+            // The plugin failed, so it holds no reference to ctx: dropped here.
+            drop(ctx);
             let st = if st == Status::OK { Status::ERROR } else { st };
             return Err(TransportError::from_status(st, out_message(&buf, &err, st)));
         }
         Ok(TransportInstance {
             plugin: self.clone(),
             inst,
-            ctx: ctx_ptr,
+            _ctx: ctx,
         })
     }
 }
@@ -310,13 +333,53 @@ fn out_message(buf: &[u8], out: &OutBuf, st: Status) -> String {
     }
 }
 
+/// The context behind [`HostCallbacks::ctx`]: the host's events, boxed so that a thin
+/// pointer reaches them. Whoever holds it must drop it only when the plugin can make no
+/// further callback (after `destroy`, or with the [`HostSink`](crate::HostSink) that
+/// holds it).
+pub(crate) struct EventsCtx(*const Arc<dyn TransportEvents>);
+
+// SAFETY: it owns a Box<Arc<dyn TransportEvents>>, which is Send (the events are Send +
+// Sync); the raw pointer is only there so that the plugin may alias it.
+unsafe impl Send for EventsCtx {}
+// SAFETY: as above; `&EventsCtx` gives access to nothing.
+unsafe impl Sync for EventsCtx {}
+
+impl EventsCtx {
+    /// The context and the callbacks that reach `events` through it.
+    pub(crate) fn new(events: Arc<dyn TransportEvents>) -> (Self, HostCallbacks) {
+        let ctx: *const Arc<dyn TransportEvents> = Box::into_raw(Box::new(events));
+        let host = HostCallbacks {
+            ctx: ctx.cast(),
+            channel_opened: cb_channel_opened,
+            message: cb_message,
+            channel_closed: cb_channel_closed,
+        };
+        (EventsCtx(ctx), host)
+    }
+}
+
+impl fmt::Debug for EventsCtx {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("EventsCtx")
+    }
+}
+
+impl Drop for EventsCtx {
+    fn drop(&mut self) {
+        // SAFETY: the pointer came from Box::into_raw in `new` and is reclaimed once,
+        // here; the owner drops this only when no callback can use it (see the type).
+        drop(unsafe { Box::from_raw(self.0.cast_mut()) });
+    }
+}
+
 /// Recovers the host's context from the pointer given to the plugin.
 ///
 /// # Safety
-/// `ctx` must be the pointer made in `Plugin::create`, still alive.
+/// `ctx` must be the pointer of a live [`EventsCtx`].
 unsafe fn events<'a>(ctx: *const c_void) -> &'a Arc<dyn TransportEvents> {
-    // SAFETY: ctx is the Box<Arc<dyn TransportEvents>> pointer made in `create`, alive
-    // until TransportInstance::drop, after the plugin's destroy guarantees no callbacks.
+    // SAFETY: ctx is the Box<Arc<dyn TransportEvents>> pointer of a live EventsCtx,
+    // which its owner keeps until no callback can come (the caller's contract).
     unsafe { &*ctx.cast::<Arc<dyn TransportEvents>>() }
 }
 
@@ -357,7 +420,8 @@ unsafe extern "C" fn cb_channel_closed(
 pub struct TransportInstance {
     plugin: Plugin,
     inst: *mut c_void,
-    ctx: *const Arc<dyn TransportEvents>,
+    /// Dropped after `destroy` (in `drop`), when no callback can use it any more.
+    _ctx: EventsCtx,
 }
 
 // SAFETY: the ABI requires every vtable function to be callable concurrently from any
@@ -531,8 +595,8 @@ impl TransportInstance {
 
     /// Closes `channel` in an orderly way.
     pub fn close_channel(&self, channel: u64) {
-        // SAFETY: live instance.
         let _ = guard_call(|| {
+            // SAFETY: live instance; the trampoline catches panics inside the plugin.
             unsafe { (self.plugin.desc.vtable.close_channel)(self.inst, channel) };
             Status::OK
         });
@@ -541,13 +605,12 @@ impl TransportInstance {
 
 impl Drop for TransportInstance {
     fn drop(&mut self) {
-        // SAFETY: the instance is live and destroyed exactly once, here.
         let _ = guard_call(|| {
+            // SAFETY: the instance is live and destroyed exactly once, here.
             unsafe { (self.plugin.desc.vtable.destroy)(self.inst) };
             Status::OK
         });
-        // SAFETY: destroy has returned, so the plugin makes no further callbacks and holds
-        // no reference to ctx (ABI contract); ctx came from Box::into_raw in `create`.
-        drop(unsafe { Box::from_raw(self.ctx.cast_mut()) });
+        // `_ctx` is dropped after this: destroy has returned, so the plugin makes no
+        // further callback and holds no reference to it (ABI contract).
     }
 }

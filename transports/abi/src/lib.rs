@@ -56,27 +56,19 @@
 //! ```
 
 pub mod capabilities;
-pub mod channels;
-pub mod config;
 pub mod error;
 pub mod ffi;
-pub mod gate;
 pub mod host;
-pub mod int_hash;
 pub mod loader;
 pub mod plugin;
-pub mod pool;
-pub mod testing;
 
 pub use capabilities::{TransportCapabilities, UNRELIABLE_SUFFIX};
 pub use error::{LoadError, TransportError};
-pub use gate::Gate;
 pub use host::{ChannelClosed, Plugin, ReceivedBuffer, TransportEvents, TransportInstance};
 pub use loader::{
     discover, discover_default, load_file, search_path, Discovery, PLUGIN_PATH_VAR, PLUGIN_PREFIX,
 };
 pub use plugin::{ChannelSink, HostSink, PluginBuffer, TransportPlugin};
-pub use pool::BufferPool;
 
 /// The README example, compiled and run as a doc test.
 #[cfg(doctest)]

@@ -28,11 +28,12 @@
 //! }
 //! ```
 
+use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::env::consts::{DLL_PREFIX, DLL_SUFFIX};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, OnceLock, PoisonError};
+use std::sync::OnceLock;
 
 use crate::error::LoadError;
 use crate::ffi::{EntryFn, ENTRY_SYMBOL};
@@ -169,11 +170,7 @@ fn load(path: &Path) -> Result<Loaded, LoadError> {
     }
     let id = file_id(path, &meta);
     if let Some(id) = &id {
-        let cached = cache()
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .get(id)
-            .cloned();
+        let cached = cache().lock().get(id).cloned();
         if let Some(hit) = cached {
             return Ok(hit);
         }
@@ -216,7 +213,7 @@ fn load(path: &Path) -> Result<Loaded, LoadError> {
         desc: desc as usize,
     };
     if let Some(id) = id {
-        let mut cache = cache().lock().unwrap_or_else(PoisonError::into_inner);
+        let mut cache = cache().lock();
         return Ok(cache.entry(id).or_insert(loaded).clone());
     }
     Ok(loaded)

@@ -2,11 +2,13 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
+use std::sync::{Arc, OnceLock, Weak};
 use std::time::Duration;
 
 use ipl_transport_abi::ffi::CloseCode;
-use ipl_transport_abi::{Gate, HostSink, TransportCapabilities, TransportError, TransportPlugin};
+use ipl_transport_abi::{HostSink, TransportCapabilities, TransportError, TransportPlugin};
+use ipl_transport_kit::gate::{Entered, Gate};
+use parking_lot::Mutex;
 
 /// Endpoint ids are unique for the life of the process, so a stale address never reaches
 /// a newer endpoint.
@@ -15,10 +17,6 @@ static NEXT_ENDPOINT: AtomicU64 = AtomicU64::new(1);
 fn directory() -> &'static Mutex<HashMap<u64, Weak<Shared>>> {
     static DIR: OnceLock<Mutex<HashMap<u64, Weak<Shared>>>> = OnceLock::new();
     DIR.get_or_init(|| Mutex::new(HashMap::new()))
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// The far end of a channel.
@@ -40,7 +38,7 @@ struct Shared {
 
 impl Shared {
     /// Enters the endpoint for a host callback, unless it is shutting down.
-    fn enter(&self) -> Option<ipl_transport_abi::gate::Entered<'_>> {
+    fn enter(&self) -> Option<Entered<'_>> {
         if self.alive.load(Ordering::SeqCst) {
             self.gate.enter()
         } else {
@@ -56,17 +54,17 @@ impl Shared {
 
     fn add_channel(&self, peer: Peer) -> u64 {
         let ch = self.next_channel.fetch_add(1, Ordering::Relaxed);
-        lock(&self.channels).insert(ch, peer);
+        self.channels.lock().insert(ch, peer);
         ch
     }
 
     fn peer(&self, ch: u64) -> Option<Peer> {
-        lock(&self.channels).get(&ch).cloned()
+        self.channels.lock().get(&ch).cloned()
     }
 
     /// The peer side closed or lost `ch`: forget it and tell our host.
     fn remote_closed(&self, ch: u64, code: CloseCode, detail: &str) {
-        let known = lock(&self.channels).remove(&ch).is_some();
+        let known = self.channels.lock().remove(&ch).is_some();
         if known {
             if let Some(_e) = self.enter() {
                 self.host.channel_closed(ch, code, detail);
@@ -118,7 +116,7 @@ impl TransportPlugin for InProcTransport {
             alive: std::sync::atomic::AtomicBool::new(true),
             gate: Gate::new(),
         });
-        lock(directory()).insert(id, Arc::downgrade(&shared));
+        directory().lock().insert(id, Arc::downgrade(&shared));
         tracing::debug!(endpoint = id, "inproc endpoint created");
         Ok(InProcTransport { shared })
     }
@@ -138,7 +136,8 @@ impl TransportPlugin for InProcTransport {
                 "inproc endpoint {id} lives in process {pid}, not in this one"
             )));
         }
-        let target = lock(directory())
+        let target = directory()
+            .lock()
             .get(&id)
             .and_then(Weak::upgrade)
             .filter(|t| t.alive.load(Ordering::Acquire))
@@ -149,7 +148,7 @@ impl TransportPlugin for InProcTransport {
             endpoint: Arc::downgrade(&self.shared),
             channel: ours,
         });
-        lock(&self.shared.channels).insert(
+        self.shared.channels.lock().insert(
             ours,
             Peer {
                 endpoint: Arc::downgrade(&target),
@@ -159,7 +158,7 @@ impl TransportPlugin for InProcTransport {
         match target.enter() {
             Some(_e) => target.host.channel_opened(theirs),
             None => {
-                lock(&self.shared.channels).remove(&ours);
+                self.shared.channels.lock().remove(&ours);
                 return Err(TransportError::Refused(format!(
                     "inproc endpoint {id} is closing"
                 )));
@@ -191,7 +190,7 @@ impl TransportPlugin for InProcTransport {
     }
 
     fn close_channel(&self, channel: u64) {
-        let peer = lock(&self.shared.channels).remove(&channel);
+        let peer = self.shared.channels.lock().remove(&channel);
         if let Some(peer) = peer {
             if let Some(t) = peer.endpoint.upgrade() {
                 t.remote_closed(peer.channel, CloseCode::CLOSED_BY_PEER, "closed by peer");
@@ -201,8 +200,11 @@ impl TransportPlugin for InProcTransport {
 
     fn shutdown(&self) {
         self.shared.close_gate();
-        lock(directory()).remove(&self.shared.id);
-        let channels: Vec<Peer> = lock(&self.shared.channels)
+        directory().lock().remove(&self.shared.id);
+        let channels: Vec<Peer> = self
+            .shared
+            .channels
+            .lock()
             .drain()
             .map(|(_, p)| p)
             .collect();

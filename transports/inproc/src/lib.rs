@@ -31,6 +31,8 @@
 //! assert_eq!(inbox.0.lock().unwrap()[0], b"hello, world");
 //! ```
 
+#![forbid(unsafe_code)]
+
 mod endpoint;
 
 pub use endpoint::InProcTransport;

@@ -8,6 +8,7 @@
 use std::net::SocketAddr;
 
 use ipl_transport_abi::TransportError;
+use ipl_transport_kit::address::{malformed, IpEndpoint};
 
 /// Appended to an address, asks `connect` for a channel whose messages travel as QUIC
 /// datagrams (unreliable, unordered) whenever they fit in one.
@@ -33,33 +34,22 @@ impl Address {
         } else {
             ""
         };
-        format!("{}/{:016x}{suffix}", self.socket, self.id).into_bytes()
+        let at = IpEndpoint {
+            socket: self.socket,
+            id: self.id,
+        };
+        format!("{at}{suffix}").into_bytes()
     }
 
     /// Parses an address strictly; anything malformed is an `InvalidArgument`.
     pub fn parse(bytes: &[u8]) -> Result<Self, TransportError> {
-        let bad = |why: &str| {
-            TransportError::InvalidArgument(format!(
-                "malformed quic address {:?}: {why}",
-                String::from_utf8_lossy(&bytes[..bytes.len().min(100)])
-            ))
-        };
+        let bad = |why: &str| malformed("quic", bytes, why);
         let text = std::str::from_utf8(bytes).map_err(|_| bad("not UTF-8"))?;
         let (text, unreliable) = match text.strip_suffix(UNRELIABLE_SUFFIX) {
             Some(t) => (t, true),
             None => (text, false),
         };
-        let (sock, id) = text
-            .rsplit_once('/')
-            .ok_or_else(|| bad("expected ip:port/id"))?;
-        let socket: SocketAddr = sock.parse().map_err(|_| bad("bad ip:port"))?;
-        if socket.port() == 0 || socket.ip().is_unspecified() {
-            return Err(bad("not a reachable ip:port"));
-        }
-        if id.len() != 16 || !id.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) {
-            return Err(bad("id must be 16 lowercase hex digits"));
-        }
-        let id = u64::from_str_radix(id, 16).map_err(|_| bad("bad id"))?;
+        let IpEndpoint { socket, id } = IpEndpoint::parse_str(text).map_err(bad)?;
         Ok(Address {
             socket,
             id,

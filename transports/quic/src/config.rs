@@ -1,11 +1,11 @@
 //! The endpoint's `key=value` configuration.
 
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
 use ipl_auth::PoolSecret;
-use ipl_transport_abi::config::fields;
 use ipl_transport_abi::TransportError;
+use ipl_transport_kit::config::{NetConfig, NetDefaults};
 
 /// Default `max_message`: 1 GiB.
 pub const DEFAULT_MAX_MESSAGE: u32 = 1 << 30;
@@ -36,22 +36,16 @@ impl Config {
     /// Parses `key=value` lines; blank lines and `#` comments are skipped, unknown keys
     /// ignored (the same configuration may serve several transports).
     pub fn parse(text: &str) -> Result<Self, TransportError> {
-        let mut secret = None;
-        let mut pool = String::new();
-        let mut bind = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 0);
-        let mut advertise = None;
-        let mut max_message = DEFAULT_MAX_MESSAGE;
         let mut idle_timeout = DEFAULT_IDLE_TIMEOUT;
         let mut linger = DEFAULT_LINGER;
-        for (key, value) in ipl_transport_abi::config::entries(text, "quic")? {
+        let defaults = NetDefaults {
+            transport: "quic",
+            max_message: DEFAULT_MAX_MESSAGE,
+            max_message_limit: crate::wire::GOODBYE - 1,
+            secret_why: "; the pool's TLS certificates are derived from it",
+        };
+        let net = NetConfig::parse(text, defaults, |key, value| {
             match key {
-                "secret" => secret = Some(fields::secret("quic", value)?),
-                "pool" => pool = value.to_string(),
-                "bind" => bind = fields::bind("quic", value)?,
-                "advertise" => advertise = Some(fields::advertise("quic", value)?),
-                "max_message" => {
-                    max_message = fields::max_message("quic", value, crate::wire::GOODBYE - 1)?
-                }
                 "idle_timeout_ms" => {
                     idle_timeout = value
                         .parse::<u64>()
@@ -76,20 +70,16 @@ impl Config {
                             ))
                         })?
                 }
-                other => tracing::debug!(key = other, "quic config: ignoring unknown key"),
+                _ => return Ok(false),
             }
-        }
-        let secret = fields::require_secret(
-            "quic",
-            secret,
-            "; the pool's TLS certificates are derived from it",
-        )?;
+            Ok(true)
+        })?;
         Ok(Config {
-            secret,
-            pool,
-            bind,
-            advertise,
-            max_message,
+            advertise: net.advertise,
+            secret: net.secret,
+            pool: net.pool,
+            bind: net.bind,
+            max_message: net.max_message,
             idle_timeout,
             linger,
         })
@@ -97,13 +87,14 @@ impl Config {
 
     /// The IP peers should dial, given the address actually bound.
     pub fn advertised_ip(&self, bound: &SocketAddr) -> IpAddr {
-        fields::advertised_ip(self.advertise, bound)
+        ipl_transport_kit::config::fields::advertised_ip(self.advertise, bound)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::net::Ipv4Addr;
 
     const S: &str = "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff";
 

@@ -27,7 +27,8 @@ use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
-use ipl_transport_abi::{BufferPool, Gate, HostSink};
+use ipl_transport_abi::HostSink;
+use ipl_transport_kit::{BufferPool, Gate};
 use quinn_proto::Transmit;
 use quinn_udp::{RecvMeta, UdpSocketState};
 use rustix::event::{PollFd, PollFlags};

@@ -8,9 +8,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
-use ipl_transport_abi::{
-    BufferPool, HostSink, TransportCapabilities, TransportError, TransportPlugin,
-};
+use ipl_transport_abi::{HostSink, TransportCapabilities, TransportError, TransportPlugin};
+use ipl_transport_kit::BufferPool;
 use quinn::VarInt;
 
 use crate::address::Address;

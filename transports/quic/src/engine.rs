@@ -11,7 +11,8 @@ use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use ipl_transport_abi::ffi::CloseCode;
-use ipl_transport_abi::{BufferPool, TransportError};
+use ipl_transport_abi::TransportError;
+use ipl_transport_kit::BufferPool;
 use quinn_proto::{
     ClientConfig, ConnectionError, ConnectionHandle, DatagramEvent, Dir, EcnCodepoint, Event,
     ReadError, ServerConfig, StreamEvent, StreamId, Transmit, VarInt, WriteError,

@@ -42,9 +42,9 @@
 //! own thread through `progress`; a background thread drives the endpoint when nobody
 //! polls (it keeps off the socket while a receiver polls, for at most 300 us after its
 //! last poll). No message crosses a thread on its way. Host callbacks run outside the
-//! engine's lock, in order, through the in-flight [`Gate`](ipl_transport_abi::Gate), so a
+//! engine's lock, in order, through the in-flight [`Gate`](ipl_transport_kit::Gate), so a
 //! callback may send. Received messages are copied into recycled buffers
-//! ([`BufferPool`](ipl_transport_abi::BufferPool)). UDP goes through quinn-udp (GSO and
+//! ([`BufferPool`](ipl_transport_kit::BufferPool)). UDP goes through quinn-udp (GSO and
 //! GRO where the kernel has them).
 //!
 //! **Errors**: a length above `max_message`, a bad stream header or a stream that ends

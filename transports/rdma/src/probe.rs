@@ -77,20 +77,19 @@ pub fn devices_with(library: &str) -> Result<Vec<String>, Unavailable> {
         symbol,
         reason: e.to_string(),
     };
-    // SAFETY: the types are those of libibverbs' declarations in <infiniband/verbs.h>:
-    // `struct ibv_device **ibv_get_device_list(int *num_devices)`,
-    // `void ibv_free_device_list(struct ibv_device **list)`,
-    // `const char *ibv_get_device_name(struct ibv_device *device)`.
-    let (get, free, name) = unsafe {
-        (
-            *lib.get::<GetDeviceList>(b"ibv_get_device_list\0")
-                .map_err(|e| missing("ibv_get_device_list", e))?,
-            *lib.get::<FreeDeviceList>(b"ibv_free_device_list\0")
-                .map_err(|e| missing("ibv_free_device_list", e))?,
-            *lib.get::<GetDeviceName>(b"ibv_get_device_name\0")
-                .map_err(|e| missing("ibv_get_device_name", e))?,
-        )
-    };
+    // The types are those of libibverbs' declarations in <infiniband/verbs.h>.
+    // SAFETY: `struct ibv_device **ibv_get_device_list(int *num_devices)`.
+    let get = unsafe { lib.get::<GetDeviceList>(b"ibv_get_device_list\0") }
+        .map(|f| *f)
+        .map_err(|e| missing("ibv_get_device_list", e))?;
+    // SAFETY: `void ibv_free_device_list(struct ibv_device **list)`.
+    let free = unsafe { lib.get::<FreeDeviceList>(b"ibv_free_device_list\0") }
+        .map(|f| *f)
+        .map_err(|e| missing("ibv_free_device_list", e))?;
+    // SAFETY: `const char *ibv_get_device_name(struct ibv_device *device)`.
+    let name = unsafe { lib.get::<GetDeviceName>(b"ibv_get_device_name\0") }
+        .map(|f| *f)
+        .map_err(|e| missing("ibv_get_device_name", e))?;
     let mut n: c_int = 0;
     // SAFETY: `get` is ibv_get_device_list; `n` is a valid out-pointer for the call.
     let list = unsafe { get(&mut n) };
@@ -105,8 +104,10 @@ pub fn devices_with(library: &str) -> Result<Vec<String>, Unavailable> {
     let mut names = Vec::with_capacity(count);
     for i in 0..count {
         // SAFETY: the list holds `n` device pointers followed by a null one (libibverbs
-        // contract); `i < n`.
-        let dev = unsafe { *list.add(i) };
+        // contract); `i < n`, so the slot is inside the list.
+        let slot = unsafe { list.add(i) };
+        // SAFETY: as above: the slot is an initialised device pointer of the list.
+        let dev = unsafe { *slot };
         if dev.is_null() {
             break;
         }

@@ -3,8 +3,8 @@
 use std::time::Duration;
 
 use ipl_auth::PoolSecret;
-use ipl_transport_abi::config::fields;
 use ipl_transport_abi::TransportError;
+use ipl_transport_kit::config::fields;
 
 use crate::layout::valid_capacity;
 
@@ -85,7 +85,7 @@ impl Config {
             send_timeout: DEFAULT_SEND_TIMEOUT,
             idle_check: DEFAULT_IDLE_CHECK,
         };
-        for (key, value) in ipl_transport_abi::config::entries(text, "shm")? {
+        for (key, value) in ipl_transport_kit::config::entries(text, "shm")? {
             match key {
                 "secret" => secret = Some(fields::secret("shm", value)?),
                 "pool" => c.pool = value.to_string(),

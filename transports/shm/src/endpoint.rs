@@ -12,12 +12,12 @@ use std::sync::{Arc, Mutex, RwLock, TryLockError};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
-use ipl_transport_abi::channels::{ChannelTable, Route};
 use ipl_transport_abi::ffi::CloseCode;
 use ipl_transport_abi::{
-    ChannelSink, Gate, HostSink, PluginBuffer, TransportCapabilities, TransportError,
-    TransportPlugin,
+    ChannelSink, HostSink, PluginBuffer, TransportCapabilities, TransportError, TransportPlugin,
 };
+use ipl_transport_kit::channels::{ChannelTable, Route};
+use ipl_transport_kit::Gate;
 
 use crate::address::{socket_name, Address, HostId};
 use crate::buffer::in_place;
@@ -31,7 +31,7 @@ use crate::{lock, read_lock, sys, write_lock};
 
 /// Bit 63 of a wire channel id: set when the sender of the slot is the side that
 /// opened the channel (as in the tcp transport), so the two directions never collide.
-pub use ipl_transport_abi::channels::OPENED_BY_SENDER;
+pub use ipl_transport_kit::channels::OPENED_BY_SENDER;
 
 #[derive(Default)]
 struct Handshakes {

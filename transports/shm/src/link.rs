@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use ipl_transport_abi::TransportError;
 
-use ipl_transport_abi::channels::{CachedLookup, ChannelLink, LinkChannels};
+use ipl_transport_kit::channels::{CachedLookup, ChannelLink, LinkChannels};
 
 use crate::chan_map::ChanHasher;
 use crate::consumer::Completion;

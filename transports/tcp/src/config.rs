@@ -1,51 +1,35 @@
 //! The endpoint's `key=value` configuration.
 
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::net::{IpAddr, SocketAddr};
 
-use ipl_auth::PoolSecret;
-use ipl_transport_abi::config::fields;
 use ipl_transport_abi::TransportError;
+use ipl_transport_kit::config::{NetConfig, NetDefaults};
 
 /// Default `max_message`: 1 GiB.
 pub const DEFAULT_MAX_MESSAGE: u32 = 1 << 30;
 
-/// A parsed configuration.
+/// A parsed configuration: the keys of every network transport, nothing more.
 #[derive(Debug, Clone)]
-pub(crate) struct Config {
-    pub secret: PoolSecret,
-    pub pool: String,
-    pub bind: SocketAddr,
-    pub advertise: Option<IpAddr>,
-    pub max_message: u32,
+pub(crate) struct Config(NetConfig);
+
+impl std::ops::Deref for Config {
+    type Target = NetConfig;
+    fn deref(&self) -> &NetConfig {
+        &self.0
+    }
 }
 
 impl Config {
     /// Parses `key=value` lines; blank lines and `#` comments are skipped, unknown keys
     /// ignored (the same configuration may serve several transports).
     pub fn parse(text: &str) -> Result<Self, TransportError> {
-        let mut secret = None;
-        let mut pool = String::new();
-        let mut bind = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 0);
-        let mut advertise = None;
-        let mut max_message = DEFAULT_MAX_MESSAGE;
-        for (key, value) in ipl_transport_abi::config::entries(text, "tcp")? {
-            match key {
-                "secret" => secret = Some(fields::secret("tcp", value)?),
-                "pool" => pool = value.to_string(),
-                "bind" => bind = fields::bind("tcp", value)?,
-                "advertise" => advertise = Some(fields::advertise("tcp", value)?),
-                "max_message" => max_message = fields::max_message("tcp", value, u32::MAX)?,
-                other => tracing::debug!(key = other, "tcp config: ignoring unknown key"),
-            }
-        }
-        let secret = fields::require_secret("tcp", secret, "")?;
-        Ok(Config {
-            secret,
-            pool,
-            bind,
-            advertise,
-            max_message,
-        })
+        let defaults = NetDefaults {
+            transport: "tcp",
+            max_message: DEFAULT_MAX_MESSAGE,
+            max_message_limit: u32::MAX,
+            secret_why: "",
+        };
+        NetConfig::parse(text, defaults, |_, _| Ok(false)).map(Config)
     }
 
     /// The auth context: `ipl-tcp/<pool>`.
@@ -55,13 +39,14 @@ impl Config {
 
     /// The IP peers should dial, given the address actually bound.
     pub fn advertised_ip(&self, bound: &SocketAddr) -> IpAddr {
-        fields::advertised_ip(self.advertise, bound)
+        self.0.advertised_ip(bound)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::net::Ipv4Addr;
 
     const S: &str = "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff";
 

@@ -5,25 +5,24 @@ use std::collections::HashMap;
 use std::io::{BufReader, IoSlice};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, Shutdown, SocketAddr};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::sync::{Arc, OnceLock, Weak};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
 use ipl_auth::{AuthError, Initiator, Responder, CHALLENGE_LEN, FINISH_LEN, HELLO_LEN};
-use ipl_transport_abi::channels::{
+use ipl_transport_abi::ffi::CloseCode;
+use ipl_transport_abi::{HostSink, TransportCapabilities, TransportError, TransportPlugin};
+use ipl_transport_kit::channels::{
     ChannelLink, ChannelTable, LinkChannels, PeerLink, Peers, Route,
 };
-use ipl_transport_abi::ffi::CloseCode;
-use ipl_transport_abi::{
-    BufferPool, Gate, HostSink, TransportCapabilities, TransportError, TransportPlugin,
-};
+use ipl_transport_kit::{BufferPool, Gate};
 use socket2::{SockAddr, Socket};
 
-use crate::address::Address;
 use crate::config::Config;
-use crate::lock;
 use crate::net;
 use crate::wire::{self, HEADER_LEN, KIND_CLOSE, KIND_DATA, KIND_OPEN, MAGIC, OPENED_BY_SENDER};
+use crate::Address;
+use parking_lot::Mutex;
 
 /// How long the accepting side waits for each handshake message.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
@@ -91,7 +90,7 @@ impl Conn {
             heap.extend(slices.iter().map(|s| IoSlice::new(s)));
             &mut heap
         };
-        let _g = lock(&self.write);
+        let _g = self.write.lock();
         net::write_all_vectored(&self.sock, iov)
     }
 
@@ -170,7 +169,7 @@ fn refused_secret(peer: SocketAddr) -> TransportError {
 impl Inner {
     /// Registers a connection that finished its handshake. Fails once shut down.
     fn register(&self, conn: &Arc<Conn>) -> Result<(), TransportError> {
-        let mut st = lock(&self.state);
+        let mut st = self.state.lock();
         self.register_locked(&mut st, conn)
     }
 
@@ -194,7 +193,7 @@ impl Inner {
 
     /// The live connection to peer endpoint `id`, if any.
     fn existing(&self, id: u64) -> Option<Arc<Conn>> {
-        let c = lock(&self.state).peers.by_peer.get(&id).cloned()?;
+        let c = self.state.lock().peers.by_peer.get(&id).cloned()?;
         c.is_alive().then_some(c)
     }
 
@@ -291,7 +290,7 @@ impl Inner {
         let conn = self.new_conn(Arc::new(sock), peer_id, peer);
         // Register and start the reader under one lock: the reader cannot report the
         // connection lost before it is registered, and `shutdown` joins the thread.
-        let mut st = lock(&self.state);
+        let mut st = self.state.lock();
         st.threads.retain(|t| !t.is_finished());
         let me = self.clone();
         let c = conn.clone();
@@ -311,7 +310,7 @@ impl Inner {
     /// The accepting side of the handshake, on its own thread; then the reader loop.
     fn serve_accepted(self: Arc<Self>, token: u64, sock: Arc<Socket>, peer: SocketAddr) {
         let result = self.accept_handshake(&sock, peer);
-        lock(&self.state).pending.remove(&token);
+        self.state.lock().pending.remove(&token);
         match result {
             Ok(conn) => self.read_loop(conn),
             Err(Dropped) => {
@@ -383,7 +382,7 @@ impl Inner {
         let conn = self.new_conn(sock.clone(), peer_id, peer);
         // Our id is the last handshake message; hold the write lock until it is out so
         // that a frame sent on the connection by a concurrent `connect` cannot precede it.
-        let guard = lock(&conn.write);
+        let guard = conn.write.lock();
         self.register(&conn).map_err(|_| Dropped)?;
         let sent = net::write_all(sock, &self.id.to_le_bytes());
         drop(guard);
@@ -474,7 +473,7 @@ impl Inner {
         conn.kill();
         let locals = conn.chans.take().unwrap_or_default();
         {
-            let mut st = lock(&self.state);
+            let mut st = self.state.lock();
             st.peers.remove(conn.serial, conn);
         }
         self.channels.forget_all(&locals);
@@ -496,9 +495,9 @@ impl TcpTransport {
     /// there is none). For tests: e.g. to check that channel pairing uses one connection.
     #[doc(hidden)]
     pub fn connection_stats(address: &[u8]) -> Option<ConnectionStats> {
-        let id = Address::parse(address).ok()?.id;
-        let inner = lock(directory()).get(&id).and_then(Weak::upgrade)?;
-        let open = lock(&inner.state).peers.conns.len();
+        let id = Address::parse("tcp", address).ok()?.id;
+        let inner = directory().lock().get(&id).and_then(Weak::upgrade)?;
+        let open = inner.state.lock().peers.conns.len();
         Some(ConnectionStats {
             open,
             established: inner.established.load(Ordering::Relaxed),
@@ -528,7 +527,7 @@ impl TcpTransport {
             let sock = Arc::new(sock);
             let token = inner.next_serial.fetch_add(1, Ordering::Relaxed);
             {
-                let mut st = lock(&inner.state);
+                let mut st = inner.state.lock();
                 if st.stopped {
                     break;
                 }
@@ -541,10 +540,10 @@ impl TcpTransport {
                 .name("ipl-tcp-conn".into())
                 .spawn(move || me.serve_accepted(token, s, peer))
             {
-                Ok(h) => lock(&inner.state).threads.push(h),
+                Ok(h) => inner.state.lock().threads.push(h),
                 Err(e) => {
                     tracing::warn!("tcp: cannot start a thread for {peer}: {e}");
-                    lock(&inner.state).pending.remove(&token);
+                    inner.state.lock().pending.remove(&token);
                     let _ = sock.shutdown(Shutdown::Both);
                 }
             }
@@ -556,7 +555,7 @@ impl TcpTransport {
     /// Linux) and, if that is not enough, connects to it once.
     fn stop_acceptor(&self) {
         let _ = self.listener.shutdown(Shutdown::Both);
-        let Some(handle) = lock(&self.acceptor).take() else {
+        let Some(handle) = self.acceptor.lock().take() else {
             return;
         };
         let wait = |limit: Duration| {
@@ -641,7 +640,7 @@ impl TransportPlugin for TcpTransport {
             .map_err(|e| {
                 TransportError::Unavailable(format!("cannot start tcp accept thread: {e}"))
             })?;
-        lock(directory()).insert(id, Arc::downgrade(&inner));
+        directory().lock().insert(id, Arc::downgrade(&inner));
         tracing::debug!(
             address = %String::from_utf8_lossy(&inner.address),
             bound = %bound,
@@ -659,7 +658,7 @@ impl TransportPlugin for TcpTransport {
     }
 
     fn connect(&self, address: &[u8], timeout: Duration) -> Result<u64, TransportError> {
-        let addr = Address::parse(address)?;
+        let addr = Address::parse("tcp", address)?;
         let inner = &self.inner;
         // A reused connection may turn out dead only when we write to it; then dial anew
         // once.
@@ -717,12 +716,12 @@ impl TransportPlugin for TcpTransport {
         if inner.stopping.swap(true, Ordering::SeqCst) {
             return;
         }
-        lock(&inner.state).stopped = true;
+        inner.state.lock().stopped = true;
         // From here on no host callback starts, and none is running when close returns.
         inner.gate.close();
         self.stop_acceptor();
         let (conns, pending, threads) = {
-            let mut st = lock(&inner.state);
+            let mut st = inner.state.lock();
             st.peers.by_peer.clear();
             (
                 std::mem::take(&mut st.peers.conns),
@@ -744,7 +743,7 @@ impl TransportPlugin for TcpTransport {
                 let _ = t.join();
             }
         }
-        lock(directory()).remove(&inner.id);
+        directory().lock().remove(&inner.id);
         tracing::debug!(
             endpoint = format_args!("{:016x}", inner.id),
             "tcp endpoint shut down"

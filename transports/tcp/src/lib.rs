@@ -45,29 +45,24 @@
 //! listener, breaks every connection (peers see their channels lost) and joins the
 //! threads.
 
-mod address;
+#![forbid(unsafe_code)]
+
 mod config;
 mod endpoint;
 mod net;
 pub mod wire;
 
-use std::sync::{Mutex, MutexGuard};
-
-pub use address::Address;
 pub use config::DEFAULT_MAX_MESSAGE;
 #[doc(hidden)]
 pub use endpoint::ConnectionStats;
 pub use endpoint::TcpTransport;
+/// A TCP endpoint's address, `ip:port/id`.
+pub use ipl_transport_kit::IpEndpoint as Address;
 
 ipl_transport_abi::declare_plugin!(
     /// The TCP transport's descriptor, for static linking.
     pub static PLUGIN = TcpTransport;
 );
-
-/// Locks a mutex, ignoring poisoning (no invariant of ours spans a panic).
-pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
 
 /// The README example, compiled and run as a doc test.
 #[cfg(doctest)]

@@ -23,7 +23,7 @@ pub const KIND_CLOSE: u8 = 3;
 /// Bit 63 of a wire channel id: set when the sender of the frame is the side that opened
 /// the channel. Each side numbers the channels it opens with ids below 2^63, so the two
 /// directions of a connection never collide.
-pub use ipl_transport_abi::channels::OPENED_BY_SENDER;
+pub use ipl_transport_kit::channels::OPENED_BY_SENDER;
 
 /// Encodes a frame header.
 pub fn header(len: u32, channel: u64, kind: u8) -> [u8; HEADER_LEN] {

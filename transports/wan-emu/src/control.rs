@@ -7,18 +7,16 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
+use std::sync::{Arc, OnceLock, Weak};
 use std::time::{Duration, Instant, SystemTime};
+
+use parking_lot::Mutex;
 
 use crate::config::{ConfigError, LinkTable};
 use crate::link::Link;
 
 /// How often, at most, the endpoint looks at the file's modification time.
 pub const FILE_CHECK_INTERVAL: Duration = Duration::from_millis(100);
-
-pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
 
 /// A handle on a table of link overrides, cheap to clone. Changes take effect for the
 /// next message sent.
@@ -38,32 +36,32 @@ impl Links {
     /// links().remove("doc-a", "doc-b");
     /// ```
     pub fn set(&self, from: &str, to: &str, link: Link) -> Result<(), ConfigError> {
-        lock(&self.table).set(from, to, link)
+        self.table.lock().set(from, to, link)
     }
 
     /// Removes the override for `from -> to` (lower layers apply again).
     pub fn remove(&self, from: &str, to: &str) -> Option<Link> {
-        lock(&self.table).remove(from, to)
+        self.table.lock().remove(from, to)
     }
 
     /// Sets or clears the default for pairs this table does not list.
     pub fn set_default(&self, link: Option<Link>) {
-        lock(&self.table).set_default(link);
+        self.table.lock().set_default(link);
     }
 
     /// This table's entry for `from -> to` (without its default).
     pub fn get(&self, from: &str, to: &str) -> Option<Link> {
-        lock(&self.table).pair(from, to)
+        self.table.lock().pair(from, to)
     }
 
     /// Replaces the whole table.
     pub fn replace(&self, table: LinkTable) {
-        *lock(&self.table) = table;
+        *self.table.lock() = table;
     }
 
     /// A copy of the table.
     pub fn snapshot(&self) -> LinkTable {
-        lock(&self.table).clone()
+        self.table.lock().clone()
     }
 }
 
@@ -174,9 +172,9 @@ impl LinkState {
         if from == to {
             return None;
         }
-        let own = lock(&self.own.table);
-        let global = lock(&self.global.table);
-        let mut file = self.file.as_ref().map(lock);
+        let own = self.own.table.lock();
+        let global = self.global.table.lock();
+        let mut file = self.file.as_ref().map(Mutex::lock);
         if let Some(f) = file.as_mut() {
             f.refresh(now);
         }
@@ -226,18 +224,18 @@ fn registry() -> &'static Mutex<HashMap<Vec<u8>, Weak<LinkState>>> {
 }
 
 pub(crate) fn register(address: Vec<u8>, state: &Arc<LinkState>) {
-    let mut reg = lock(registry());
+    let mut reg = registry().lock();
     reg.retain(|_, w| w.strong_count() > 0);
     reg.insert(address, Arc::downgrade(state));
 }
 
 pub(crate) fn unregister(address: &[u8]) {
-    lock(registry()).remove(address);
+    registry().lock().remove(address);
 }
 
 /// The live wan-emu endpoint of this process with this address, if any.
 pub fn endpoint(address: &[u8]) -> Option<EndpointLinks> {
-    let state = lock(registry()).get(address)?.upgrade()?;
+    let state = registry().lock().get(address)?.upgrade()?;
     Some(EndpointLinks {
         address: address.to_vec(),
         state,
@@ -246,7 +244,8 @@ pub fn endpoint(address: &[u8]) -> Option<EndpointLinks> {
 
 /// Every live wan-emu endpoint of this process.
 pub fn endpoints() -> Vec<EndpointLinks> {
-    lock(registry())
+    registry()
+        .lock()
         .iter()
         .filter_map(|(a, w)| {
             Some(EndpointLinks {

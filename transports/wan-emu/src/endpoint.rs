@@ -3,21 +3,21 @@
 //! through.
 
 use std::collections::HashMap;
-use std::ffi::c_void;
-use std::marker::PhantomData;
-use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::sync::{Arc, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
-use ipl_transport_abi::ffi::{CloseCode, HostCallbacks, OutBuf, RawBuffer, RawSlice, Status};
+use ipl_transport_abi::ffi::CloseCode;
 use ipl_transport_abi::{
-    Gate, HostSink, ReceivedBuffer, TransportCapabilities, TransportError, TransportPlugin,
+    ChannelClosed, HostSink, ReceivedBuffer, TransportCapabilities, TransportError,
+    TransportEvents, TransportPlugin,
 };
+use ipl_transport_kit::Gate;
+use parking_lot::Mutex;
 
 use crate::address;
 use crate::config::{WanConfig, ENV_VAR};
-use crate::control::{self, lock, FileSource, LinkState, Links};
+use crate::control::{self, FileSource, LinkState, Links};
 use crate::emulation::{Delivery, Emulation};
 use crate::scheduler::{Action, Release, Scheduler};
 
@@ -42,7 +42,7 @@ struct Core<T: TransportPlugin> {
     host: HostSink,
     /// Host callbacks run inside this gate; `shutdown` closes it.
     gate: Gate,
-    inner: OnceLock<Box<T>>,
+    inner: OnceLock<T>,
     channels: Mutex<HashMap<u64, Channel>>,
     emulation: Mutex<Emulation>,
     links: Arc<LinkState>,
@@ -53,13 +53,12 @@ impl<T: TransportPlugin> Core<T> {
     fn inner(&self) -> Result<&T, TransportError> {
         self.inner
             .get()
-            .map(|b| &**b)
             .ok_or_else(|| TransportError::Closed("wan-emu endpoint is not ready".into()))
     }
 
     /// The inner transport opened a channel to us: wait for its hello.
     fn inner_opened(&self, ch: u64) {
-        lock(&self.channels).insert(
+        self.channels.lock().insert(
             ch,
             Channel {
                 peer: None,
@@ -68,23 +67,17 @@ impl<T: TransportPlugin> Core<T> {
         );
     }
 
-    fn inner_message(&self, ch: u64, raw: RawBuffer) {
-        let mut chans = lock(&self.channels);
+    fn inner_message(&self, ch: u64, buf: ReceivedBuffer) {
+        let mut chans = self.channels.lock();
         let peer_known = chans.get(&ch).map(|c| c.peer.is_some());
         if peer_known == Some(true) {
             drop(chans);
-            match self.gate.enter() {
-                // SAFETY: `raw` came from the inner transport, which promised the
-                // RawBuffer contract (valid until released once, from any thread); its
-                // ownership passes on to our host unchanged.
-                Some(_e) => unsafe { self.host.message_raw(ch, raw) },
-                // SAFETY: as above; released here, once, since nobody will read it.
-                None => drop(unsafe { ReceivedBuffer::from_raw(raw) }),
+            // Passed on in place; released here if our host is gone.
+            if let Some(_e) = self.gate.enter() {
+                self.host.message(ch, buf.into());
             }
             return;
         }
-        // SAFETY: as above; the wrapper releases the buffer once, when dropped below.
-        let buf = unsafe { ReceivedBuffer::from_raw(raw) };
         if peer_known.is_none() {
             tracing::debug!(
                 channel = ch,
@@ -115,8 +108,8 @@ impl<T: TransportPlugin> Core<T> {
     }
 
     fn inner_closed(&self, ch: u64, code: CloseCode, detail: &str) {
-        let known = lock(&self.channels).remove(&ch);
-        lock(&self.emulation).forget(ch);
+        let known = self.channels.lock().remove(&ch);
+        self.emulation.lock().forget(ch);
         if let Some(c) = known {
             if c.peer.is_some() {
                 if let Some(_e) = self.gate.enter() {
@@ -128,8 +121,8 @@ impl<T: TransportPlugin> Core<T> {
 
     /// A delayed send failed: the channel cannot stay reliable, so it is lost.
     fn lose(&self, ch: u64, e: &TransportError) {
-        let known = lock(&self.channels).remove(&ch);
-        lock(&self.emulation).forget(ch);
+        let known = self.channels.lock().remove(&ch);
+        self.emulation.lock().forget(ch);
         if known.is_some() {
             tracing::warn!(channel = ch, error = %e, "wan-emu: delayed send failed; channel lost");
             if let Ok(inner) = self.inner() {
@@ -154,115 +147,51 @@ impl<T: TransportPlugin> Release for Core<T> {
         match action {
             Action::Send(data) => {
                 let r = inner.send(ch, &[&data]);
-                lock(&self.emulation).on_released(ch);
+                self.emulation.lock().on_released(ch);
                 if let Err(e) = r {
                     self.lose(ch, &e);
                 }
             }
             Action::Close => {
-                lock(&self.channels).remove(&ch);
-                lock(&self.emulation).forget(ch);
+                self.channels.lock().remove(&ch);
+                self.emulation.lock().forget(ch);
                 inner.close_channel(ch);
             }
         }
     }
 }
 
-// ---- the inner transport's callbacks: `ctx` is an `Arc<Core<T>>` given to it ----
+/// The host of the inner endpoint: its events go to the core while the core lives.
+struct InnerEvents<T: TransportPlugin>(Weak<Core<T>>);
 
-/// # Safety
-/// `ctx` is the pointer made by `Arc::into_raw` in `WanEmu::create`, whose reference is
-/// given back only after the inner transport's `shutdown` returned (so no callback runs).
-unsafe fn core<'a, T: TransportPlugin>(ctx: *const c_void) -> &'a Core<T> {
-    // SAFETY: per the contract above the Arc is alive for the whole callback.
-    unsafe { &*ctx.cast::<Core<T>>() }
-}
-
-unsafe extern "C" fn cb_opened<T: TransportPlugin>(ctx: *const c_void, ch: u64) {
-    // SAFETY: ctx is our live core (see `core`).
-    let c = unsafe { core::<T>(ctx) };
-    let _ = catch_unwind(AssertUnwindSafe(|| c.inner_opened(ch)));
-}
-
-unsafe extern "C" fn cb_message<T: TransportPlugin>(ctx: *const c_void, ch: u64, buf: RawBuffer) {
-    // SAFETY: ctx is our live core (see `core`).
-    let c = unsafe { core::<T>(ctx) };
-    // The buffer (owned by us now, per the RawBuffer contract) is forwarded or released
-    // by `inner_message`; a panic there would leak it, never free it twice.
-    let _ = catch_unwind(AssertUnwindSafe(|| c.inner_message(ch, buf)));
-}
-
-unsafe extern "C" fn cb_closed<T: TransportPlugin>(
-    ctx: *const c_void,
-    ch: u64,
-    code: CloseCode,
-    detail: RawSlice,
-) {
-    // SAFETY: detail is valid for the duration of the callback (ABI contract).
-    let detail = String::from_utf8_lossy(unsafe { detail.as_slice() }).into_owned();
-    // SAFETY: ctx is our live core (see `core`).
-    let c = unsafe { core::<T>(ctx) };
-    let _ = catch_unwind(AssertUnwindSafe(|| c.inner_closed(ch, code, &detail)));
-}
-
-/// Creates the inner endpoint through its own ABI trampoline, which is the only way to
-/// give it a [`HostSink`] whose callbacks reach us.
-fn create_inner<T: TransportPlugin>(
-    config: &str,
-    ctx: *const Core<T>,
-) -> Result<Box<T>, TransportError> {
-    let callbacks = HostCallbacks {
-        ctx: ctx.cast(),
-        channel_opened: cb_opened::<T>,
-        message: cb_message::<T>,
-        channel_closed: cb_closed::<T>,
-    };
-    let mut out: *mut c_void = std::ptr::null_mut();
-    let mut msg = [0u8; 512];
-    let mut err = OutBuf {
-        ptr: msg.as_mut_ptr(),
-        cap: msg.len(),
-        len: 0,
-    };
-    // SAFETY: the config slice, `out` and `err` are valid for the call; the callbacks are
-    // thread-safe and `ctx` outlives the inner endpoint (released after its shutdown).
-    let st = unsafe {
-        ipl_transport_abi::plugin::create::<T>(
-            RawSlice::from_slice(config.as_bytes()),
-            callbacks,
-            &mut out,
-            &mut err,
-        )
-    };
-    if st != Status::OK || out.is_null() {
-        let n = err.len.min(msg.len());
-        let detail = String::from_utf8_lossy(&msg[..n]).into_owned();
-        return Err(TransportError::from_status(
-            st,
-            format!("inner transport {}: {detail}", T::NAME),
-        ));
+impl<T: TransportPlugin> TransportEvents for InnerEvents<T> {
+    fn channel_opened(&self, ch: u64) {
+        if let Some(core) = self.0.upgrade() {
+            core.inner_opened(ch);
+        }
     }
-    // SAFETY: on success the trampoline stored `Box::into_raw(Box<T>)` in `out`; we take
-    // that box back once and own it from now on.
-    Ok(unsafe { Box::from_raw(out.cast::<T>()) })
+
+    fn message(&self, ch: u64, buf: ReceivedBuffer) {
+        if let Some(core) = self.0.upgrade() {
+            core.inner_message(ch, buf);
+        }
+    }
+
+    fn channel_closed(&self, ch: u64, why: ChannelClosed) {
+        if let Some(core) = self.0.upgrade() {
+            let (code, detail) = why.code();
+            core.inner_closed(ch, code, detail);
+        }
+    }
 }
 
 /// A wan-emu endpoint over an endpoint of the inner transport `T` (TCP in the plugin,
 /// any transport for tests).
 pub struct WanEmu<T: TransportPlugin> {
     core: Arc<Core<T>>,
-    /// The strong reference lent to the inner transport as its callback context.
-    ctx: *const Core<T>,
     address: Vec<u8>,
     stopped: AtomicBool,
-    _inner: PhantomData<T>,
 }
-
-// SAFETY: `ctx` is only an Arc reference count we own (given back in Drop); everything
-// else is Send + Sync (Core<T> is, as T: Send + Sync and the rest are locks and atomics).
-unsafe impl<T: TransportPlugin> Send for WanEmu<T> {}
-// SAFETY: as above; no method touches `ctx` except Drop.
-unsafe impl<T: TransportPlugin> Sync for WanEmu<T> {}
 
 impl<T: TransportPlugin> WanEmu<T> {
     /// The endpoint's link overrides (above the process-wide ones of [`crate::links`]).
@@ -276,7 +205,7 @@ impl<T: TransportPlugin> WanEmu<T> {
     }
 
     fn channel_peer(&self, ch: u64) -> Result<Arc<str>, TransportError> {
-        match lock(&self.core.channels).get(&ch) {
+        match self.core.channels.lock().get(&ch) {
             Some(Channel {
                 peer: Some(p),
                 closing: false,
@@ -325,27 +254,23 @@ impl<T: TransportPlugin> TransportPlugin for WanEmu<T> {
             links,
             scheduler: OnceLock::new(),
         });
-        let ctx = Arc::into_raw(core.clone());
-        let inner = match create_inner::<T>(config, ctx) {
-            Ok(i) => i,
-            Err(e) => {
-                // SAFETY: the inner endpoint was not created, so nobody holds `ctx`; this
-                // gives back the reference made just above.
-                drop(unsafe { Arc::from_raw(ctx) });
-                return Err(e);
-            }
-        };
+        // The inner endpoint's host holds the core weakly: the core owns the endpoint.
+        let events = Arc::new(InnerEvents(Arc::downgrade(&core)));
+        let inner = T::create(config, HostSink::from_events(events)).map_err(|e| {
+            TransportError::from_status(
+                e.status(),
+                format!("inner transport {}: {}", T::NAME, e.detail()),
+            )
+        })?;
         let inner_address = inner.local_address();
         let _ = core.inner.set(inner);
         let target: Weak<dyn Release> = Arc::downgrade(&core) as Weak<dyn Release>;
         let wan = WanEmu {
             address: address::encode(&cfg.cluster, &inner_address),
             core,
-            ctx,
             stopped: AtomicBool::new(false),
-            _inner: PhantomData,
         };
-        // From here on, dropping `wan` shuts the inner endpoint down and releases ctx.
+        // From here on, dropping `wan` shuts the inner endpoint down.
         let sched = Scheduler::start(&cfg.cluster, cfg.max_queued, target)?;
         let _ = wan.core.scheduler.set(sched);
         control::register(wan.address.clone(), &wan.core.links);
@@ -361,7 +286,7 @@ impl<T: TransportPlugin> TransportPlugin for WanEmu<T> {
         let (peer, inner_addr) = address::parse(address)?;
         let inner = self.core.inner()?;
         let ch = inner.connect(inner_addr, timeout)?;
-        lock(&self.core.channels).insert(
+        self.core.channels.lock().insert(
             ch,
             Channel {
                 peer: Some(Arc::from(peer)),
@@ -370,7 +295,7 @@ impl<T: TransportPlugin> TransportPlugin for WanEmu<T> {
         );
         // The hello goes first and undelayed: connection set-up is not emulated.
         if let Err(e) = inner.send(ch, &[&address::hello(&self.core.cluster)]) {
-            lock(&self.core.channels).remove(&ch);
+            self.core.channels.lock().remove(&ch);
             inner.close_channel(ch);
             return Err(e);
         }
@@ -383,7 +308,7 @@ impl<T: TransportPlugin> TransportPlugin for WanEmu<T> {
         let size: usize = slices.iter().map(|s| s.len()).sum();
         let (now, since) = core.now();
         let link = core.links.lookup(&peer, now);
-        let decision = lock(&core.emulation).on_message(
+        let decision = core.emulation.lock().on_message(
             channel,
             &peer,
             link.as_ref(),
@@ -409,14 +334,14 @@ impl<T: TransportPlugin> TransportPlugin for WanEmu<T> {
     fn close_channel(&self, channel: u64) {
         let core = &self.core;
         {
-            let mut chans = lock(&core.channels);
+            let mut chans = core.channels.lock();
             match chans.get_mut(&channel) {
                 Some(c) if !c.closing => c.closing = true,
                 _ => return,
             }
         }
         let (_, since) = core.now();
-        let decision = lock(&core.emulation).on_close(channel, since);
+        let decision = core.emulation.lock().on_close(channel, since);
         let held = match (decision, core.scheduler.get()) {
             (Delivery::At(at), Some(s)) => s.push(epoch() + at, channel, Action::Close).is_ok(),
             _ => false,
@@ -451,8 +376,5 @@ impl<T: TransportPlugin> TransportPlugin for WanEmu<T> {
 impl<T: TransportPlugin> Drop for WanEmu<T> {
     fn drop(&mut self) {
         self.shutdown();
-        // SAFETY: `ctx` came from Arc::into_raw in `create`, and the inner endpoint's
-        // shutdown has returned, so it makes no further callback with it; given back once.
-        drop(unsafe { Arc::from_raw(self.ctx) });
     }
 }

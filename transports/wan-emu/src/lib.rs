@@ -49,6 +49,8 @@
 //! assert_eq!(e.on_message(2, "A", Some(&wan), ms(0), 12_500), Delivery::Now);
 //! ```
 
+#![forbid(unsafe_code)]
+
 pub mod address;
 pub mod config;
 pub mod control;

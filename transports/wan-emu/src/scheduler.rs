@@ -8,13 +8,13 @@
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
-use std::sync::{Arc, Condvar, Mutex, Weak};
+use std::sync::{Arc, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use ipl_transport_abi::TransportError;
 
-use crate::control::lock;
+use parking_lot::{Condvar, Mutex};
 
 /// How long before an item is due the thread stops sleeping and spins.
 pub const SPIN: Duration = Duration::from_micros(200);
@@ -111,9 +111,9 @@ impl Scheduler {
             Action::Send(d) => d.len(),
             Action::Close => 0,
         };
-        let mut q = lock(&self.shared.queue);
+        let mut q = self.shared.queue.lock();
         while !q.stop && q.bytes > 0 && q.bytes.saturating_add(size) > self.max_bytes {
-            q = self.shared.room.wait(q).unwrap_or_else(|p| p.into_inner());
+            self.shared.room.wait(&mut q);
         }
         if q.stop {
             return Err(TransportError::Closed(
@@ -139,7 +139,7 @@ impl Scheduler {
 
     /// How many items are held.
     pub fn len(&self) -> usize {
-        lock(&self.shared.queue).heap.len()
+        self.shared.queue.lock().heap.len()
     }
 
     /// Whether nothing is held.
@@ -149,10 +149,10 @@ impl Scheduler {
 
     /// Stops the thread (held items are dropped) and waits for it, unless called on it.
     pub fn stop(&self) {
-        lock(&self.shared.queue).stop = true;
+        self.shared.queue.lock().stop = true;
         self.shared.due.notify_all();
         self.shared.room.notify_all();
-        if let Some(t) = lock(&self.thread).take() {
+        if let Some(t) = self.thread.lock().take() {
             if t.thread().id() != std::thread::current().id() {
                 let _ = t.join();
             }
@@ -167,7 +167,7 @@ impl Drop for Scheduler {
 }
 
 fn run(shared: &Shared, target: &Weak<dyn Release>) {
-    let mut q = lock(&shared.queue);
+    let mut q = shared.queue.lock();
     loop {
         if q.stop {
             q.heap.clear();
@@ -175,17 +175,13 @@ fn run(shared: &Shared, target: &Weak<dyn Release>) {
         }
         let now = Instant::now();
         let Some(Reverse(next)) = q.heap.peek() else {
-            q = shared.due.wait(q).unwrap_or_else(|p| p.into_inner());
+            shared.due.wait(&mut q);
             continue;
         };
         let at = next.at;
         if at > now + SPIN {
             let nap = at - now - SPIN;
-            q = shared
-                .due
-                .wait_timeout(q, nap)
-                .map(|(g, _)| g)
-                .unwrap_or_else(|p| p.into_inner().0);
+            shared.due.wait_for(&mut q, nap);
             continue;
         }
         if at > now {
@@ -195,7 +191,7 @@ fn run(shared: &Shared, target: &Weak<dyn Release>) {
             while Instant::now() < at {
                 std::hint::spin_loop();
             }
-            q = lock(&shared.queue);
+            q = shared.queue.lock();
             continue;
         }
         let Some(Reverse(item)) = q.heap.pop() else {
@@ -210,7 +206,7 @@ fn run(shared: &Shared, target: &Weak<dyn Release>) {
             Some(t) => t.release(item.channel, item.action),
             None => return,
         }
-        q = lock(&shared.queue);
+        q = shared.queue.lock();
     }
 }
 
@@ -227,7 +223,7 @@ mod tests {
                 Action::Send(d) => Some(d),
                 Action::Close => None,
             };
-            lock(&self.0).push((channel, d));
+            self.0.lock().push((channel, d));
             self.1.notify_all();
         }
     }
@@ -248,10 +244,10 @@ mod tests {
         s.push(t, 2, Action::Send(b"second".to_vec())).unwrap();
         s.push(t + Duration::from_millis(2), 1, Action::Close)
             .unwrap();
-        let mut g = lock(&rec.0);
+        let mut g = rec.0.lock();
         let end = Instant::now() + Duration::from_secs(20);
         while g.len() < 4 && Instant::now() < end {
-            g = rec.1.wait_timeout(g, Duration::from_millis(50)).unwrap().0;
+            rec.1.wait_for(&mut g, Duration::from_millis(50));
         }
         let got: Vec<_> = g.iter().map(|(c, d)| (*c, d.clone())).collect();
         assert_eq!(
@@ -288,6 +284,6 @@ mod tests {
             blocked.join().unwrap(),
             Err(TransportError::Closed(_))
         ));
-        assert!(lock(&rec.0).is_empty());
+        assert!(rec.0.lock().is_empty());
     }
 }

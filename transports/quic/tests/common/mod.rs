@@ -5,7 +5,7 @@
 #![allow(dead_code)]
 
 #[allow(unused_imports)] // each test file uses part of them
-pub use ipl_transport_abi::testing::{pattern, EventLog as Log, Events, PATIENCE};
+pub use ipl_transport_kit::testing::{connect, pattern, EventLog as Log, Events, PATIENCE};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -22,19 +22,12 @@ pub fn plugin() -> Plugin {
 }
 
 pub fn config(secret: &PoolSecret) -> String {
-    format!("secret={}\npool={POOL}", secret.to_hex())
+    ipl_transport_kit::testing::config(secret, POOL)
 }
 
 /// A fresh endpoint with its own log.
 pub fn endpoint(cfg: &str) -> (TransportInstance, Arc<Log>) {
-    let log = Log::new();
-    let t = plugin().create(cfg, log.clone()).unwrap();
-    (t, log)
-}
-
-pub fn connect(from: &TransportInstance, to: &TransportInstance) -> u64 {
-    from.connect(&to.local_address().unwrap(), PATIENCE)
-        .unwrap()
+    ipl_transport_kit::testing::endpoint(&plugin(), cfg)
 }
 
 /// A hand-made peer: plain quinn with certificates of a pool, speaking the transport's

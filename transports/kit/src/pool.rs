@@ -2,11 +2,10 @@
 //! releases goes back to the pool instead of to the allocator, so a stream of large
 //! messages costs no `mmap`/`munmap` and no page faults per message.
 
-use std::ffi::c_void;
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Weak};
 
-use crate::ffi::RawBuffer;
-use crate::plugin::HostSink;
+use ipl_transport_abi::{HostSink, PluginBuffer};
+use parking_lot::Mutex;
 
 struct Inner {
     free: Mutex<Vec<Vec<u8>>>,
@@ -22,7 +21,7 @@ pub struct BufferPool {
 
 impl std::fmt::Debug for BufferPool {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let n = self.inner.free.lock().map(|v| v.len()).unwrap_or(0);
+        let n = self.inner.free.lock().len();
         write!(f, "BufferPool({n} cached)")
     }
 }
@@ -45,44 +44,63 @@ impl BufferPool {
     /// caller truncates or grows it; growing zeroes only the new part, so a recycled
     /// buffer is not cleared again.
     pub fn take(&self) -> Vec<u8> {
-        self.inner
-            .free
-            .lock()
-            .ok()
-            .and_then(|mut f| f.pop())
-            .unwrap_or_default()
+        self.inner.free.lock().pop().unwrap_or_default()
     }
 
     /// Hands `data` to the host as the message on `channel`; when the host releases it,
     /// the buffer returns to this pool (or is freed if the pool is full or gone).
     pub fn deliver(&self, host: &HostSink, channel: u64, data: Vec<u8>) {
-        let boxed = Box::new((data, Arc::downgrade(&self.inner)));
-        let raw = Box::into_raw(boxed);
-        // SAFETY: raw comes from Box::into_raw just above: valid and aligned.
-        let (ptr, len) = unsafe { ((*raw).0.as_ptr(), (*raw).0.len()) };
-        let buf = RawBuffer {
-            data: ptr,
-            len,
-            release: release_pooled,
-            release_ctx: raw.cast(),
+        let pooled = Pooled {
+            data,
+            pool: Arc::downgrade(&self.inner),
         };
-        // SAFETY: the bytes live in the boxed vector, which nobody touches until the host
-        // calls `release_pooled` exactly once; that reclaims the box, from any thread,
-        // and is valid after the pool or the transport is gone (it holds a Weak).
-        unsafe { host.message_raw(channel, buf) }
+        host.message(channel, PluginBuffer::from_owner(pooled));
     }
 }
 
-unsafe extern "C" fn release_pooled(ctx: *mut c_void) {
-    // SAFETY: ctx was made by Box::into_raw in `deliver`, and the host releases each
-    // buffer exactly once (ABI contract), so reclaiming the box is sound.
-    let boxed = unsafe { Box::from_raw(ctx.cast::<(Vec<u8>, Weak<Inner>)>()) };
-    let (buf, pool) = *boxed;
-    if let Some(pool) = pool.upgrade() {
-        if let Ok(mut free) = pool.free.lock() {
-            if free.len() < pool.max_cached && buf.capacity() <= pool.max_capacity {
-                free.push(buf);
+/// A delivered buffer: goes back to its pool when the host releases it (from any
+/// thread, also after the pool or the transport is gone: it holds a `Weak`).
+struct Pooled {
+    data: Vec<u8>,
+    pool: Weak<Inner>,
+}
+
+impl AsRef<[u8]> for Pooled {
+    fn as_ref(&self) -> &[u8] {
+        &self.data
+    }
+}
+
+impl Drop for Pooled {
+    fn drop(&mut self) {
+        if let Some(pool) = self.pool.upgrade() {
+            let mut free = pool.free.lock();
+            if free.len() < pool.max_cached && self.data.capacity() <= pool.max_capacity {
+                free.push(std::mem::take(&mut self.data));
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn released_buffers_come_back_up_to_the_limits() {
+        let pool = BufferPool::new(1, 64);
+        let small = PluginBuffer::from_owner(Pooled {
+            data: Vec::with_capacity(32),
+            pool: Arc::downgrade(&pool.inner),
+        });
+        let big = PluginBuffer::from_owner(Pooled {
+            data: Vec::with_capacity(128),
+            pool: Arc::downgrade(&pool.inner),
+        });
+        drop(big);
+        assert_eq!(pool.inner.free.lock().len(), 0, "too large to keep");
+        drop(small);
+        assert_eq!(pool.take().capacity(), 32);
+        assert_eq!(pool.take().capacity(), 0);
     }
 }

@@ -20,34 +20,31 @@ use std::collections::hash_map::RandomState;
 use std::collections::HashMap;
 use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::Arc;
 
-use crate::TransportError;
+use ipl_transport_abi::TransportError;
+use parking_lot::{Mutex, RwLock};
 
 /// Bit 63 of a wire channel id: set when the sender of the message is the side that
 /// opened the channel, so the two directions never collide.
 pub const OPENED_BY_SENDER: u64 = 1 << 63;
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-fn read_lock<T>(l: &RwLock<T>) -> RwLockReadGuard<'_, T> {
-    l.read().unwrap_or_else(|p| p.into_inner())
-}
-
-fn write_lock<T>(l: &RwLock<T>) -> RwLockWriteGuard<'_, T> {
-    l.write().unwrap_or_else(|p| p.into_inner())
-}
-
 /// The channels of one link: wire id as received from the peer → local channel id.
 /// Closed (`None` inside) once the link is lost.
-#[derive(Debug)]
 pub struct LinkChannels<S = RandomState> {
     map: Mutex<Option<HashMap<u64, u64, S>>>,
     /// Bumped (under the lock) whenever an entry leaves the table: a lookup cached at
     /// an older generation may be stale (see [`CachedLookup`]).
     generation: AtomicU64,
+}
+
+impl<S> std::fmt::Debug for LinkChannels<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LinkChannels")
+            .field("map", &*self.map.lock())
+            .field("generation", &self.generation)
+            .finish()
+    }
 }
 
 impl<S: BuildHasher + Default> Default for LinkChannels<S> {
@@ -72,18 +69,18 @@ pub struct CachedLookup {
 impl<S: BuildHasher> LinkChannels<S> {
     /// Whether the link is still open (not yet [`take`](Self::take)n).
     pub fn is_open(&self) -> bool {
-        lock(&self.map).is_some()
+        self.map.lock().is_some()
     }
 
     /// The local channel of wire id `wire`, if the link is open and has it.
     pub fn get(&self, wire: u64) -> Option<u64> {
-        lock(&self.map).as_ref()?.get(&wire).copied()
+        self.map.lock().as_ref()?.get(&wire).copied()
     }
 
     /// Enters `wire` → `local`. Returns false if the link is lost or already had `wire`
     /// (which it keeps as it was).
     pub fn insert_fresh(&self, wire: u64, local: u64) -> bool {
-        match lock(&self.map).as_mut() {
+        match self.map.lock().as_mut() {
             Some(m) => match m.entry(wire) {
                 std::collections::hash_map::Entry::Occupied(_) => false,
                 std::collections::hash_map::Entry::Vacant(v) => {
@@ -115,7 +112,7 @@ impl<S: BuildHasher> LinkChannels<S> {
     /// Takes `wire` out; `Some(local)` makes the caller the owner of the channel's last
     /// callback. `None` if the link is lost or does not have `wire`.
     pub fn remove(&self, wire: u64) -> Option<u64> {
-        let mut map = lock(&self.map);
+        let mut map = self.map.lock();
         let local = map.as_mut()?.remove(&wire)?;
         self.generation.fetch_add(1, Ordering::Release);
         Some(local)
@@ -125,7 +122,7 @@ impl<S: BuildHasher> LinkChannels<S> {
     /// (`None` if it was closed already): the caller reports each of them lost.
     pub fn take(&self) -> Option<Vec<u64>> {
         let map = {
-            let mut m = lock(&self.map);
+            let mut m = self.map.lock();
             let map = m.take()?;
             self.generation.fetch_add(1, Ordering::Release);
             map
@@ -186,7 +183,7 @@ impl<L, S: BuildHasher + Default> Default for ChannelTable<L, S> {
 
 impl<L: ChannelLink, S: BuildHasher> ChannelTable<L, S> {
     fn insert(&self, local: u64, link: &Arc<L>, wire: u64) {
-        write_lock(&self.routes).insert(
+        self.routes.write().insert(
             local,
             Route {
                 link: link.clone(),
@@ -196,7 +193,7 @@ impl<L: ChannelLink, S: BuildHasher> ChannelTable<L, S> {
     }
 
     fn forget(&self, local: u64) -> Option<Route<L>> {
-        write_lock(&self.routes).remove(&local)
+        self.routes.write().remove(&local)
     }
 
     /// Opens a channel towards a peer, `connect`'s loop: up to two attempts, because a
@@ -287,7 +284,7 @@ impl<L: ChannelLink, S: BuildHasher> ChannelTable<L, S> {
     /// Takes the channels of a lost link (`locals`, from [`LinkChannels::take`]) out of
     /// this table.
     pub fn forget_all(&self, locals: &[u64]) {
-        let mut table = write_lock(&self.routes);
+        let mut table = self.routes.write();
         for l in locals {
             table.remove(l);
         }
@@ -295,7 +292,8 @@ impl<L: ChannelLink, S: BuildHasher> ChannelTable<L, S> {
 
     /// The route of local channel `channel`, or a `Closed` error that names `transport`.
     pub fn route(&self, transport: &str, channel: u64) -> Result<Route<L>, TransportError> {
-        read_lock(&self.routes)
+        self.routes
+            .read()
             .get(&channel)
             .cloned()
             .ok_or_else(|| TransportError::Closed(format!("no open {transport} channel {channel}")))
@@ -303,7 +301,7 @@ impl<L: ChannelLink, S: BuildHasher> ChannelTable<L, S> {
 
     /// Forgets every channel (at shutdown; links keep theirs until they are lost).
     pub fn clear(&self) {
-        write_lock(&self.routes).clear();
+        self.routes.write().clear();
     }
 }
 

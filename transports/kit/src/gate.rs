@@ -2,7 +2,8 @@
 //! last one has left, so that no callback runs after `destroy` returns.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Condvar, Mutex};
+
+use parking_lot::{Condvar, Mutex};
 use std::time::Duration;
 
 /// Guards host callbacks of one transport instance. Every callback runs inside
@@ -30,7 +31,7 @@ impl Drop for Entered<'_> {
         if self.0.in_flight.fetch_sub(1, Ordering::SeqCst) == 1
             && !self.0.open.load(Ordering::SeqCst)
         {
-            let _g = self.0.drained.0.lock().unwrap_or_else(|p| p.into_inner());
+            let _g = self.0.drained.0.lock();
             self.0.drained.1.notify_all();
         }
     }
@@ -56,14 +57,9 @@ impl Gate {
     /// Closes the gate and waits until no callback is running.
     pub fn close(&self) {
         self.open.store(false, Ordering::SeqCst);
-        let mut g = self.drained.0.lock().unwrap_or_else(|p| p.into_inner());
+        let mut g = self.drained.0.lock();
         while self.in_flight.load(Ordering::SeqCst) != 0 {
-            g = self
-                .drained
-                .1
-                .wait_timeout(g, Duration::from_millis(10))
-                .map(|(g, _)| g)
-                .unwrap_or_else(|p| p.into_inner().0);
+            self.drained.1.wait_for(&mut g, Duration::from_millis(10));
         }
     }
 }

@@ -3,14 +3,14 @@
 //! and `#` comments are skipped; keys and values are trimmed. Unknown keys are for the
 //! transport to ignore: the same text serves every transport of an Ibis instance.
 
-use crate::TransportError;
+use ipl_transport_abi::TransportError;
 
 /// The `(key, value)` pairs of a configuration text, in order; a line without `=` is an
 /// [`InvalidArgument`](TransportError::InvalidArgument) error naming `transport` and
 /// the line.
 ///
 /// ```
-/// use ipl_transport_abi::config::entries;
+/// use ipl_transport_kit::config::entries;
 /// let e = entries("# comment\n pool = p1 \n\nmax_message=1024", "tcp").unwrap();
 /// assert_eq!(e, vec![("pool", "p1"), ("max_message", "1024")]);
 /// assert!(entries("oops", "tcp").unwrap_err().to_string().contains("tcp config"));
@@ -38,8 +38,8 @@ pub fn entries<'a>(
 /// The values of the keys that several transports share, each parsed with an error that
 /// names the transport and the key.
 pub mod fields {
-    use crate::TransportError;
     use ipl_auth::PoolSecret;
+    use ipl_transport_abi::TransportError;
     use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
     fn invalid(msg: String) -> TransportError {
@@ -59,7 +59,7 @@ pub mod fields {
     /// missing (what the secret is used for beyond authentication, or empty).
     ///
     /// ```
-    /// use ipl_transport_abi::config::fields;
+    /// use ipl_transport_kit::config::fields;
     /// let e = fields::require_secret("tcp", None, "").unwrap_err().to_string();
     /// assert!(e.contains("tcp transport: no pool secret configured"), "{e}");
     /// ```
@@ -116,7 +116,7 @@ pub mod fields {
     /// unspecified bound address replaced by loopback of its family.
     ///
     /// ```
-    /// use ipl_transport_abi::config::fields::advertised_ip;
+    /// use ipl_transport_kit::config::fields::advertised_ip;
     /// let ip = advertised_ip(None, &"0.0.0.0:5".parse().unwrap());
     /// assert_eq!(ip, std::net::Ipv4Addr::LOCALHOST);
     /// ```
@@ -129,5 +129,96 @@ pub mod fields {
                 ip => ip,
             },
         }
+    }
+}
+
+/// The keys every network transport (tcp, quic) reads: `secret=` (required), `pool=`,
+/// `bind=` (default `127.0.0.1:0`), `advertise=` and `max_message=`.
+#[derive(Debug, Clone)]
+pub struct NetConfig {
+    /// The pool secret.
+    pub secret: ipl_auth::PoolSecret,
+    /// The pool's name (empty if not given).
+    pub pool: String,
+    /// The local address to bind.
+    pub bind: std::net::SocketAddr,
+    /// The IP peers should dial, if not the bound one.
+    pub advertise: Option<std::net::IpAddr>,
+    /// The largest message, in bytes.
+    pub max_message: u32,
+}
+
+/// The transport-specific part of [`NetConfig::parse`].
+#[derive(Debug, Clone, Copy)]
+pub struct NetDefaults<'a> {
+    /// The transport's name, for error messages.
+    pub transport: &'a str,
+    /// `max_message` when not given.
+    pub max_message: u32,
+    /// The largest `max_message` allowed.
+    pub max_message_limit: u32,
+    /// Appended to the error when the secret is missing (what else it is used for, or
+    /// empty).
+    pub secret_why: &'a str,
+}
+
+impl NetConfig {
+    /// Parses a configuration text: the shared keys here, every other key through
+    /// `other`, which returns whether it knew the key (an unknown key is ignored, as the
+    /// same text serves every transport).
+    ///
+    /// ```
+    /// use ipl_transport_kit::config::{NetConfig, NetDefaults};
+    /// let d = NetDefaults { transport: "tcp", max_message: 1 << 30, max_message_limit: u32::MAX, secret_why: "" };
+    /// let s = "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff";
+    /// let mut extra = None;
+    /// let c = NetConfig::parse(&format!("secret={s}\npool=p\nlinger=5"), d, |k, v| {
+    ///     Ok(k == "linger" && extra.replace(v.to_string()).is_none())
+    /// })
+    /// .unwrap();
+    /// assert_eq!((c.pool.as_str(), c.max_message), ("p", 1 << 30));
+    /// assert_eq!(extra.as_deref(), Some("5"));
+    /// assert!(NetConfig::parse("pool=p", d, |_, _| Ok(false)).is_err());
+    /// ```
+    pub fn parse(
+        text: &str,
+        defaults: NetDefaults<'_>,
+        mut other: impl FnMut(&str, &str) -> Result<bool, TransportError>,
+    ) -> Result<Self, TransportError> {
+        let t = defaults.transport;
+        let mut secret = None;
+        let mut pool = String::new();
+        let mut bind = std::net::SocketAddr::new(std::net::Ipv4Addr::LOCALHOST.into(), 0);
+        let mut advertise = None;
+        let mut max_message = defaults.max_message;
+        for (key, value) in entries(text, t)? {
+            match key {
+                "secret" => secret = Some(fields::secret(t, value)?),
+                "pool" => pool = value.to_string(),
+                "bind" => bind = fields::bind(t, value)?,
+                "advertise" => advertise = Some(fields::advertise(t, value)?),
+                "max_message" => {
+                    max_message = fields::max_message(t, value, defaults.max_message_limit)?
+                }
+                key => {
+                    if !other(key, value)? {
+                        tracing::debug!(key, "{t} config: ignoring unknown key");
+                    }
+                }
+            }
+        }
+        let secret = fields::require_secret(t, secret, defaults.secret_why)?;
+        Ok(NetConfig {
+            secret,
+            pool,
+            bind,
+            advertise,
+            max_message,
+        })
+    }
+
+    /// The IP peers should dial, given the address actually bound.
+    pub fn advertised_ip(&self, bound: &std::net::SocketAddr) -> std::net::IpAddr {
+        fields::advertised_ip(self.advertise, bound)
     }
 }

@@ -1,10 +1,11 @@
 //! Helpers for testing a transport through the host side of the ABI: an event log that
 //! records what a [`TransportInstance`](crate::TransportInstance) reports and lets a
-//! test wait for it (with a bound, never a timing assertion), and a payload pattern for
-//! integrity checks. Used by the tests of the tcp, quic and shm transports.
+//! test wait for it (with a bound, never a timing assertion), the set-up of endpoints
+//! as the IPL makes them, and a payload pattern for integrity checks. Used by the tests
+//! of the tcp, quic and shm transports.
 //!
 //! ```
-//! use ipl_transport_abi::testing::{pattern, EventLog};
+//! use ipl_transport_kit::testing::{pattern, EventLog};
 //! use ipl_transport_abi::TransportEvents;
 //! let log = EventLog::new();
 //! log.channel_opened(7);
@@ -15,10 +16,14 @@
 //! ```
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::{ChannelClosed, ReceivedBuffer, TransportEvents};
+use ipl_auth::PoolSecret;
+use ipl_transport_abi::{
+    ChannelClosed, Plugin, ReceivedBuffer, TransportEvents, TransportInstance,
+};
+use parking_lot::{Condvar, Mutex, MutexGuard};
 
 /// Bound on every wait of [`EventLog::wait`]: a guard against hangs only.
 pub const PATIENCE: Duration = Duration::from_secs(30);
@@ -64,7 +69,7 @@ impl EventLog {
 
     /// The events so far.
     pub fn events(&self) -> MutexGuard<'_, Events> {
-        self.events.lock().unwrap_or_else(PoisonError::into_inner)
+        self.events.lock()
     }
 
     /// Waits until `done` holds.
@@ -78,11 +83,7 @@ impl EventLog {
             let left = end
                 .checked_duration_since(Instant::now())
                 .unwrap_or_else(|| panic!("timed out waiting for {what}: {g:?}"));
-            g = self
-                .changed
-                .wait_timeout(g, left)
-                .unwrap_or_else(PoisonError::into_inner)
-                .0;
+            self.changed.wait_for(&mut g, left);
         }
         g
     }
@@ -130,4 +131,31 @@ pub fn pattern(seed: u64, len: usize) -> Vec<u8> {
             x as u8
         })
         .collect()
+}
+
+/// The configuration a test endpoint of pool `pool` with `secret` gets.
+pub fn config(secret: &PoolSecret, pool: &str) -> String {
+    format!("secret={}\npool={pool}", secret.to_hex())
+}
+
+/// A fresh endpoint of `plugin` with its own log.
+///
+/// # Panics
+/// If the plugin refuses `cfg` (this is for tests).
+pub fn endpoint(plugin: &Plugin, cfg: &str) -> (TransportInstance, Arc<EventLog>) {
+    let log = EventLog::new();
+    let t = plugin
+        .create(cfg, log.clone())
+        .unwrap_or_else(|e| panic!("{} endpoint: {e}", plugin.name()));
+    (t, log)
+}
+
+/// A channel from `from` to `to`.
+///
+/// # Panics
+/// If the connect fails (this is for tests).
+pub fn connect(from: &TransportInstance, to: &TransportInstance) -> u64 {
+    let addr = to.local_address().expect("local address");
+    from.connect(&addr, PATIENCE)
+        .unwrap_or_else(|e| panic!("connect: {e}"))
 }

@@ -1,0 +1,38 @@
+//! Helpers for transport authors, on top of the plugin ABI of `ipl-transport-abi`:
+//!
+//! - [`channels`]: the channel tables of an endpoint that carries many channels over one
+//!   link per peer (channel pairing);
+//! - [`gate`]: the in-flight [`Gate`] that keeps host callbacks from running after
+//!   `shutdown`;
+//! - [`pool`]: a [`BufferPool`] of receive buffers handed to the host;
+//! - [`config`]: the `key=value` configuration text, and the keys that network
+//!   transports share ([`NetConfig`]);
+//! - [`address`]: the `ip:port/id` endpoint address ([`IpEndpoint`]);
+//! - [`testing`]: an event log to wait on and endpoint set-up, for a transport's tests.
+//!
+//! ```
+//! use ipl_transport_kit::{config::entries, IpEndpoint};
+//! let a = IpEndpoint { socket: "127.0.0.1:4000".parse().unwrap(), id: 0xab };
+//! assert_eq!(a.to_bytes(), b"127.0.0.1:4000/00000000000000ab");
+//! assert_eq!(IpEndpoint::parse("tcp", &a.to_bytes()).unwrap(), a);
+//! assert_eq!(entries("pool = p1\n# comment", "tcp").unwrap(), vec![("pool", "p1")]);
+//! ```
+
+#![forbid(unsafe_code)]
+
+pub mod address;
+pub mod channels;
+pub mod config;
+pub mod gate;
+pub mod pool;
+pub mod testing;
+
+pub use address::IpEndpoint;
+pub use config::NetConfig;
+pub use gate::Gate;
+pub use pool::BufferPool;
+
+/// The README example, compiled and run as a doc test.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctest;
