@@ -1,5 +1,5 @@
 //! Helpers for testing a transport through the host side of the ABI: an event log that
-//! records what a [`TransportInstance`](crate::TransportInstance) reports and lets a
+//! records what a [`TransportInstance`] reports and lets a
 //! test wait for it (with a bound, never a timing assertion), the set-up of endpoints
 //! as the IPL makes them, and a payload pattern for integrity checks. Used by the tests
 //! of the tcp, quic and shm transports.
