@@ -56,6 +56,8 @@
 //! # }
 //! ```
 
+#![forbid(unsafe_code)]
+
 extern crate self as ibis_rmi;
 
 mod calls;

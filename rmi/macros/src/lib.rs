@@ -16,6 +16,8 @@
 //! - `#[nonblocking]`: the server runs it in the port's receiving thread, with no thread
 //!   switch (thesis 3.3.3); it must not block or run long.
 
+#![forbid(unsafe_code)]
+
 use proc_macro::TokenStream;
 use proc_macro2::{Span, TokenStream as Tokens};
 use quote::{format_ident, quote};
