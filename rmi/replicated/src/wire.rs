@@ -5,10 +5,10 @@
 //! - to a replica ([`ToReplica`]): a state snapshot, a sequenced operation, a refusal,
 //!   the end of the stream.
 //!
-//! Operations and states travel as opaque bytes (postcard, encoded once by the writer and
-//! relayed unchanged by the sequencer). Decoding borrows from the frame and checks every
-//! length against what is left, so a malformed frame is an error, never a panic or an
-//! allocation sized by the input.
+//! Operations and states travel as opaque bytes (the IPL's object serialization, encoded
+//! once by the writer and relayed unchanged by the sequencer). Decoding borrows from the
+//! frame and checks every length against what is left, so a malformed frame is an error,
+//! never a panic or an allocation sized by the input.
 
 /// First byte of every frame.
 pub const MAGIC: u8 = 0xB5;
