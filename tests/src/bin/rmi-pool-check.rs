@@ -11,10 +11,15 @@
 //!
 //! Exits 0 when the checks pass, 1 with a message otherwise.
 
+#![forbid(unsafe_code)]
+
+use std::process::ExitCode;
 use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use clap::Parser;
 use ibis_rmi::{remote, Rmi, RmiError, Stub};
+use ibis_tests::scenario::report;
 
 const WAIT: Duration = Duration::from_secs(60);
 
@@ -116,21 +121,19 @@ fn check(ok: bool, what: impl FnOnce() -> String) -> Res<()> {
     }
 }
 
-fn main() {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .try_init();
-    let scenario = std::env::args().nth(1).unwrap_or_default();
-    match run(&scenario) {
-        Ok(()) => println!("{scenario}: ok"),
-        Err(e) => {
-            println!("{scenario}: FAILED: {e}");
-            std::process::exit(1);
-        }
-    }
+/// One member of a launched pool that checks RMI across processes.
+#[derive(Parser)]
+#[command(name = "rmi-pool-check")]
+struct Args {
+    /// The scenario to run (see the program's documentation).
+    #[arg(value_parser = ["calls", "kill"])]
+    scenario: String,
+}
+
+fn main() -> ExitCode {
+    ipl_tools::init_tracing("warn");
+    let Args { scenario } = Args::parse();
+    report(&scenario, run(&scenario))
 }
 
 fn run(scenario: &str) -> Res<()> {
