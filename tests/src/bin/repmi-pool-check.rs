@@ -17,9 +17,8 @@ use std::collections::BTreeMap;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use clap::Parser;
 use ibis_repmi::{declare, Options, Replica, Replicated};
-use ibis_tests::scenario::report;
+use ibis_tests::scenario;
 use ipl::{Ibis, IbisCapabilities as I};
 use serde::{Deserialize, Serialize};
 
@@ -72,19 +71,13 @@ fn digest(entries: &[(u64, u32)]) -> u64 {
     h
 }
 
-/// One member of a launched pool that checks replicated objects across processes.
-#[derive(Parser)]
-#[command(name = "repmi-pool-check")]
-struct Args {
-    /// The scenario to run (see the program's documentation).
-    #[arg(value_parser = ["order", "late"])]
-    scenario: String,
-}
-
 fn main() -> ExitCode {
-    ipl_tools::init_tracing("warn");
-    let Args { scenario } = Args::parse();
-    report(&scenario, run(&scenario))
+    scenario::main(
+        "repmi-pool-check",
+        "One member of a launched pool that checks replicated objects across processes.",
+        &["order", "late"],
+        run,
+    )
 }
 
 fn run(scenario: &str) -> Res<()> {

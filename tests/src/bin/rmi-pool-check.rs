@@ -17,9 +17,8 @@ use std::process::ExitCode;
 use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use clap::Parser;
 use ibis_rmi::{remote, Rmi, RmiError, Stub};
-use ibis_tests::scenario::report;
+use ibis_tests::scenario;
 
 const WAIT: Duration = Duration::from_secs(60);
 
@@ -121,19 +120,13 @@ fn check(ok: bool, what: impl FnOnce() -> String) -> Res<()> {
     }
 }
 
-/// One member of a launched pool that checks RMI across processes.
-#[derive(Parser)]
-#[command(name = "rmi-pool-check")]
-struct Args {
-    /// The scenario to run (see the program's documentation).
-    #[arg(value_parser = ["calls", "kill"])]
-    scenario: String,
-}
-
 fn main() -> ExitCode {
-    ipl_tools::init_tracing("warn");
-    let Args { scenario } = Args::parse();
-    report(&scenario, run(&scenario))
+    scenario::main(
+        "rmi-pool-check",
+        "One member of a launched pool that checks RMI across processes.",
+        &["calls", "kill"],
+        run,
+    )
 }
 
 fn run(scenario: &str) -> Res<()> {
