@@ -52,7 +52,9 @@ fn type_tag<T>() -> &'static str {
     std::any::type_name::<T>()
 }
 
-pub(crate) struct Inner<T: Replicated> {
+/// The engine one member's handle shares with its port upcalls: the local copy, its
+/// bookkeeping and, on the sequencer, the ordering state.
+struct Inner<T: Replicated> {
     name: String,
     me: u64,
     sequencer: IbisIdentifier,
