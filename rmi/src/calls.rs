@@ -16,21 +16,18 @@
 //! [`SLICE`], so no failure waits longer than that to be noticed.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::Arc;
 use std::task::Waker;
 use std::time::{Duration, Instant};
 
 use ipl::{IbisIdentifier, IplError, ReadMessage, ReceivePort};
+use parking_lot::{Condvar, Mutex, MutexGuard};
 
 use crate::error::RmiError;
 use crate::wire::Status;
 
 /// The longest a receiver blocks before it looks at losses, deadlines and async calls.
 pub(crate) const SLICE: Duration = Duration::from_millis(10);
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
 
 /// A reply, as its caller gets it.
 #[derive(Debug)]
@@ -136,7 +133,7 @@ impl CallTable {
         timeout: Duration,
         asynchronous: bool,
     ) -> Result<(), RmiError> {
-        let mut st = lock(&self.state);
+        let mut st = self.state.lock();
         if st.ended {
             return Err(RmiError::Ended);
         }
@@ -165,12 +162,12 @@ impl CallTable {
 
     /// Forgets a call (its request could not be sent, or its future was dropped).
     pub(crate) fn cancel(&self, id: u64) {
-        lock(&self.state).remove(id);
+        self.state.lock().remove(id);
     }
 
     /// The connection to `member` was lost (or it died or left).
     pub(crate) fn member_lost(&self, member: &IbisIdentifier, why: String) {
-        let mut st = lock(&self.state);
+        let mut st = self.state.lock();
         st.epoch += 1;
         let e = st.epoch;
         st.lost_members.insert(member.clone(), (e, why));
@@ -179,7 +176,7 @@ impl CallTable {
 
     /// The send port of stub `stub` lost its connection.
     pub(crate) fn stub_lost(&self, stub: u64, why: String) {
-        let mut st = lock(&self.state);
+        let mut st = self.state.lock();
         st.epoch += 1;
         let e = st.epoch;
         st.lost_stubs.insert(stub, (e, why));
@@ -188,7 +185,7 @@ impl CallTable {
 
     /// Fails every call; later ones fail at once.
     pub(crate) fn end(&self) {
-        let mut st = lock(&self.state);
+        let mut st = self.state.lock();
         st.ended = true;
         for s in st.slots.values_mut() {
             if let Some(w) = s.waker.take() {
@@ -200,12 +197,12 @@ impl CallTable {
 
     /// Whether the table has ended.
     pub(crate) fn ended(&self) -> bool {
-        lock(&self.state).ended
+        self.state.lock().ended
     }
 
     /// Blocks until call `id` has a reply or fails.
     pub(crate) fn wait(&self, port: &ReceivePort, id: u64) -> Result<Reply, RmiError> {
-        let mut st = lock(&self.state);
+        let mut st = self.state.lock();
         loop {
             if let Some(r) = st.settle(id) {
                 return r;
@@ -223,11 +220,7 @@ impl CallTable {
                 }
             } else {
                 st.sleepers += 1;
-                st = self
-                    .cond
-                    .wait_timeout(st, left.min(SLICE))
-                    .map(|(g, _)| g)
-                    .unwrap_or_else(|p| p.into_inner().0);
+                self.cond.wait_for(&mut st, left.min(SLICE));
                 st.sleepers -= 1;
             }
         }
@@ -235,7 +228,7 @@ impl CallTable {
 
     /// The async side: the outcome of call `id` if it has one, else registers `waker`.
     pub(crate) fn poll(&self, id: u64, waker: &Waker) -> Option<Result<Reply, RmiError>> {
-        let mut st = lock(&self.state);
+        let mut st = self.state.lock();
         if let Some(r) = st.settle(id) {
             return Some(r);
         }
@@ -253,7 +246,7 @@ impl CallTable {
 
     /// The pump: receives for async calls while no caller does, until the table ends.
     pub(crate) fn pump(&self, port: &ReceivePort) {
-        let mut st = lock(&self.state);
+        let mut st = self.state.lock();
         loop {
             if st.ended {
                 return;
@@ -263,11 +256,7 @@ impl CallTable {
                 st = g;
             } else {
                 st.sleepers += 1;
-                st = self
-                    .cond
-                    .wait_timeout(st, Duration::from_secs(1))
-                    .map(|(g, _)| g)
-                    .unwrap_or_else(|p| p.into_inner().0);
+                self.cond.wait_for(&mut st, Duration::from_secs(1));
                 st.sleepers -= 1;
             }
         }
@@ -291,7 +280,7 @@ impl CallTable {
         };
         drop(st);
         let got = self.receive_one(port, mine, slice);
-        let mut st = lock(&self.state);
+        let mut st = self.state.lock();
         st.receiving = false;
         match got {
             Got::Empty => st.drained = st.drained.max(epoch),
@@ -366,7 +355,7 @@ impl CallTable {
                 Ok(Reply::Bytes(s, b.to_vec()))
             });
         m.finish();
-        let mut st = lock(&self.state);
+        let mut st = self.state.lock();
         match st.slots.get_mut(&call) {
             Some(s) => {
                 s.reply = Some(reply);

@@ -1,7 +1,7 @@
 //! The client half of a runtime: the reply port, the call table, and connecting stubs.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -9,16 +9,13 @@ use ipl::{
     Disconnect, Ibis, PortType, ReceivePort, ReceivePortConnectUpcall, ReceivePortIdentifier,
     SendPort, SendPortDisconnectUpcall, SendPortIdentifier,
 };
+use parking_lot::Mutex;
 
 use crate::calls::CallTable;
 use crate::error::RmiError;
 use crate::reference::RawRef;
 
 pub(crate) use crate::wire::REPLY_PORT;
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
 
 /// Reports lost reply connections (a server vanished) to the call table.
 struct ReplyLost(Arc<CallTable>);
@@ -126,7 +123,7 @@ impl Client {
 
     /// Starts the pump thread (once) that receives replies for async calls.
     pub(crate) fn ensure_pump(self: &Arc<Self>) {
-        let mut p = lock(&self.pump);
+        let mut p = self.pump.lock();
         if p.is_some() {
             return;
         }
@@ -146,7 +143,7 @@ impl Client {
     pub(crate) fn end(&self) {
         self.table.end();
         self.replies.close(Some(Duration::ZERO));
-        let h = lock(&self.pump).take();
+        let h = self.pump.lock().take();
         if let Some(h) = h {
             if h.thread().id() != std::thread::current().id() {
                 let _ = h.join();

@@ -56,6 +56,8 @@
 //! # }
 //! ```
 
+#![forbid(unsafe_code)]
+
 extern crate self as ibis_rmi;
 
 mod calls;
@@ -89,3 +91,8 @@ pub mod __private {
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]
 pub struct ReadmeDoctest;
+
+/// The README of `ibis-rmi-macros`, run here because its example needs this crate.
+#[cfg(doctest)]
+#[doc = include_str!("../macros/README.md")]
+pub struct MacrosReadmeDoctest;

@@ -19,8 +19,9 @@
 //! them fail with [`RmiError::ConnectionLost`] or [`RmiError::Connect`].
 
 use std::collections::BTreeMap;
-use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
+
+use parking_lot::Mutex;
 
 use crate::error::RmiError;
 use crate::reference::{RawRef, RemoteInterface, RemoteRef};
@@ -31,10 +32,6 @@ use crate::server::Mode;
 pub const NAMING_ELECTION: &str = "ibis-rmi-naming";
 /// The port name of the naming service on its host.
 pub const NAMING_PORT: &str = "ibis-rmi/naming";
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
 
 /// The naming service's remote interface (used through [`Rmi::bind`] and friends).
 #[crate::remote]
@@ -59,7 +56,7 @@ struct Bindings(Mutex<BTreeMap<String, RawRef>>);
 
 impl NamingService for Bindings {
     fn bind(&self, name: String, object: RawRef, replace: bool) -> Result<(), RmiError> {
-        let mut b = lock(&self.0);
+        let mut b = self.0.lock();
         if !replace && b.contains_key(&name) {
             return Err(RmiError::AlreadyBound(name));
         }
@@ -69,21 +66,23 @@ impl NamingService for Bindings {
     }
 
     fn unbind(&self, name: String) -> Result<(), RmiError> {
-        lock(&self.0)
+        self.0
+            .lock()
             .remove(&name)
             .map(|_| ())
             .ok_or(RmiError::NotBound(name))
     }
 
     fn lookup(&self, name: String) -> Result<RawRef, RmiError> {
-        lock(&self.0)
+        self.0
+            .lock()
             .get(&name)
             .cloned()
             .ok_or(RmiError::NotBound(name))
     }
 
     fn list(&self) -> Result<Vec<String>, RmiError> {
-        Ok(lock(&self.0).keys().cloned().collect())
+        Ok(self.0.lock().keys().cloned().collect())
     }
 }
 
@@ -99,7 +98,7 @@ pub(crate) struct NamingState {
 /// is none (so nothing is bound).
 fn stub(rmi: &Rmi, elect: bool) -> Result<Option<NamingServiceStub>, RmiError> {
     let st = rmi.naming_state();
-    let mut cached = lock(&st.stub);
+    let mut cached = st.stub.lock();
     if let Some(s) = &*cached {
         return Ok(Some(s.clone()));
     }
@@ -113,7 +112,7 @@ fn stub(rmi: &Rmi, elect: bool) -> Result<Option<NamingServiceStub>, RmiError> {
         }
     };
     if &winner == rmi.identifier() {
-        let mut hosting = lock(&st.hosting);
+        let mut hosting = st.hosting.lock();
         if !*hosting {
             rmi.export_named(
                 NamingServiceSkeleton::new(Bindings::default()),
@@ -153,7 +152,7 @@ fn with_naming<T>(
             if let Err(err) = rmi.ibis().registry().maybe_dead(&host) {
                 tracing::debug!(error = %err, "maybe_dead report failed");
             }
-            *lock(&rmi.naming_state().stub) = None;
+            *rmi.naming_state().stub.lock() = None;
             match stub(rmi, elect)? {
                 Some(s) => op(&s),
                 None => none(),

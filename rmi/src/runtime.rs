@@ -3,13 +3,14 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 use std::time::Duration;
 
 use ipl::{
     Ibis, IbisBuilder, IbisCapabilities, IbisIdentifier, PortCapabilities as P, PortType,
     ReceivePort, RegistryEventHandler,
 };
+use parking_lot::Mutex;
 
 use crate::calls::CallTable;
 use crate::client::Client;
@@ -19,10 +20,6 @@ use crate::reference::{RawRef, RemoteInterface, RemoteRef, Stub};
 use crate::server::{Mode, ServerCore};
 use crate::skeleton::Skeleton;
 use crate::stub::StubCore;
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
 
 /// The Ibis capabilities RMI uses: membership, and elections (for the naming registry).
 pub const CAPABILITIES: IbisCapabilities =
@@ -165,7 +162,7 @@ impl Shared {
         if self.ended.swap(true, Ordering::SeqCst) {
             return;
         }
-        let ports: Vec<ReceivePort> = lock(&self.exports).drain().map(|(_, p)| p).collect();
+        let ports: Vec<ReceivePort> = self.exports.lock().drain().map(|(_, p)| p).collect();
         for p in ports {
             p.close(Some(Duration::ZERO));
         }
@@ -247,7 +244,7 @@ impl Rmi {
         self.check()?;
         let name = self.object_port_name();
         let port = self.shared.server.export_serial(skel, &name)?;
-        lock(&self.shared.exports).insert(name.clone(), port);
+        self.shared.exports.lock().insert(name.clone(), port);
         Ok(self.reference::<S>(name))
     }
 
@@ -275,7 +272,7 @@ impl Rmi {
         mode: Mode,
     ) -> Result<(), RmiError> {
         let port = self.shared.server.export(skel, name, mode)?;
-        lock(&self.shared.exports).insert(name.to_string(), port);
+        self.shared.exports.lock().insert(name.to_string(), port);
         Ok(())
     }
 
@@ -285,7 +282,7 @@ impl Rmi {
         if r.member() != self.identifier() {
             return Err(RmiError::NotBound(r.raw().port.clone()));
         }
-        let port = lock(&self.shared.exports).remove(&r.raw().port);
+        let port = self.shared.exports.lock().remove(&r.raw().port);
         match port {
             Some(p) => {
                 p.close(Some(Duration::ZERO));

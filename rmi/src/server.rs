@@ -4,10 +4,11 @@
 use std::collections::HashMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 use std::time::Duration;
 
 use ipl::{Ibis, IbisIdentifier, PortType, ReadMessage, ReceivePort, SendPort};
+use parking_lot::Mutex;
 
 use crate::client::REPLY_PORT;
 use crate::error::RmiError;
@@ -15,10 +16,6 @@ use crate::reference::RemoteInterface;
 use crate::skeleton::{ErrorOutcome, Invocation, Outcome, Skeleton};
 use crate::wire::{interface_hash, RequestHeader};
 use crate::workers::Workers;
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
 
 /// The longest a server waits to connect back to a client's reply port.
 const REPLY_CONNECT: Duration = Duration::from_secs(2);
@@ -65,7 +62,7 @@ impl ServerCore {
 
     /// The send port to `client`'s reply port, connected on first use.
     fn reply_port(&self, client: &IbisIdentifier) -> Result<Arc<Mutex<SendPort>>, RmiError> {
-        if let Some(p) = lock(&self.replies).get(client) {
+        if let Some(p) = self.replies.lock().get(client) {
             return Ok(Arc::clone(p));
         }
         if self.ended.load(Ordering::SeqCst) {
@@ -73,8 +70,8 @@ impl ServerCore {
         }
         // One connect at a time, so that two first calls of a client do not open two
         // reply connections.
-        let _connecting = lock(&self.connecting);
-        if let Some(p) = lock(&self.replies).get(client) {
+        let _connecting = self.connecting.lock();
+        if let Some(p) = self.replies.lock().get(client) {
             return Ok(Arc::clone(p));
         }
         let n = self.next_port.fetch_add(1, Ordering::Relaxed);
@@ -85,14 +82,14 @@ impl ServerCore {
         // the client ended, and waiting long for it only holds this thread.
         sp.connect_to(client, REPLY_PORT, self.connect_timeout.min(REPLY_CONNECT))?;
         let p = Arc::new(Mutex::new(sp));
-        lock(&self.replies).insert(client.clone(), Arc::clone(&p));
+        self.replies.lock().insert(client.clone(), Arc::clone(&p));
         Ok(p)
     }
 
     /// Sends the reply of call `call` to `client`.
     fn reply(&self, client: &IbisIdentifier, call: u64, outcome: &dyn Outcome) {
         let r = self.reply_port(client).and_then(|port| {
-            let mut sp = lock(&port);
+            let mut sp = port.lock();
             let written = sp.new_message().and_then(|mut m| {
                 outcome.write(call, &mut m)?;
                 m.finish()
@@ -115,7 +112,7 @@ impl ServerCore {
             tracing::debug!(client = %client, call, error = %e, "reply not delivered");
             if matches!(e, RmiError::ConnectionLost(_) | RmiError::Ended) {
                 // Reconnect on the next call, should the client still be there.
-                lock(&self.replies).remove(client);
+                self.replies.lock().remove(client);
             }
         }
     }
@@ -124,9 +121,9 @@ impl ServerCore {
     pub(crate) fn end(&self) {
         self.ended.store(true, Ordering::SeqCst);
         self.workers.end();
-        let ports: Vec<_> = lock(&self.replies).drain().map(|(_, p)| p).collect();
+        let ports: Vec<_> = self.replies.lock().drain().map(|(_, p)| p).collect();
         for p in ports {
-            lock(&p).close();
+            p.lock().close();
         }
     }
 

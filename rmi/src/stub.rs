@@ -4,12 +4,12 @@
 use std::future::Future;
 use std::marker::PhantomData;
 use std::pin::Pin;
-use std::sync::{Arc, MutexGuard};
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use ipl::WriteMessage;
-use ipl_serialization::MessageReader;
+use ipl::{MessageReader, WriteMessage};
+use parking_lot::MutexGuard;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
@@ -176,8 +176,7 @@ impl StubCore {
         flags: u8,
         args: W,
     ) -> Result<(), RmiError> {
-        let mut sp: MutexGuard<'_, ipl::SendPort> =
-            self.port.send.lock().unwrap_or_else(|p| p.into_inner());
+        let mut sp: MutexGuard<'_, ipl::SendPort> = self.port.send.lock();
         let mut m: WriteMessage<'_, 'x> = sp.new_message()?;
         RequestHeader {
             call,

@@ -2,15 +2,13 @@
 //! (so that calls that block, waiting for other calls, do not starve the rest).
 
 use std::collections::VecDeque;
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-type Job = Box<dyn FnOnce() + Send>;
+use parking_lot::{Condvar, Mutex};
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
+type Job = Box<dyn FnOnce() + Send>;
 
 #[derive(Default)]
 struct State {
@@ -48,7 +46,7 @@ impl Workers {
     /// Runs `job` on a worker: an idle one, or a new one while below the bound; else it
     /// queues until a worker is free.
     pub(crate) fn execute(&self, job: impl FnOnce() + Send + 'static) {
-        let mut st = lock(&self.shared.state);
+        let mut st = self.shared.state.lock();
         if st.ended {
             tracing::debug!("call dropped: the runtime has ended");
             return;
@@ -76,7 +74,7 @@ impl Workers {
     /// Stops the workers after the queued calls ran.
     pub(crate) fn end(&self) {
         let handles = {
-            let mut st = lock(&self.shared.state);
+            let mut st = self.shared.state.lock();
             st.ended = true;
             self.shared.cond.notify_all();
             std::mem::take(&mut st.handles)
@@ -91,12 +89,12 @@ impl Workers {
 }
 
 fn work(shared: &Shared) {
-    let mut st = lock(&shared.state);
+    let mut st = shared.state.lock();
     loop {
         if let Some(job) = st.jobs.pop_front() {
             drop(st);
             job();
-            st = lock(&shared.state);
+            st = shared.state.lock();
             continue;
         }
         if st.ended {
@@ -104,11 +102,7 @@ fn work(shared: &Shared) {
             return;
         }
         st.idle += 1;
-        st = shared
-            .cond
-            .wait_timeout(st, Duration::from_secs(5))
-            .map(|(g, _)| g)
-            .unwrap_or_else(|p| p.into_inner().0);
+        shared.cond.wait_for(&mut st, Duration::from_secs(5));
         st.idle -= 1;
     }
 }
@@ -128,7 +122,7 @@ mod tests {
         for _ in 0..2 {
             let (g, d) = (Arc::clone(&gate), done_tx.clone());
             w.execute(move || {
-                let _ = g.lock().unwrap().recv();
+                let _ = g.lock().recv();
                 let _ = d.send("blocked");
             });
         }

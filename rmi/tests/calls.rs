@@ -3,23 +3,45 @@
 
 mod common;
 
-use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
 use common::*;
 use ibis_rmi::{Rmi, RmiError, Stub};
 
-fn service(transport: &str) -> (Rmi, Rmi, ServiceStub, Arc<()>) {
+/// A server runtime exporting `obj`, a client runtime, and the client's stub to it.
+fn serve(transport: &str, obj: ServiceImpl) -> (Rmi, Rmi, ServiceStub) {
     let (s, c) = pair(transport);
-    let r = s.export(ServiceSkeleton::new(ServiceImpl::new())).unwrap();
+    let r = s.export(ServiceSkeleton::new(obj)).unwrap();
     let stub = c.stub(&r).unwrap();
-    (s, c, stub, Arc::new(()))
+    (s, c, stub)
+}
+
+fn service(transport: &str) -> (Rmi, Rmi, ServiceStub) {
+    serve(transport, ServiceImpl::new())
+}
+
+/// Runs `test` over every transport with a fresh service (transport, client runtime,
+/// stub), then ends both runtimes.
+fn over_each_transport(test: impl Fn(&str, &Rmi, &ServiceStub)) {
+    for t in TRANSPORTS {
+        let (s, c, stub) = service(t);
+        test(t, &c, &stub);
+        c.end();
+        s.end();
+    }
+}
+
+/// Runs a future to completion on a current-thread executor.
+fn block_on<F: std::future::Future>(f: F) -> F::Output {
+    tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap()
+        .block_on(f)
 }
 
 #[test]
 fn blocking_calls_return_results() {
-    for t in TRANSPORTS {
-        let (s, c, stub, _) = service(t);
+    over_each_transport(|t, c, stub| {
         assert_eq!(stub.add(20, 22).unwrap(), 42, "{t}");
         assert_eq!(
             stub.concat(vec!["a".into(), "b".into(), "c".into()], "-")
@@ -39,15 +61,12 @@ fn blocking_calls_return_results() {
             assert_eq!(stub.add(i, 1).unwrap(), i + 1);
             assert_eq!(other.add(i, 2).unwrap(), i + 2);
         }
-        c.end();
-        s.end();
-    }
+    });
 }
 
 #[test]
 fn concurrent_callers_get_their_own_replies() {
-    for t in TRANSPORTS {
-        let (s, c, stub, _) = service(t);
+    over_each_transport(|_, _, stub| {
         let threads: Vec<_> = (0..4)
             .map(|k| {
                 let stub = stub.clone();
@@ -61,22 +80,14 @@ fn concurrent_callers_get_their_own_replies() {
         for th in threads {
             th.join().expect("caller thread");
         }
-        c.end();
-        s.end();
-    }
+    });
 }
 
 #[test]
 fn calls_run_concurrently_on_the_server() {
     for t in TRANSPORTS {
-        let (s, c) = pair(t);
-        let obj = ServiceImpl::new();
-        let (started_tx, started_rx) = mpsc::channel();
-        let (release_tx, release_rx) = mpsc::channel();
-        *obj.started.lock().unwrap() = Some(started_tx);
-        *obj.release.lock().unwrap() = Some(release_rx);
-        let r = s.export(ServiceSkeleton::new(obj)).unwrap();
-        let stub = c.stub(&r).unwrap();
+        let (obj, started_rx, release_tx) = ServiceImpl::held();
+        let (s, c, stub) = serve(t, obj);
         // `hold` blocks in the server until released ...
         let held = stub.hold_async();
         started_rx.recv_timeout(LONG).expect("hold started");
@@ -91,13 +102,9 @@ fn calls_run_concurrently_on_the_server() {
 
 #[test]
 fn async_calls_overlap_and_complete_in_any_order() {
-    for t in TRANSPORTS {
-        let (s, c, stub, _) = service(t);
+    over_each_transport(|t, _, stub| {
         // Futures awaited on an executor.
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .build()
-            .unwrap();
-        let got = rt.block_on(async {
+        let got = block_on(async {
             let slow = stub.sleep_ms_async(50);
             let fast: Vec<_> = (0..10).map(|i| stub.add_async(i, i)).collect();
             let mut sums = Vec::new();
@@ -116,15 +123,12 @@ fn async_calls_overlap_and_complete_in_any_order() {
         // A dropped future does not disturb later calls.
         drop(stub.sleep_ms_async(10));
         assert_eq!(stub.add(1, 1).unwrap(), 2);
-        c.end();
-        s.end();
-    }
+    });
 }
 
 #[test]
 fn oneway_calls_arrive_without_reply() {
-    for t in TRANSPORTS {
-        let (s, c, stub, _) = service(t);
+    over_each_transport(|t, _, stub| {
         for i in 1..=10 {
             stub.note(i);
         }
@@ -135,9 +139,7 @@ fn oneway_calls_arrive_without_reply() {
             assert!(Instant::now() < deadline, "one-way calls lost over {t}");
             std::thread::sleep(Duration::from_millis(2));
         }
-        c.end();
-        s.end();
-    }
+    });
 }
 
 #[test]
@@ -161,22 +163,18 @@ fn remote_application_errors_arrive_typed() {
 
 #[test]
 fn a_panicking_method_is_reported_and_the_server_survives() {
-    for t in TRANSPORTS {
-        let (s, c, stub, _) = service(t);
+    over_each_transport(|t, _, stub| {
         match stub.boom() {
             Err(RmiError::Panicked(what)) => assert!(what.contains("kaboom"), "{what}"),
             other => panic!("expected Panicked over {t}, got {other:?}"),
         }
         assert_eq!(stub.add(2, 3).unwrap(), 5);
-        c.end();
-        s.end();
-    }
+    });
 }
 
 #[test]
 fn a_slow_server_times_out_typed_and_later_calls_work() {
-    for t in TRANSPORTS {
-        let (s, c, stub, _) = service(t);
+    over_each_transport(|t, _, stub| {
         let quick = stub.with_timeout(Duration::from_millis(100));
         assert_eq!(
             quick.sleep_ms(1_000),
@@ -184,29 +182,18 @@ fn a_slow_server_times_out_typed_and_later_calls_work() {
             "{t}"
         );
         // An async call times out as well.
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .build()
-            .unwrap();
-        let r = rt.block_on(quick.sleep_ms_async(1_000));
+        let r = block_on(quick.sleep_ms_async(1_000));
         assert!(matches!(r, Err(RmiError::Timeout(_))), "{r:?}");
         // The late replies are dropped; the stub goes on working.
         assert_eq!(stub.add(1, 2).unwrap(), 3);
-        c.end();
-        s.end();
-    }
+    });
 }
 
 #[test]
 fn a_server_that_goes_away_fails_calls_in_flight_with_connection_lost() {
     for t in TRANSPORTS {
-        let (s, c) = pair(t);
-        let obj = ServiceImpl::new();
-        let (started_tx, started_rx) = mpsc::channel();
-        let (release_tx, release_rx) = mpsc::channel::<()>();
-        *obj.started.lock().unwrap() = Some(started_tx);
-        *obj.release.lock().unwrap() = Some(release_rx);
-        let r = s.export(ServiceSkeleton::new(obj)).unwrap();
-        let stub = c.stub(&r).unwrap();
+        let (obj, started_rx, release_tx) = ServiceImpl::held();
+        let (s, c, stub) = serve(t, obj);
         let caller = {
             let stub = stub.clone();
             std::thread::spawn(move || {
@@ -234,7 +221,7 @@ fn a_server_that_goes_away_fails_calls_in_flight_with_connection_lost() {
 
 #[test]
 fn calls_after_end_fail_with_ended() {
-    let (s, c, stub, _) = service("inproc");
+    let (s, c, stub) = service("inproc");
     c.end();
     assert_eq!(stub.add(1, 1), Err(RmiError::Ended));
     s.end();
@@ -279,7 +266,7 @@ fn serial_export_runs_calls_in_order_in_one_thread() {
 
 #[test]
 fn unexport_withdraws_the_object() {
-    let (s, c, stub, _) = service("inproc");
+    let (s, c, stub) = service("inproc");
     s.unexport(&stub.remote_ref()).unwrap();
     let e = stub.add(1, 2).unwrap_err();
     assert!(e.is_communication(), "{e:?}");

@@ -46,11 +46,9 @@ fn a_reference_of_another_interface_is_refused_when_decoded() {
     let bank: BankRef = s.export(BankSkeleton::new(Account::default())).unwrap();
     let bytes = encode(&bank);
     // It decodes as a reference to a Bank, not as one to a Counter.
-    let back: BankRef = ipl_serialization::MessageReader::new(&bytes[..])
-        .read_object()
-        .unwrap();
+    let back: BankRef = ipl::MessageReader::new(&bytes[..]).read_object().unwrap();
     assert_eq!(back, bank);
-    let r: Result<CounterRef, _> = ipl_serialization::MessageReader::new(&bytes[..]).read_object();
+    let r: Result<CounterRef, _> = ipl::MessageReader::new(&bytes[..]).read_object();
     assert!(r.is_err());
     // The same through the checked constructor.
     assert!(matches!(
@@ -62,7 +60,7 @@ fn a_reference_of_another_interface_is_refused_when_decoded() {
 }
 
 fn encode<T: serde::Serialize>(v: &T) -> Vec<u8> {
-    let mut w = ipl_serialization::MessageWriter::new();
+    let mut w = ipl::MessageWriter::new();
     w.write_object(v).unwrap();
     w.to_vec()
 }

@@ -5,3 +5,5 @@
 
 /// Scenarios `ipl-pool-check` knows.
 pub const SCENARIOS: &[&str] = &["rpc", "multicast", "manytoone", "election", "kill"];
+
+pub mod scenario;

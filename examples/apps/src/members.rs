@@ -1,14 +1,53 @@
 //! Start-up of the examples whose members form an IPL pool (asp, tsp): under `ipl-run`
 //! one member per process, otherwise several members as threads of this process on an
-//! embedded registry; each learns its rank from the closed pool's join order.
+//! embedded registry; each learns its rank from the closed pool's join order. Also what
+//! such a program needs around that: the members' common input generator and the exit.
 
 use std::error::Error;
+use std::process::ExitCode;
 use std::time::Duration;
 
 use ipl::{EmbeddedRegistry, Ibis, IbisBuilder, IbisCapabilities as C};
 
 /// The examples' error type.
 pub type Res<T> = Result<T, Box<dyn Error + Send + Sync>>;
+
+/// splitmix64: a small deterministic generator, so that every member builds the same
+/// input from the same seed.
+pub fn mix(mut x: u64) -> u64 {
+    x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    x ^ (x >> 31)
+}
+
+/// The builder of a member that joins replicated objects: membership and elections,
+/// and the replication port types.
+pub fn replicated_builder() -> IbisBuilder {
+    ibis_repmi::declare(Ibis::builder().capabilities(C::MEMBERSHIP | C::ELECTIONS))
+}
+
+/// Parses a positive count from the command line (a clap `value_parser`).
+pub fn positive(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(0) => Err("must be at least 1".into()),
+        Ok(n) => Ok(n),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// A program's exit status from its outcome: success, a failed check (its report is
+/// printed already), or an error, printed as `program: error`.
+pub fn exit_code(program: &str, outcome: Res<bool>) -> ExitCode {
+    match outcome {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::FAILURE,
+        Err(e) => {
+            eprintln!("{program}: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
 
 /// This member's rank (its place in the closed pool's join order) and the pool size.
 pub fn rank_of(ibis: &Ibis) -> Res<(usize, usize)> {

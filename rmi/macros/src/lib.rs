@@ -15,6 +15,10 @@
 //!   `Result<(), E>` (a failure to send is returned);
 //! - `#[nonblocking]`: the server runs it in the port's receiving thread, with no thread
 //!   switch (thesis 3.3.3); it must not block or run long.
+//!
+//! The README's example runs as a doc test of `ibis-rmi` (it needs the runtime).
+
+#![forbid(unsafe_code)]
 
 use proc_macro::TokenStream;
 use proc_macro2::{Span, TokenStream as Tokens};

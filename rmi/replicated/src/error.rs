@@ -43,7 +43,7 @@ pub enum RepError {
     Diverged(String),
     /// An operation or state could not be encoded.
     #[error("cannot encode: {0}")]
-    Encode(#[from] postcard::Error),
+    Encode(ipl::IplError),
     /// The IPL failed.
     #[error(transparent)]
     Ipl(#[from] ipl::IplError),

@@ -57,6 +57,9 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+#![forbid(unsafe_code)]
+
+mod codec;
 mod error;
 mod group;
 pub mod holdback;

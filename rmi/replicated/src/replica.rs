@@ -64,12 +64,7 @@ impl<T: Replicated> Replica<T> {
     /// Runs `f` on the local copy (a read method). It holds a read lock: `f` must not
     /// call back into this replica's writes.
     pub fn read<R>(&self, f: impl FnOnce(&T) -> R) -> R {
-        let st = self
-            .group
-            .state()
-            .read()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        f(&st)
+        self.group.read(f)
     }
 
     /// Applies `op` everywhere, in the group's total order, and returns its output on

@@ -61,12 +61,7 @@ impl<T: Replicated> SharedObject<T> {
 
     /// Runs `f` on the local copy (a local method).
     pub fn read<R>(&self, f: impl FnOnce(&T) -> R) -> R {
-        let st = self
-            .group
-            .state()
-            .read()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        f(&st)
+        self.group.read(f)
     }
 
     /// A global (write) method: applied here now, propagated to the others without

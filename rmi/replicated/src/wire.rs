@@ -5,10 +5,10 @@
 //! - to a replica ([`ToReplica`]): a state snapshot, a sequenced operation, a refusal,
 //!   the end of the stream.
 //!
-//! Operations and states travel as opaque bytes (postcard, encoded once by the writer and
-//! relayed unchanged by the sequencer). Decoding borrows from the frame and checks every
-//! length against what is left, so a malformed frame is an error, never a panic or an
-//! allocation sized by the input.
+//! Operations and states travel as opaque bytes (the IPL's object serialization, encoded
+//! once by the writer and relayed unchanged by the sequencer). Decoding borrows from the
+//! frame and checks every length against what is left, so a malformed frame is an error,
+//! never a panic or an allocation sized by the input.
 
 /// First byte of every frame.
 pub const MAGIC: u8 = 0xB5;
@@ -122,6 +122,12 @@ fn header(kind: u8, capacity: usize) -> Vec<u8> {
     v
 }
 
+/// A header and its body in one buffer.
+fn joined((mut head, body): (Vec<u8>, &[u8])) -> Vec<u8> {
+    head.extend_from_slice(body);
+    head
+}
+
 fn put_str(v: &mut Vec<u8>, s: &str) {
     // Texts are short (type names, reasons); longer ones are cut at a char boundary.
     let mut end = s.len().min(u16::MAX as usize);
@@ -159,32 +165,28 @@ impl<'a> ToSequencer<'a> {
 
     /// Encodes the whole frame into one buffer.
     pub fn to_bytes(&self) -> Vec<u8> {
-        let (mut h, body) = self.encode();
-        h.extend_from_slice(body);
-        h
+        joined(self.encode())
     }
 
     /// Decodes a frame.
     pub fn decode(bytes: &'a [u8]) -> Result<ToSequencer<'a>, WireError> {
-        let mut r = Reader::new(bytes);
-        let kind = r.header()?;
-        let f = match kind {
-            JOIN => ToSequencer::Join {
-                type_tag: r.text("type tag")?,
-            },
-            WRITE => ToSequencer::Write {
-                req: r.u64("request number")?,
-                op: r.rest(),
-            },
-            SYNC => ToSequencer::Sync {
-                req: r.u64("request number")?,
-            },
-            REFRESH => ToSequencer::Refresh,
-            LEAVE => ToSequencer::Leave,
-            k => return Err(WireError::UnknownKind(k)),
-        };
-        r.end()?;
-        Ok(f)
+        Reader::frame(bytes, |kind, r| {
+            Ok(match kind {
+                JOIN => ToSequencer::Join {
+                    type_tag: r.text("type tag")?,
+                },
+                WRITE => ToSequencer::Write {
+                    req: r.u64("request number")?,
+                    op: r.rest(),
+                },
+                SYNC => ToSequencer::Sync {
+                    req: r.u64("request number")?,
+                },
+                REFRESH => ToSequencer::Refresh,
+                LEAVE => ToSequencer::Leave,
+                k => return Err(WireError::UnknownKind(k)),
+            })
+        })
     }
 }
 
@@ -221,44 +223,40 @@ impl<'a> ToReplica<'a> {
 
     /// Encodes the whole frame into one buffer.
     pub fn to_bytes(&self) -> Vec<u8> {
-        let (mut h, body) = self.encode();
-        h.extend_from_slice(body);
-        h
+        joined(self.encode())
     }
 
     /// Decodes a frame.
     pub fn decode(bytes: &'a [u8]) -> Result<ToReplica<'a>, WireError> {
-        let mut r = Reader::new(bytes);
-        let kind = r.header()?;
-        let f = match kind {
-            SNAPSHOT => ToReplica::Snapshot {
-                seq: r.u64("sequence number")?,
-                state: r.rest(),
-            },
-            ORDERED => {
-                let seq = r.u64("sequence number")?;
-                let origin = r.u64("origin")?;
-                let req = r.u64("request number")?;
-                let op = match r.u8("op flag")? {
-                    0 => None,
-                    1 => Some(r.rest()),
-                    f => return Err(WireError::BadFlag(f)),
-                };
-                ToReplica::Ordered {
-                    seq,
-                    origin,
-                    req,
-                    op,
+        Reader::frame(bytes, |kind, r| {
+            Ok(match kind {
+                SNAPSHOT => ToReplica::Snapshot {
+                    seq: r.u64("sequence number")?,
+                    state: r.rest(),
+                },
+                ORDERED => {
+                    let seq = r.u64("sequence number")?;
+                    let origin = r.u64("origin")?;
+                    let req = r.u64("request number")?;
+                    let op = match r.u8("op flag")? {
+                        0 => None,
+                        1 => Some(r.rest()),
+                        f => return Err(WireError::BadFlag(f)),
+                    };
+                    ToReplica::Ordered {
+                        seq,
+                        origin,
+                        req,
+                        op,
+                    }
                 }
-            }
-            REFUSED => ToReplica::Refused {
-                reason: r.text("reason")?,
-            },
-            END => ToReplica::End,
-            k => return Err(WireError::UnknownKind(k)),
-        };
-        r.end()?;
-        Ok(f)
+                REFUSED => ToReplica::Refused {
+                    reason: r.text("reason")?,
+                },
+                END => ToReplica::End,
+                k => return Err(WireError::UnknownKind(k)),
+            })
+        })
     }
 }
 
@@ -300,6 +298,19 @@ impl<'a> Reader<'a> {
         let n = u16::from_le_bytes([b[0], b[1]]) as usize;
         let t = self.take(n, field)?;
         std::str::from_utf8(t).map_err(|_| WireError::BadText)
+    }
+
+    /// Reads a whole frame: checks its header, lets `body` read the fields of its kind,
+    /// then checks that nothing is left.
+    fn frame<F>(
+        bytes: &'a [u8],
+        body: impl FnOnce(u8, &mut Reader<'a>) -> Result<F, WireError>,
+    ) -> Result<F, WireError> {
+        let mut r = Reader::new(bytes);
+        let kind = r.header()?;
+        let f = body(kind, &mut r)?;
+        r.end()?;
+        Ok(f)
     }
 
     fn header(&mut self) -> Result<u8, WireError> {

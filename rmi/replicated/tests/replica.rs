@@ -257,7 +257,11 @@ fn malformed_and_foreign_messages_are_dropped_without_harm() {
     stream
         .connect_to(b.identifier(), "repmi/log/in", LONG)
         .unwrap();
-    let forged_op = postcard::to_allocvec(&Entry { writer: 66, n: 66 }).unwrap();
+    let mut forged_op = ipl::MessageWriter::new();
+    forged_op
+        .write_object(&Entry { writer: 66, n: 66 })
+        .unwrap();
+    let forged_op = forged_op.into_buffer();
     let forged = ToReplica::Ordered {
         seq: 2,
         origin: 0,

@@ -10,21 +10,11 @@ use std::time::Duration;
 use ibis_rmi::{remote, RemoteRef, Rmi, RmiError};
 use serde::{Deserialize, Serialize};
 
-/// A generous bound for "soon" on a loaded machine.
-pub const LONG: Duration = Duration::from_secs(20);
+mod pool;
+pub use pool::{pool, LONG};
 
 /// The transports every test runs over.
 pub const TRANSPORTS: [&str; 2] = ["inproc", "tcp"];
-
-/// A pool name unique in this process.
-pub fn pool(prefix: &str) -> String {
-    static N: AtomicUsize = AtomicUsize::new(0);
-    format!(
-        "{prefix}-{}-{}",
-        std::process::id(),
-        N.fetch_add(1, Ordering::Relaxed)
-    )
-}
 
 /// `n` runtimes in one pool, in this process, over `transport`.
 pub fn runtimes(transport: &str, n: usize, builder: ibis_rmi::RmiBuilder) -> Vec<Rmi> {
@@ -156,6 +146,17 @@ impl ServiceImpl {
             started: Mutex::new(None),
             release: Mutex::new(None),
         }
+    }
+
+    /// A service whose `hold` reports its start on the receiver and then waits until
+    /// the sender sends or is dropped.
+    pub fn held() -> (Self, mpsc::Receiver<()>, mpsc::Sender<()>) {
+        let obj = ServiceImpl::new();
+        let (started_tx, started_rx) = mpsc::channel();
+        let (release_tx, release_rx) = mpsc::channel();
+        *obj.started.lock().unwrap() = Some(started_tx);
+        *obj.release.lock().unwrap() = Some(release_rx);
+        (obj, started_rx, release_tx)
     }
 }
 

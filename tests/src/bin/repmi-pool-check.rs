@@ -11,10 +11,14 @@
 //!
 //! Exits 0 when the checks pass, 1 with a message otherwise.
 
+#![forbid(unsafe_code)]
+
 use std::collections::BTreeMap;
+use std::process::ExitCode;
 use std::time::Duration;
 
 use ibis_repmi::{declare, Options, Replica, Replicated};
+use ibis_tests::scenario;
 use ipl::{Ibis, IbisCapabilities as I};
 use serde::{Deserialize, Serialize};
 
@@ -67,21 +71,13 @@ fn digest(entries: &[(u64, u32)]) -> u64 {
     h
 }
 
-fn main() {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .try_init();
-    let scenario = std::env::args().nth(1).unwrap_or_default();
-    match run(&scenario) {
-        Ok(()) => println!("{scenario}: ok"),
-        Err(e) => {
-            println!("{scenario}: FAILED: {e}");
-            std::process::exit(1);
-        }
-    }
+fn main() -> ExitCode {
+    scenario::main(
+        "repmi-pool-check",
+        "One member of a launched pool that checks replicated objects across processes.",
+        &["order", "late"],
+        run,
+    )
 }
 
 fn run(scenario: &str) -> Res<()> {

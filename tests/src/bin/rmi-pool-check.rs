@@ -11,10 +11,14 @@
 //!
 //! Exits 0 when the checks pass, 1 with a message otherwise.
 
+#![forbid(unsafe_code)]
+
+use std::process::ExitCode;
 use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use ibis_rmi::{remote, Rmi, RmiError, Stub};
+use ibis_tests::scenario;
 
 const WAIT: Duration = Duration::from_secs(60);
 
@@ -116,21 +120,13 @@ fn check(ok: bool, what: impl FnOnce() -> String) -> Res<()> {
     }
 }
 
-fn main() {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .try_init();
-    let scenario = std::env::args().nth(1).unwrap_or_default();
-    match run(&scenario) {
-        Ok(()) => println!("{scenario}: ok"),
-        Err(e) => {
-            println!("{scenario}: FAILED: {e}");
-            std::process::exit(1);
-        }
-    }
+fn main() -> ExitCode {
+    scenario::main(
+        "rmi-pool-check",
+        "One member of a launched pool that checks RMI across processes.",
+        &["calls", "kill"],
+        run,
+    )
 }
 
 fn run(scenario: &str) -> Res<()> {

@@ -4,7 +4,7 @@
 //! every member waits for row k with a guard.
 //!
 //! `asp [N] [--members P] [--seed S] [--density D] [--seq] [--check]`
-//! (defaults N = 400, P = 4, S = 1, D = 30 percent of the edges present)
+//! (defaults N = 400, P = 4, S = 1, D = 30 percent of the edges present; `--help`)
 //!
 //! Runs:
 //! - by default, in this process: P Ibis instances (threads) in one pool with an
@@ -17,12 +17,18 @@
 //! number of unreachable pairs) and the time. `--check` also runs the sequential
 //! version and fails (exit 1) if any distance differs.
 
+#![forbid(unsafe_code)]
+
 use std::collections::BTreeMap;
+use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use ibis_apps::members::{in_process, rank_of, under_ipl_run, Res};
-use ibis_repmi::{declare, Options, Replicated, SharedObject};
-use ipl::{Ibis, IbisBuilder, IbisCapabilities as C};
+use clap::Parser;
+use ibis_apps::members::{
+    exit_code, in_process, mix, positive, rank_of, replicated_builder, under_ipl_run, Res,
+};
+use ibis_repmi::{Options, Replicated, SharedObject};
+use ipl::Ibis;
 use serde::{Deserialize, Serialize};
 
 /// "No path".
@@ -35,14 +41,6 @@ struct Params {
     seed: u64,
     density: u64,
     check: bool,
-}
-
-/// splitmix64: a small deterministic generator, so every member builds the same graph.
-fn mix(mut x: u64) -> u64 {
-    x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    x ^ (x >> 31)
 }
 
 /// Row `i` of the input graph: weights 1..=100 on a `density` percent of the edges.
@@ -214,56 +212,35 @@ fn member(
     })
 }
 
-/// The member's Ibis builder: elections for the shared object, its port types.
-fn builder() -> IbisBuilder {
-    declare(Ibis::builder().capabilities(C::MEMBERSHIP | C::ELECTIONS))
+/// All-pairs shortest paths (Floyd-Warshall) with the rows spread over the members of a
+/// pool; the pivot rows travel through a shared object.
+#[derive(Parser)]
+#[command(name = "asp")]
+struct Args {
+    /// Vertices of the graph.
+    #[arg(default_value_t = 400, value_parser = positive)]
+    n: usize,
+    /// Members, as threads of this process (under ipl-run the pool is the members).
+    #[arg(long, default_value_t = 4, value_parser = positive)]
+    members: usize,
+    /// Seed of the random graph.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Percent of the edges present (above 100 counts as 100).
+    #[arg(long, default_value_t = 30)]
+    density: u64,
+    /// Run the sequential algorithm only.
+    #[arg(long)]
+    seq: bool,
+    /// Also run the sequential algorithm and fail unless every distance agrees.
+    #[arg(long)]
+    check: bool,
 }
 
-fn parse() -> Res<(Params, usize, bool)> {
-    let mut p = Params {
-        n: 400,
-        seed: 1,
-        density: 30,
-        check: false,
-    };
-    let mut members = 4;
-    let mut seq_only = false;
-    let mut args = std::env::args().skip(1);
-    while let Some(a) = args.next() {
-        let mut val = |name: &str| -> Res<u64> {
-            let v = args.next().ok_or(format!("{name} needs a value"))?;
-            Ok(v.parse()
-                .map_err(|_| format!("{name}: {v:?} is not a number"))?)
-        };
-        match a.as_str() {
-            "--members" => members = val("--members")? as usize,
-            "--seed" => p.seed = val("--seed")?,
-            "--density" => p.density = val("--density")?.min(100),
-            "--check" => p.check = true,
-            "--seq" => seq_only = true,
-            "-h" | "--help" => {
-                println!("asp [N] [--members P] [--seed S] [--density D] [--seq] [--check]");
-                std::process::exit(0);
-            }
-            n => p.n = n.parse().map_err(|_| format!("unknown argument {n:?}"))?,
-        }
-    }
-    if p.n == 0 || members == 0 {
-        return Err("N and P must be positive".into());
-    }
-    Ok((p, members, seq_only))
-}
-
-fn main() {
+fn main() -> ExitCode {
     ipl_tools::init_tracing("warn");
-    match run() {
-        Ok(true) => {}
-        Ok(false) => std::process::exit(1),
-        Err(e) => {
-            eprintln!("asp: {e}");
-            std::process::exit(1);
-        }
-    }
+    let args = Args::parse();
+    exit_code("asp", run(args))
 }
 
 fn report(p: &Params, mode: &str, members: usize, secs: f64, sum: (u64, u64)) {
@@ -275,8 +252,14 @@ fn report(p: &Params, mode: &str, members: usize, secs: f64, sum: (u64, u64)) {
     println!("asp_checksum {} sum", sum.0);
 }
 
-fn run() -> Res<bool> {
-    let (p, members, seq_only) = parse()?;
+fn run(args: Args) -> Res<bool> {
+    let p = Params {
+        n: args.n,
+        seed: args.seed,
+        density: args.density.min(100),
+        check: args.check,
+    };
+    let (members, seq_only) = (args.members, args.seq);
     if seq_only {
         let t = Instant::now();
         let m = sequential(&p);
@@ -293,7 +276,7 @@ fn run() -> Res<bool> {
     };
     if under_ipl_run() {
         // Under ipl-run: this process is one member.
-        let ibis = builder().from_env()?.build()?;
+        let ibis = replicated_builder().from_env()?.build()?;
         let (rank, size) = rank_of(&ibis)?;
         let out = member(&ibis, rank, size, &p, seq.as_deref())?;
         let ok = out.totals.2 == 0;
@@ -314,7 +297,7 @@ fn run() -> Res<bool> {
     }
     // In this process: `members` Ibis instances on an embedded registry.
     let start = Instant::now();
-    let mut outs = in_process("asp", members, builder, |ibis, rank, size| {
+    let mut outs = in_process("asp", members, replicated_builder, |ibis, rank, size| {
         member(ibis, rank, size, &p, seq.as_deref())
     })?;
     let wall = start.elapsed().as_secs_f64();

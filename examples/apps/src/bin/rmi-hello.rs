@@ -3,9 +3,21 @@
 //! process (two Ibis instances in one pool), over the transport the IPL negotiates
 //! (`IPL_TRANSPORT=tcp` to force TCP).
 //!
-//! Usage: `rmi-hello [NAME]`. Prints the reply.
+//! Usage: `rmi-hello [NAME]` (`--help`). Prints the reply.
 
+#![forbid(unsafe_code)]
+
+use clap::Parser;
 use ibis_rmi::{remote, Rmi, RmiError};
+
+/// Hello world over RMI: a server and a client member in this process.
+#[derive(Parser)]
+#[command(name = "rmi-hello")]
+struct Args {
+    /// Whom the server greets.
+    #[arg(default_value = "world")]
+    name: String,
+}
 
 /// The remote interface.
 #[remote]
@@ -27,7 +39,7 @@ impl Hello for Greeter {
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     ipl_tools::init_tracing("warn");
-    let who = std::env::args().nth(1).unwrap_or_else(|| "world".into());
+    let who = Args::parse().name;
     let registry = ipl::EmbeddedRegistry::new();
     let secret = ipl_auth::PoolSecret::generate()?;
     let member = |name: &str| -> Result<Rmi, Box<dyn std::error::Error>> {

@@ -2,14 +2,32 @@
 //! server's request port and a receive port for replies; the server answers by upcall,
 //! over a send port connected back to each client. Several clients call concurrently.
 //!
-//! Usage: `rpc [CLIENTS] [CALLS]` (default 4 clients, 1000 calls each). Prints what each
-//! client computed and the mean round trip.
+//! Usage: `rpc [CLIENTS] [CALLS]` (default 4 clients, 1000 calls each; `--help`). Prints
+//! what each client computed and the mean round trip.
+
+#![forbid(unsafe_code)]
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use clap::Parser;
+use ibis_apps::members::exit_code;
 use ipl::{EmbeddedRegistry, Ibis, PortCapabilities as P, PortType, ReadMessage, SendPort};
+use parking_lot::Mutex;
+
+/// The RPC pattern on the IPL: clients call a server that answers by upcall.
+#[derive(Parser)]
+#[command(name = "rpc")]
+struct Args {
+    /// Clients, each a member calling concurrently.
+    #[arg(default_value_t = 4)]
+    clients: usize,
+    /// Calls per client.
+    #[arg(default_value_t = 1000)]
+    calls: usize,
+}
 
 const TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -40,12 +58,14 @@ struct Add {
     b: i64,
 }
 
-fn main() -> ipl::Result<()> {
+fn main() -> ExitCode {
     ipl_tools::init_tracing("warn");
-    let args: Vec<String> = std::env::args().collect();
-    let clients: usize = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(4);
-    let calls: usize = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(1000);
+    let Args { clients, calls } = Args::parse();
+    exit_code("rpc", run(clients, calls).map_err(Into::into))
+}
 
+/// Runs the server and the clients; whether every client got the right answers.
+fn run(clients: usize, calls: usize) -> ipl::Result<bool> {
     let (req_t, rep_t) = (request_type()?, reply_type()?);
     let registry = EmbeddedRegistry::new();
     let server = Ibis::builder()
@@ -70,7 +90,7 @@ fn main() -> ipl::Result<()> {
         };
         let origin = m.origin().clone();
         m.finish();
-        let mut reps = reps.lock().unwrap_or_else(|p| p.into_inner());
+        let mut reps = reps.lock();
         let key = origin.to_string();
         if !reps.contains_key(&key) {
             let port = srv
@@ -171,8 +191,5 @@ fn main() -> ipl::Result<()> {
     );
     requests.close(Some(Duration::from_secs(1)));
     drop(replies);
-    if !ok {
-        std::process::exit(1);
-    }
-    Ok(())
+    Ok(ok)
 }

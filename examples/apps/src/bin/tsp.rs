@@ -2,7 +2,7 @@
 //! object (thesis 2.7.7 and figure 5.4).
 //!
 //! `tsp [N] [--members P] [--seed S] [--depth D] [--read-every R] [--seq] [--check]`
-//! (defaults N = 13 cities, P = 4 members, S = 1, D = 3, R = 16)
+//! (defaults N = 13 cities, P = 4 members, S = 1, D = 3, R = 16; `--help`)
 //!
 //! The cities are random points (from the seed) on a 1000 x 1000 grid with rounded
 //! Euclidean distances; tours start and end in city 0. The search space is split into
@@ -19,22 +19,21 @@
 //! the sequential search only; `--check` runs both and fails (exit 1) unless the optimal
 //! lengths are equal.
 
+#![forbid(unsafe_code)]
+
+use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use ibis_apps::members::{in_process, rank_of, under_ipl_run, Res};
-use ibis_repmi::{declare, Options, Replica, Replicated};
-use ipl::{Ibis, IbisBuilder, IbisCapabilities as C};
+use clap::builder::RangedU64ValueParser;
+use clap::Parser;
+use ibis_apps::members::{
+    exit_code, in_process, mix, positive, rank_of, replicated_builder, under_ipl_run, Res,
+};
+use ibis_repmi::{Options, Replica, Replicated};
+use ipl::Ibis;
 use serde::{Deserialize, Serialize};
 
 const WAIT: Duration = Duration::from_secs(600);
-
-/// splitmix64.
-fn mix(mut x: u64) -> u64 {
-    x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    x ^ (x >> 31)
-}
 
 /// The problem: distances, each city's neighbours nearest first, and each city's
 /// cheapest outgoing edge (for the lower bound).
@@ -304,71 +303,42 @@ fn member(
     })
 }
 
-fn builder() -> IbisBuilder {
-    declare(Ibis::builder().capabilities(C::MEMBERSHIP | C::ELECTIONS))
-}
-
+/// Travelling salesperson by branch and bound; the global bound and the job counter are
+/// a replicated object (RepMI).
+#[derive(Parser)]
+#[command(name = "tsp")]
 struct Args {
+    /// Cities (2 to 63).
+    #[arg(default_value_t = 13, value_parser = RangedU64ValueParser::<usize>::new().range(2..=63))]
     n: usize,
+    /// Members, as threads of this process (under ipl-run the pool is the members).
+    #[arg(long, default_value_t = 4, value_parser = positive)]
     members: usize,
+    /// Seed of the random cities.
+    #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// Cities in a job's route prefix.
+    #[arg(long, default_value_t = 3)]
     depth: usize,
+    /// Search nodes between two reads of the bound (0 counts as 1).
+    #[arg(long, default_value_t = 16)]
     read_every: u32,
+    /// Run the sequential search only.
+    #[arg(long = "seq")]
     seq_only: bool,
+    /// Also run the sequential search and fail unless the optimal lengths are equal.
+    #[arg(long)]
     check: bool,
 }
 
-fn parse() -> Res<Args> {
-    let mut a = Args {
-        n: 13,
-        members: 4,
-        seed: 1,
-        depth: 3,
-        read_every: 16,
-        seq_only: false,
-        check: false,
-    };
-    let mut it = std::env::args().skip(1);
-    while let Some(s) = it.next() {
-        let mut val = |name: &str| -> Res<u64> {
-            let v = it.next().ok_or(format!("{name} needs a value"))?;
-            Ok(v.parse()
-                .map_err(|_| format!("{name}: {v:?} is not a number"))?)
-        };
-        match s.as_str() {
-            "--members" => a.members = val("--members")? as usize,
-            "--seed" => a.seed = val("--seed")?,
-            "--depth" => a.depth = val("--depth")? as usize,
-            "--read-every" => a.read_every = (val("--read-every")? as u32).max(1),
-            "--seq" => a.seq_only = true,
-            "--check" => a.check = true,
-            "-h" | "--help" => {
-                println!("tsp [N] [--members P] [--seed S] [--depth D] [--read-every R] [--seq] [--check]");
-                std::process::exit(0);
-            }
-            n => a.n = n.parse().map_err(|_| format!("unknown argument {n:?}"))?,
-        }
-    }
-    if !(2..=63).contains(&a.n) || a.members == 0 {
-        return Err("N must be in 2..=63 and P positive".into());
-    }
-    Ok(a)
-}
-
-fn main() {
+fn main() -> ExitCode {
     ipl_tools::init_tracing("warn");
-    match run() {
-        Ok(true) => {}
-        Ok(false) => std::process::exit(1),
-        Err(e) => {
-            eprintln!("tsp: {e}");
-            std::process::exit(1);
-        }
-    }
+    let mut args = Args::parse();
+    args.read_every = args.read_every.max(1);
+    exit_code("tsp", run(args))
 }
 
-fn run() -> Res<bool> {
-    let a = parse()?;
+fn run(a: Args) -> Res<bool> {
     let prob = Problem::new(a.n, a.seed);
     let seq = if a.seq_only || a.check {
         let t = Instant::now();
@@ -388,14 +358,14 @@ fn run() -> Res<bool> {
     }
     let pooled = under_ipl_run();
     let (outs, size, print) = if pooled {
-        let ibis = builder().from_env()?.build()?;
+        let ibis = replicated_builder().from_env()?.build()?;
         let (rank, size) = rank_of(&ibis)?;
         let out = member(&ibis, size, &prob, a.depth, a.read_every)?;
         ibis.end()?;
         (vec![out], size, rank == 0)
     } else {
         let (depth, read_every) = (a.depth, a.read_every);
-        let outs = in_process("tsp", a.members, builder, |ibis, _, size| {
+        let outs = in_process("tsp", a.members, replicated_builder, |ibis, _, size| {
             member(ibis, size, &prob, depth, read_every)
         })?;
         (outs, a.members, true)

@@ -2,25 +2,13 @@
 //! in which operations were applied.
 #![allow(dead_code)]
 
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Duration;
-
 use ibis_repmi::{declare, Replicated};
 use ipl::{EmbeddedRegistry, Ibis, IbisCapabilities as C};
 use serde::{Deserialize, Serialize};
 
-/// A generous bound for anything that should happen "soon" on a loaded machine.
-pub const LONG: Duration = Duration::from_secs(20);
-
-/// A pool name unique in this process.
-pub fn pool(prefix: &str) -> String {
-    static N: AtomicUsize = AtomicUsize::new(0);
-    format!(
-        "{prefix}-{}-{}",
-        std::process::id(),
-        N.fetch_add(1, Ordering::Relaxed)
-    )
-}
+#[path = "../../../tests/common/pool.rs"]
+mod pool;
+pub use pool::{pool, LONG};
 
 /// A member with elections and the replication port types.
 pub fn member(reg: &EmbeddedRegistry, pool: &str) -> Ibis {
