@@ -5,18 +5,18 @@
 //!
 //! **Model** (RDMA-like, so that the rdma transport can share the protocol): a
 //! connection between two endpoints is one *registered region* (a sealed memfd mapped
-//! by both) holding one ring per direction ([`layout`]). The sender writes slots and
+//! by both) holding one ring per direction (`layout`). The sender writes slots and
 //! publishes its `head`; the receiver turns published slots into *completions*
-//! ("message on channel c at offset o, length l", [`consumer`]); *credits* are the
-//! ring space the receiver has reclaimed (`tail`, [`producer`]), advanced in ring
-//! order over slots released in any order ([`reclaim`]). These three are pure state
-//! machines; [`ring`] is the thin driver over the mapping ([`region`], the only
+//! ("message on channel c at offset o, length l", `consumer`); *credits* are the
+//! ring space the receiver has reclaimed (`tail`, `producer`), advanced in ring
+//! order over slots released in any order (`reclaim`). These three are pure state
+//! machines; `ring` is the thin driver over the mapping (`region`, the only
 //! module that touches shared memory).
 //!
 //! **Setup**: each endpoint listens on a Unix socket in the abstract namespace named
 //! after its random id (nothing on disk). `connect` dials it, runs the pool-secret
 //! handshake of [`ipl_auth`] in both directions, then passes the segment with
-//! `SCM_RIGHTS` ([`handshake`]). All channels between two endpoints share one
+//! `SCM_RIGHTS` (`handshake`). All channels between two endpoints share one
 //! connection, tagged by channel id. The address names the host (boot id, network
 //! namespace, host name); `connect` to another host fails at once with
 //! `Unavailable`, so the IPL tries its next transport.
