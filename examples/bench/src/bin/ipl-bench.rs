@@ -976,3 +976,77 @@ fn raw_thread_pingpong(size: usize, iters: usize) -> Vec<Duration> {
     let _ = server.join();
     samples
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_command_line_is_well_formed() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn the_peer_parses_what_the_measuring_side_passes() {
+        let cli = Cli::try_parse_from([
+            "ipl-bench",
+            "latency",
+            "--transport",
+            "shm",
+            "--sizes",
+            "8,1024",
+            "--repeat",
+            "2",
+            "--pin",
+            "split",
+            "--require",
+            "reliable, fifo",
+        ])
+        .unwrap();
+        let Cmd::Latency(o) = cli.cmd else {
+            panic!("not latency: {cli:?}")
+        };
+        let a = Args::new("latency", o);
+        let argv = ["ipl-bench", "__peer", "tcp:1234"]
+            .into_iter()
+            .map(String::from)
+            .chain(to_argv(&a));
+        let Cmd::Peer { raw, cmd } = Cli::try_parse_from(argv).unwrap().cmd else {
+            panic!("not the peer")
+        };
+        let PeerCmd::Latency(o) = cmd else {
+            panic!("not latency")
+        };
+        let p = Args::new("latency", o);
+        assert_eq!(raw, "tcp:1234");
+        assert_eq!(p.transport.as_deref(), Some("shm"));
+        assert_eq!(p.sizes, [8, 1024]);
+        assert_eq!(p.require, ["reliable", "fifo"]);
+        assert_eq!((p.iters, p.mbytes, p.repeat), (a.iters, a.mbytes, 2));
+        assert_eq!(p.pin, Placement::Split);
+    }
+
+    #[test]
+    fn defaults_follow_the_command_and_bad_values_are_errors() {
+        let Cmd::Throughput(o) = Cli::try_parse_from(["ipl-bench", "throughput"])
+            .unwrap()
+            .cmd
+        else {
+            panic!("not throughput")
+        };
+        let a = Args::new("throughput", o);
+        assert_eq!(a.sizes, [65536, 1 << 20]);
+        assert_eq!((a.iters, a.mbytes, a.repeat, a.batch), (5_000, 256, 5, 1));
+        assert_eq!(a.pin, Placement::Os);
+        for bad in [
+            &["ipl-bench", "latency", "--repeat", "0"][..],
+            &["ipl-bench", "latency", "--sizes", "1,x"],
+            &["ipl-bench", "latency", "--pin", "both"],
+            &["ipl-bench", "latency", "--bogus"],
+            &["ipl-bench", "nothing"],
+        ] {
+            assert!(Cli::try_parse_from(bad).is_err(), "{bad:?}");
+        }
+    }
+}

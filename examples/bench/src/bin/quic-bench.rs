@@ -302,3 +302,17 @@ fn run(iters: usize) -> Res<()> {
     println!("design.quic.send_via_task.1B.rtt_us {task:.2} us");
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_command_line_is_well_formed() {
+        Cli::command().debug_assert();
+        assert_eq!(Cli::try_parse_from(["quic-bench"]).unwrap().iters, 20_000);
+        assert_eq!(Cli::try_parse_from(["quic-bench", "5"]).unwrap().iters, 5);
+        assert!(Cli::try_parse_from(["quic-bench", "many"]).is_err());
+    }
+}

@@ -403,3 +403,22 @@ fn client(a: &Args) -> Res<()> {
     );
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_command_line_is_well_formed_and_the_server_parses_its_arguments() {
+        Cli::command().debug_assert();
+        let cli = Cli::try_parse_from(["rmi-bench", "__server", "--transport", "inproc"]).unwrap();
+        let Some(ServerCmd::Server(a)) = cli.server else {
+            panic!("not the server")
+        };
+        assert_eq!(a.transport, "inproc");
+        let a = Cli::try_parse_from(["rmi-bench"]).unwrap().args;
+        assert_eq!((a.transport.as_str(), a.iters, a.repeat), ("tcp", 5000, 3));
+        assert!(Cli::try_parse_from(["rmi-bench", "--iters", "x"]).is_err());
+    }
+}

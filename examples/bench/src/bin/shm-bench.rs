@@ -300,3 +300,29 @@ fn ipl_peer(mode: &str, a: &Args) -> Res<()> {
     ibis.end()?;
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_command_line_is_well_formed_and_the_peers_parse_their_arguments() {
+        Cli::command().debug_assert();
+        let a = Cli::try_parse_from(["shm-bench", "--iters", "10", "--modes", "spin,block"])
+            .unwrap()
+            .args;
+        assert_eq!((a.iters, a.count, a.repeat), (10, 2_000, 3));
+        let argv = ["shm-bench", "__ipl", "block"]
+            .into_iter()
+            .map(String::from)
+            .chain(argv(&a));
+        let Some(PeerCmd::Ipl { mode, args }) = Cli::try_parse_from(argv).unwrap().peer else {
+            panic!("not the ipl peer")
+        };
+        assert_eq!(mode, "block");
+        assert_eq!(args.modes, ["spin", "block"]);
+        assert_eq!(args.iters, 10);
+        assert!(Cli::try_parse_from(["shm-bench", "--modes", "doze"]).is_err());
+    }
+}

@@ -407,3 +407,24 @@ fn run(a: &Args) -> Res<()> {
     tcp.end()?;
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_command_line_is_well_formed_and_checks_the_link() {
+        Args::command().debug_assert();
+        let a = Args::try_parse_from(["wan-bench"]).unwrap();
+        assert_eq!((a.latency_ms, a.bandwidth_mbit, a.iters), (5.0, 100.0, 20));
+        assert_eq!(a.sizes.len(), 7);
+        for bad in [
+            &["wan-bench", "--latency-ms", "-1"][..],
+            &["wan-bench", "--bandwidth-mbit", "0"],
+            &["wan-bench", "--iters", "0"],
+        ] {
+            assert!(Args::try_parse_from(bad).is_err(), "{bad:?}");
+        }
+    }
+}
