@@ -108,6 +108,27 @@ pub fn median(v: &[f64]) -> f64 {
     v.get(v.len() / 2).copied().unwrap_or(0.0)
 }
 
+/// The capabilities of the benchmarks' port types: one-to-one connections, explicit
+/// receives with a timeout, reliable FIFO communication, and `serialization`.
+pub fn ping_pong_capabilities(serialization: ipl::PortCapabilities) -> ipl::PortCapabilities {
+    use ipl::PortCapabilities as P;
+    P::CONNECTION_ONE_TO_ONE
+        | P::RECEIVE_EXPLICIT
+        | P::RECEIVE_TIMEOUT
+        | P::COMMUNICATION_RELIABLE
+        | P::COMMUNICATION_FIFO
+        | serialization
+}
+
+/// Ends a benchmark program: on an error, prints it after `program` on standard error
+/// and exits with status 1.
+pub fn exit_on_error<E: std::fmt::Display>(program: &str, result: Result<(), E>) {
+    if let Err(e) = result {
+        eprintln!("{program}: {e}");
+        std::process::exit(1);
+    }
+}
+
 /// A clap value parser for counts that must be at least 1 (`--repeat`, `--iters`, ...).
 pub fn at_least_one(s: &str) -> Result<usize, String> {
     match s.parse::<usize>() {

@@ -45,7 +45,7 @@ use ibis_bench::pair::{connect_pair, PairPool};
 use ibis_bench::placement::Placement;
 use ibis_bench::raw_quic;
 use ibis_bench::raw_shm::RawShm;
-use ibis_bench::{at_least_one, median, report, stats, us, Figure};
+use ibis_bench::{at_least_one, median, ping_pong_capabilities, report, stats, us, Figure};
 use ipl::{
     EmbeddedRegistry, Ibis, PortCapabilities as P, PortType, ReceivePort, SendPort,
     TransportCapabilities as T,
@@ -195,10 +195,7 @@ fn main() {
             peer(&raw, &a)
         }
     };
-    if let Err(e) = result {
-        eprintln!("ipl-bench: {e}");
-        std::process::exit(1);
-    }
+    ibis_bench::exit_on_error("ipl-bench", result);
 }
 
 // ---- the raw baselines -------------------------------------------------------------
@@ -431,12 +428,7 @@ fn print_plugin(p: &ipl::Plugin) {
 }
 
 fn port_type(a: &Args) -> Res<PortType> {
-    let mut caps = P::CONNECTION_ONE_TO_ONE
-        | P::RECEIVE_EXPLICIT
-        | P::RECEIVE_TIMEOUT
-        | P::SERIALIZATION_BYTE
-        | P::COMMUNICATION_RELIABLE
-        | P::COMMUNICATION_FIFO;
+    let mut caps = ping_pong_capabilities(P::SERIALIZATION_BYTE);
     for r in &a.require {
         match T::NAMED.iter().find(|(_, n)| n == r) {
             // Transport properties beyond the port type's vocabulary (network,

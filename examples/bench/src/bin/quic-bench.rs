@@ -264,10 +264,7 @@ fn design_latency(iters: usize, direct: bool) -> Res<f64> {
 fn main() {
     ipl_tools::init_tracing("warn");
     let iters = Cli::parse().iters;
-    if let Err(e) = run(iters) {
-        eprintln!("quic-bench: {e}");
-        std::process::exit(1);
-    }
+    ibis_bench::exit_on_error("quic-bench", run(iters));
 }
 
 fn run(iters: usize) -> Res<()> {

@@ -142,10 +142,7 @@ fn main() {
         Some(ServerCmd::Server(a)) => server_process(&a),
         None => client(&cli.args),
     };
-    if let Err(e) = r {
-        eprintln!("rmi-bench: {e}");
-        std::process::exit(1);
-    }
+    ibis_bench::exit_on_error("rmi-bench", r);
 }
 
 /// The server side: the benchmark object (bound as "bench") and the IPL echo thread.

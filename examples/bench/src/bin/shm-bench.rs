@@ -23,10 +23,9 @@ use std::time::{Duration, Instant};
 
 use clap::builder::PossibleValuesParser;
 use clap::{Parser, Subcommand};
-use ibis_bench::at_least_one;
-use ibis_bench::median;
 use ibis_bench::pair::{connect_pair, PairPool};
 use ibis_bench::raw_shm::RawShm;
+use ibis_bench::{at_least_one, median, ping_pong_capabilities};
 use ipl::{Ibis, PortCapabilities as P, PortType};
 
 type Res<T> = Result<T, Box<dyn std::error::Error>>;
@@ -109,21 +108,13 @@ fn main() {
         Some(PeerCmd::Ipl { mode, args }) => ipl_peer(mode, args),
         None => measure(&cli.args),
     };
-    if let Err(e) = r {
-        eprintln!("shm-bench: {e}");
-        std::process::exit(1);
-    }
+    ibis_bench::exit_on_error("shm-bench", r);
 }
 
 fn port_type() -> Res<PortType> {
-    Ok(PortType::new(
-        P::CONNECTION_ONE_TO_ONE
-            | P::RECEIVE_EXPLICIT
-            | P::RECEIVE_TIMEOUT
-            | P::SERIALIZATION_BYTE
-            | P::COMMUNICATION_RELIABLE
-            | P::COMMUNICATION_FIFO,
-    )?)
+    Ok(PortType::new(ping_pong_capabilities(
+        P::SERIALIZATION_BYTE,
+    ))?)
 }
 
 fn shm_plugin() -> Res<ipl::Plugin> {

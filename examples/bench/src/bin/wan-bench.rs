@@ -32,7 +32,7 @@
 use std::time::{Duration, Instant};
 
 use clap::Parser;
-use ibis_bench::{at_least_one, report, stats, us, Figure};
+use ibis_bench::{at_least_one, ping_pong_capabilities, report, stats, us, Figure};
 use ipl::{EmbeddedRegistry, Ibis, PortCapabilities as P, PortType, ReceivePort, SendPort};
 use ipl_auth::PoolSecret;
 
@@ -91,21 +91,13 @@ fn positive(s: &str) -> Result<f64, String> {
 fn main() {
     ipl_tools::init_tracing("warn");
     let a = Args::parse();
-    if let Err(e) = run(&a) {
-        eprintln!("wan-bench: {e}");
-        std::process::exit(1);
-    }
+    ibis_bench::exit_on_error("wan-bench", run(&a));
 }
 
 fn port_type() -> Res<PortType> {
-    Ok(PortType::new(
-        P::CONNECTION_ONE_TO_ONE
-            | P::RECEIVE_EXPLICIT
-            | P::RECEIVE_TIMEOUT
-            | P::SERIALIZATION_DATA
-            | P::COMMUNICATION_RELIABLE
-            | P::COMMUNICATION_FIFO,
-    )?)
+    Ok(PortType::new(ping_pong_capabilities(
+        P::SERIALIZATION_DATA,
+    ))?)
 }
 
 /// Two members (clusters A and B) over `transport`, connected both ways.
