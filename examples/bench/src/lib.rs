@@ -1,9 +1,24 @@
 //! The ibis-rs micro-benchmarks' shared parts: the report format every benchmark uses
 //! (a table for people, `name value unit` lines for scripts), sample statistics, the
-//! placement of two processes, and a pool of two processes.
+//! placement of two processes, a pool of two processes, and the baselines the
+//! transports are measured against:
+//!
+//! - [`raw_shm`]: a plain spinning shared-memory ping-pong and stream between two
+//!   processes, the raw limit of the shm transport;
+//! - [`bare_ring`]: the shm transport's own rings between two processes with nothing
+//!   above them, the floor its ring protocol sets;
+//! - [`raw_quic`]: a plain quinn (tokio) ping-pong and stream, the raw limit of the
+//!   quic transport.
 
+#![forbid(unsafe_code)]
+
+pub mod bare_ring;
 pub mod pair;
 pub mod placement;
+pub mod raw_quic;
+pub mod raw_shm;
+pub mod segment;
+pub mod spin;
 
 use std::time::Duration;
 
@@ -18,6 +33,24 @@ pub struct Figure {
     pub unit: &'static str,
     /// A human description for the table.
     pub what: String,
+}
+
+impl Figure {
+    /// A figure named `name` (machine-readable), of `value` in `unit`, described as
+    /// `what` in the table.
+    pub fn new(
+        name: impl Into<String>,
+        value: f64,
+        unit: &'static str,
+        what: impl Into<String>,
+    ) -> Figure {
+        Figure {
+            name: name.into(),
+            value,
+            unit,
+            what: what.into(),
+        }
+    }
 }
 
 /// Prints figures as a table, then as `name value unit` lines.
@@ -65,6 +98,43 @@ pub fn stats(samples: &mut [Duration]) -> Stats {
         median: samples[samples.len() / 2],
         min: samples[0],
         mean: total / samples.len() as u32,
+    }
+}
+
+/// The median of `v` (the upper one of an even count); 0 for no values.
+pub fn median(v: &[f64]) -> f64 {
+    let mut v = v.to_vec();
+    v.sort_by(|a, b| a.total_cmp(b));
+    v.get(v.len() / 2).copied().unwrap_or(0.0)
+}
+
+/// The capabilities of the benchmarks' port types: one-to-one connections, explicit
+/// receives with a timeout, reliable FIFO communication, and `serialization`.
+pub fn ping_pong_capabilities(serialization: ipl::PortCapabilities) -> ipl::PortCapabilities {
+    use ipl::PortCapabilities as P;
+    P::CONNECTION_ONE_TO_ONE
+        | P::RECEIVE_EXPLICIT
+        | P::RECEIVE_TIMEOUT
+        | P::COMMUNICATION_RELIABLE
+        | P::COMMUNICATION_FIFO
+        | serialization
+}
+
+/// Ends a benchmark program: on an error, prints it after `program` on standard error
+/// and exits with status 1.
+pub fn exit_on_error<E: std::fmt::Display>(program: &str, result: Result<(), E>) {
+    if let Err(e) = result {
+        eprintln!("{program}: {e}");
+        std::process::exit(1);
+    }
+}
+
+/// A clap value parser for counts that must be at least 1 (`--repeat`, `--iters`, ...).
+pub fn at_least_one(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(0) => Err("must be at least 1".into()),
+        Ok(n) => Ok(n),
+        Err(e) => Err(e.to_string()),
     }
 }
 

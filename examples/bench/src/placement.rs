@@ -6,8 +6,8 @@
 
 use std::io;
 
-/// A placement of the measuring process and its peer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// A placement of the measuring process and its peer (`--pin os|split|same`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Placement {
     /// The OS places (and moves) every thread.
     Os,

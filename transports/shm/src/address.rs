@@ -66,11 +66,6 @@ impl Address {
         .into_bytes()
     }
 
-    /// The endpoint's socket name in the abstract namespace.
-    pub fn socket_name(&self) -> String {
-        socket_name(self.id)
-    }
-
     /// Parses an address strictly; anything malformed is an `InvalidArgument`.
     pub fn parse(bytes: &[u8]) -> Result<Self, TransportError> {
         let bad = |why: &str| {

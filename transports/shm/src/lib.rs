@@ -5,18 +5,18 @@
 //!
 //! **Model** (RDMA-like, so that the rdma transport can share the protocol): a
 //! connection between two endpoints is one *registered region* (a sealed memfd mapped
-//! by both) holding one ring per direction ([`layout`]). The sender writes slots and
+//! by both) holding one ring per direction (`layout`). The sender writes slots and
 //! publishes its `head`; the receiver turns published slots into *completions*
-//! ("message on channel c at offset o, length l", [`consumer`]); *credits* are the
-//! ring space the receiver has reclaimed (`tail`, [`producer`]), advanced in ring
-//! order over slots released in any order ([`reclaim`]). These three are pure state
-//! machines; [`ring`] is the thin driver over the mapping ([`region`], the only
+//! ("message on channel c at offset o, length l", `consumer`); *credits* are the
+//! ring space the receiver has reclaimed (`tail`, `producer`), advanced in ring
+//! order over slots released in any order (`reclaim`). These three are pure state
+//! machines; `ring` is the thin driver over the mapping (`region`, the only
 //! module that touches shared memory).
 //!
 //! **Setup**: each endpoint listens on a Unix socket in the abstract namespace named
 //! after its random id (nothing on disk). `connect` dials it, runs the pool-secret
 //! handshake of [`ipl_auth`] in both directions, then passes the segment with
-//! `SCM_RIGHTS` ([`handshake`]). All channels between two endpoints share one
+//! `SCM_RIGHTS` (`handshake`). All channels between two endpoints share one
 //! connection, tagged by channel id. The address names the host (boot id, network
 //! namespace, host name); `connect` to another host fails at once with
 //! `Unavailable`, so the IPL tries its next transport.
@@ -50,28 +50,40 @@
 //! (default 1 GiB), `shm.wait=spin|spin_block|block`, `shm.spin_us=` (default 10),
 //! `shm.send_timeout_ms=` (default 60000).
 //!
-//! [`baseline`] is a plain spinning shared-memory ping-pong and stream between two
-//! processes: the raw limit benchmarks compare against. [`bare_ring`] drives this
-//! transport's own rings between two processes with nothing above them: the floor that
-//! the ring protocol sets, between the raw limit and the IPL.
+//! The benchmarks (`ibis-bench`) compare this transport with a plain spinning
+//! shared-memory ping-pong (the raw limit) and with its own rings driven between two
+//! processes with nothing above them (the protocol floor); the feature
+//! `bench-internals` exposes the few ring items that floor needs.
 
-pub mod address;
-pub mod bare_ring;
-pub mod baseline;
+mod address;
 mod buffer;
 mod chan_map;
-pub mod config;
-pub mod consumer;
+mod config;
+mod consumer;
 mod endpoint;
-pub mod handshake;
-pub mod layout;
+mod handshake;
+mod layout;
 mod link;
 mod park;
-pub mod producer;
-pub mod reclaim;
-pub mod region;
-pub mod ring;
+mod producer;
+mod reclaim;
+mod region;
+mod ring;
 mod sys;
+
+/// The ring internals that `ibis-bench`'s protocol-floor benchmark drives directly (the
+/// transport's rings between two processes with nothing above them). Not part of the
+/// transport's API: only with the feature `bench-internals`.
+#[cfg(feature = "bench-internals")]
+#[doc(hidden)]
+pub mod bench_internals {
+    pub use crate::layout::{
+        check_segment, segment_header, segment_size, Kind, DATA_OFFSET, HEADER_LEN, MIN_CAPACITY,
+        SEGMENT_HEADER,
+    };
+    pub use crate::region::Region;
+    pub use crate::ring::{Cursor, RingPlace, RingRx, RingTx};
+}
 
 use std::sync::{Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 

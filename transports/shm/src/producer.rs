@@ -70,11 +70,6 @@ impl Producer {
         self.head
     }
 
-    /// The ring capacity.
-    pub fn capacity(&self) -> u64 {
-        self.cap
-    }
-
     /// The largest payload one slot may carry: a quarter of the ring, so that a slot and
     /// its padding always fit an empty ring and several slots are in flight.
     pub fn max_slot_payload(&self) -> u32 {

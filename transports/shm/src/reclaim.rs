@@ -32,11 +32,6 @@ impl Reclaimer {
         Self::default()
     }
 
-    /// The reclaimed position (the tail to publish).
-    pub fn tail(&self) -> u64 {
-        self.tail
-    }
-
     /// Bytes consumed but not yet reclaimed (held by unreleased slots and the released
     /// ones behind them).
     pub fn held(&self) -> u64 {

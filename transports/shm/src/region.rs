@@ -27,6 +27,7 @@ enum Backing {
     /// `mmap`ed shared memory, unmapped on drop.
     Mapped,
     /// Heap memory (tests): the allocation the pointer points into.
+    #[cfg(test)]
     Heap(#[allow(dead_code)] Box<[AtomicU64]>),
 }
 
@@ -53,6 +54,7 @@ unsafe impl Sync for Region {}
 impl Region {
     /// Zeroed heap memory of `size` bytes (rounded up to 8), for tests and in-process
     /// use of the ring code.
+    #[cfg(test)]
     pub fn heap(size: usize) -> Region {
         let words: Box<[AtomicU64]> = (0..size.div_ceil(8)).map(|_| AtomicU64::new(0)).collect();
         let base = words.as_ptr() as *mut u8;
@@ -178,10 +180,14 @@ impl Region {
 
 impl Drop for Region {
     fn drop(&mut self) {
-        if let Backing::Mapped = self.backing {
-            // SAFETY: base/size describe a mapping made by `map` and never unmapped
-            // before; nothing borrows it any more (every user holds an Arc<Region>).
-            unsafe { libc::munmap(self.base.cast(), self.size) };
+        match self.backing {
+            Backing::Mapped => {
+                // SAFETY: base/size describe a mapping made by `map` and never unmapped
+                // before; nothing borrows it any more (every user holds an Arc<Region>).
+                unsafe { libc::munmap(self.base.cast(), self.size) };
+            }
+            #[cfg(test)]
+            Backing::Heap(_) => {}
         }
     }
 }

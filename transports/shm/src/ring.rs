@@ -328,14 +328,6 @@ impl RxShared {
         }
     }
 
-    /// Bytes consumed and not reclaimed.
-    pub fn held(&self) -> u64 {
-        self.reclaimer
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .held()
-    }
-
     fn publish_tail(&self, tail: u64) {
         // The lock above is released, but tails only grow and each store carries the
         // newest value computed under it, so a late store of an older value could

@@ -16,15 +16,22 @@
 //! block (after the IPL's short poll, `IPL_SPIN_US`). The raw baseline runs between the
 //! same two processes with the same message sizes and placement, and depends on the
 //! transport: for shm a spinning shared-memory ping-pong and stream
-//! (`ipl_transport_shm::baseline`), for quic a plain quinn ping-pong and stream
-//! (`ipl_transport_quic::baseline`), for every other transport a plain TCP socket
+//! (`ibis_bench::raw_shm`; and the transport's own rings with nothing above them,
+//! `ibis_bench::bare_ring`), for quic a plain quinn ping-pong and stream
+//! (`ibis_bench::raw_quic`), for every other transport a plain TCP socket
 //! (blocking reads, TCP_NODELAY). The in-process transport is measured between two
 //! threads against a thread-to-thread channel ping-pong.
 //!
 //! Output: a table, then lines `name value unit`:
 //! `ipl.latency.<t>.<size>B.rtt_us`, `raw.latency.<t>.<size>B.rtt_us`,
 //! `ratio.latency.<t>.<size>B`, and likewise `ipl.throughput.<t>.<size>B.MBps`,
-//! `raw.throughput.<t>.<size>B.MBps`, `ratio.throughput.<t>.<size>B`.
+//! `raw.throughput.<t>.<size>B.MBps`, `ratio.throughput.<t>.<size>B`; for shm latency
+//! also the protocol floor `floor.latency.shm.<size>B.rtt_us`,
+//! `ratio.floor.latency.shm.<size>B` (rings alone / raw) and
+//! `ratio.ipl_over_floor.latency.shm.<size>B`; `selfloop` prints
+//! `ipl.selfloop.<t>.<size>B.us` and `ipl.selfloop.<t>.<size>B.mean_us`.
+
+#![forbid(unsafe_code)]
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -32,9 +39,13 @@ use std::process::Stdio;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+use clap::{Parser, Subcommand};
+use ibis_bench::bare_ring::BareRing;
 use ibis_bench::pair::{connect_pair, PairPool};
 use ibis_bench::placement::Placement;
-use ibis_bench::{report, stats, us, Figure};
+use ibis_bench::raw_quic;
+use ibis_bench::raw_shm::RawShm;
+use ibis_bench::{at_least_one, median, ping_pong_capabilities, report, stats, us, Figure};
 use ipl::{
     EmbeddedRegistry, Ibis, PortCapabilities as P, PortType, ReceivePort, SendPort,
     TransportCapabilities as T,
@@ -44,9 +55,78 @@ const WAIT: Duration = Duration::from_secs(60);
 
 type Res<T> = Result<T, Box<dyn std::error::Error>>;
 
+/// Round-trip latency and streaming throughput of an IPL transport, against the raw
+/// limit measured in the same run with the same placement.
+#[derive(Parser, Debug)]
+#[command(name = "ipl-bench", version)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand, Debug)]
+enum Cmd {
+    /// Lists every transport plugin (linked in, or found on the search path), loaded or
+    /// refused, with its capabilities or the reason.
+    List,
+    /// Round trips of a transport between two processes (two threads for inproc),
+    /// against its raw baseline.
+    Latency(Opts),
+    /// Streams of messages between two processes, against the raw baseline.
+    Throughput(Opts),
+    /// The IPL's own cost: one thread sends to its own receive port and receives.
+    Selfloop(Opts),
+    /// The re-executed peer process of `latency` and `throughput` (internal): RAW
+    /// names the raw baseline the measuring process set up.
+    #[command(name = "__peer", hide = true)]
+    Peer {
+        raw: String,
+        #[command(subcommand)]
+        cmd: PeerCmd,
+    },
+}
+
+/// What the peer process runs (with the measuring process's options).
+#[derive(Subcommand, Debug)]
+enum PeerCmd {
+    Latency(Opts),
+    Throughput(Opts),
+}
+
+#[derive(clap::Args, Clone, Debug)]
+struct Opts {
+    /// The transport to measure (tcp, shm, quic, inproc, ...); without it, the best
+    /// available one that has the --require properties.
+    #[arg(long, value_name = "NAME")]
+    transport: Option<String>,
+    /// Port capabilities and transport properties to require (e.g. reliable,fifo,network).
+    #[arg(long, value_name = "CAP,CAP", value_delimiter = ',')]
+    require: Vec<String>,
+    /// Message sizes in bytes [default: 1,1024,65536; throughput: 65536,1048576].
+    #[arg(long, value_name = "N,N", value_delimiter = ',')]
+    sizes: Vec<usize>,
+    /// Round trips per size and repetition (a quarter, at least 100, from 64 KiB up).
+    #[arg(long, value_name = "N", default_value_t = 5_000)]
+    iters: usize,
+    /// MiB streamed per size and repetition (throughput).
+    #[arg(long, value_name = "M", default_value_t = 256)]
+    mbytes: usize,
+    /// Repetitions; raw and IPL alternate, each figure is the median.
+    #[arg(long, value_name = "R", default_value_t = 5, value_parser = at_least_one)]
+    repeat: usize,
+    /// Round trips per timed sample of `selfloop` (1: a sample per message).
+    #[arg(long, value_name = "B", default_value_t = 1, value_parser = at_least_one)]
+    batch: usize,
+    /// Where the two processes run: left to the OS, one per CPU, or both on CPU 0.
+    #[arg(long, value_enum, default_value_t = Placement::Os)]
+    pin: Placement,
+}
+
+/// One run's settings.
 #[derive(Clone, Debug)]
 struct Args {
-    cmd: String,
+    /// `latency`, `throughput` or `selfloop`.
+    cmd: &'static str,
     transport: Option<String>,
     require: Vec<String>,
     sizes: Vec<usize>,
@@ -59,61 +139,32 @@ struct Args {
     pin: Placement,
 }
 
-fn usage() -> ! {
-    eprintln!(
-        "usage: ipl-bench list | latency|throughput [--transport NAME | --require CAP,CAP] \
-         [--sizes 1,1024] [--iters N] [--mbytes M] [--repeat R] [--pin os|split|same] \
-         | selfloop [--transport NAME] [--sizes 8] [--iters N] [--repeat R] [--batch B]"
-    );
-    std::process::exit(2)
-}
-
-fn parse_args(v: &[String]) -> Args {
-    let mut a = Args {
-        cmd: v.first().cloned().unwrap_or_else(|| usage()),
-        transport: None,
-        require: Vec::new(),
-        sizes: Vec::new(),
-        iters: 5_000,
-        mbytes: 256,
-        repeat: 5,
-        batch: 1,
-        pin: Placement::Os,
-    };
-    let mut i = 1;
-    while i < v.len() {
-        let val = v.get(i + 1).cloned();
-        match (v[i].as_str(), val) {
-            ("--transport", Some(t)) => a.transport = Some(t),
-            ("--require", Some(r)) => {
-                a.require = r.split(',').map(|s| s.trim().to_string()).collect()
-            }
-            ("--sizes", Some(s)) => {
-                a.sizes = s.split(',').filter_map(|x| x.trim().parse().ok()).collect()
-            }
-            ("--iters", Some(n)) => a.iters = n.parse().unwrap_or_else(|_| usage()),
-            ("--mbytes", Some(n)) => a.mbytes = n.parse().unwrap_or_else(|_| usage()),
-            ("--repeat", Some(n)) => {
-                a.repeat = n.parse::<usize>().unwrap_or_else(|_| usage()).max(1)
-            }
-            ("--pin", Some(p)) => a.pin = Placement::parse(&p).unwrap_or_else(|| usage()),
-            ("--batch", Some(n)) => a.batch = n.parse::<usize>().unwrap_or_else(|_| usage()).max(1),
-            _ => usage(),
-        }
-        i += 2;
-    }
-    if a.sizes.is_empty() {
-        a.sizes = if a.cmd == "throughput" {
+impl Args {
+    fn new(cmd: &'static str, o: Opts) -> Args {
+        let sizes = if !o.sizes.is_empty() {
+            o.sizes
+        } else if cmd == "throughput" {
             vec![65536, 1 << 20]
         } else {
             vec![1, 1024, 65536]
         };
+        Args {
+            cmd,
+            transport: o.transport,
+            require: o.require.iter().map(|s| s.trim().to_string()).collect(),
+            sizes,
+            iters: o.iters,
+            mbytes: o.mbytes,
+            repeat: o.repeat,
+            batch: o.batch,
+            pin: o.pin,
+        }
     }
-    a
 }
 
+/// The peer's command line after `__peer RAW`: this run's command and options.
 fn to_argv(a: &Args) -> Vec<String> {
-    let mut v = vec![a.cmd.clone()];
+    let mut v = vec![a.cmd.to_string()];
     if let Some(t) = &a.transport {
         v.extend(["--transport".into(), t.clone()]);
     }
@@ -131,29 +182,20 @@ fn to_argv(a: &Args) -> Vec<String> {
 
 fn main() {
     ipl_tools::init_tracing("warn");
-    let argv: Vec<String> = std::env::args().skip(1).collect();
-    let result = match argv.first().map(String::as_str) {
-        Some("list") => list(),
-        Some("__peer") => parse_peer(&argv[1..]).and_then(|(spec, a)| peer(&spec, &a)),
-        Some("latency" | "throughput") => {
-            let a = parse_args(&argv);
-            measure(&a)
+    let result = match Cli::parse().cmd {
+        Cmd::List => list(),
+        Cmd::Latency(o) => measure(&Args::new("latency", o)),
+        Cmd::Throughput(o) => measure(&Args::new("throughput", o)),
+        Cmd::Selfloop(o) => selfloop(&Args::new("selfloop", o)),
+        Cmd::Peer { raw, cmd } => {
+            let a = match cmd {
+                PeerCmd::Latency(o) => Args::new("latency", o),
+                PeerCmd::Throughput(o) => Args::new("throughput", o),
+            };
+            peer(&raw, &a)
         }
-        Some("selfloop") => {
-            let a = parse_args(&argv);
-            selfloop(&a)
-        }
-        _ => usage(),
     };
-    if let Err(e) = result {
-        eprintln!("ipl-bench: {e}");
-        std::process::exit(1);
-    }
-}
-
-fn parse_peer(v: &[String]) -> Res<(String, Args)> {
-    let spec = v.first().ok_or("missing raw baseline")?.clone();
-    Ok((spec, parse_args(&v[1..])))
+    ibis_bench::exit_on_error("ipl-bench", result);
 }
 
 // ---- the raw baselines -------------------------------------------------------------
@@ -164,14 +206,11 @@ enum Raw {
     Tcp(TcpStream),
     /// A spinning shared-memory ping-pong and stream (shm), and the transport's own
     /// rings with nothing above them (the protocol floor).
-    Shm(
-        ipl_transport_shm::baseline::RawShm,
-        Box<ipl_transport_shm::bare_ring::BareRing>,
-    ),
+    Shm(RawShm, Box<BareRing>),
     /// The measuring side of a plain quinn connection (quic).
-    QuicClient(ipl_transport_quic::baseline::RawClient),
+    QuicClient(raw_quic::RawClient),
     /// The echoing side of a plain quinn connection (quic).
-    QuicServer(ipl_transport_quic::baseline::RawServer),
+    QuicServer(raw_quic::RawServer),
 }
 
 /// The baseline that goes with a transport.
@@ -274,10 +313,7 @@ impl Raw {
 /// where the baseline is, and what to finish once the peer runs.
 enum RawSetup {
     Tcp(TcpListener),
-    Shm(
-        ipl_transport_shm::baseline::RawShm,
-        Box<ipl_transport_shm::bare_ring::BareRing>,
-    ),
+    Shm(RawShm, Box<BareRing>),
     /// The peer serves and prints `RAW <addr>` on its standard output.
     Quic,
 }
@@ -287,7 +323,7 @@ impl RawSetup {
         Ok(match kind {
             "shm" => {
                 let max = a.sizes.iter().copied().max().unwrap_or(1).max(8);
-                let (r, name) = ipl_transport_shm::baseline::RawShm::create(max)?;
+                let (r, name) = RawShm::create(max)?;
                 // The floor only for the sizes a latency run uses (a ring of 4x the
                 // largest message); throughput runs leave it out.
                 let floor_max = if a.cmd == "latency" && max <= 4 << 20 {
@@ -295,7 +331,7 @@ impl RawSetup {
                 } else {
                     8
                 };
-                let (ring, ring_name) = ipl_transport_shm::bare_ring::BareRing::create(floor_max)?;
+                let (ring, ring_name) = BareRing::create(floor_max)?;
                 (
                     RawSetup::Shm(r, Box::new(ring)),
                     format!("shm:{name},{ring_name}"),
@@ -326,9 +362,7 @@ impl RawSetup {
                 let addr = peer_raw_addr
                     .recv_timeout(WAIT)
                     .map_err(|_| "the peer did not report its quinn address")?;
-                Raw::QuicClient(ipl_transport_quic::baseline::RawClient::connect(
-                    addr.parse()?,
-                )?)
+                Raw::QuicClient(raw_quic::RawClient::connect(addr.parse()?)?)
             }
         })
     }
@@ -346,13 +380,10 @@ fn raw_peer(spec: &str) -> Res<Raw> {
             let (raw, ring) = names
                 .split_once(',')
                 .ok_or("the shm baseline names two segments")?;
-            Raw::Shm(
-                ipl_transport_shm::baseline::RawShm::open(raw)?,
-                Box::new(ipl_transport_shm::bare_ring::BareRing::open(ring)?),
-            )
+            Raw::Shm(RawShm::open(raw)?, Box::new(BareRing::open(ring)?))
         }
         None if spec == "quic" => {
-            let (addr, server) = ipl_transport_quic::baseline::serve("127.0.0.1:0".parse()?)?;
+            let (addr, server) = raw_quic::serve("127.0.0.1:0".parse()?)?;
             println!("RAW {addr}");
             std::io::stdout().flush()?;
             Raw::QuicServer(server)
@@ -397,12 +428,7 @@ fn print_plugin(p: &ipl::Plugin) {
 }
 
 fn port_type(a: &Args) -> Res<PortType> {
-    let mut caps = P::CONNECTION_ONE_TO_ONE
-        | P::RECEIVE_EXPLICIT
-        | P::RECEIVE_TIMEOUT
-        | P::SERIALIZATION_BYTE
-        | P::COMMUNICATION_RELIABLE
-        | P::COMMUNICATION_FIFO;
+    let mut caps = ping_pong_capabilities(P::SERIALIZATION_BYTE);
     for r in &a.require {
         match T::NAMED.iter().find(|(_, n)| n == r) {
             // Transport properties beyond the port type's vocabulary (network,
@@ -612,12 +638,6 @@ fn measure(a: &Args) -> Res<()> {
         &figures,
     );
     Ok(())
-}
-
-fn median(v: &[f64]) -> f64 {
-    let mut v = v.to_vec();
-    v.sort_by(|a, b| a.total_cmp(b));
-    v.get(v.len() / 2).copied().unwrap_or(0.0)
 }
 
 fn iters_for(a: &Args, size: usize) -> usize {
@@ -947,4 +967,78 @@ fn raw_thread_pingpong(size: usize, iters: usize) -> Vec<Duration> {
     .unwrap_or_default();
     let _ = server.join();
     samples
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_command_line_is_well_formed() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn the_peer_parses_what_the_measuring_side_passes() {
+        let cli = Cli::try_parse_from([
+            "ipl-bench",
+            "latency",
+            "--transport",
+            "shm",
+            "--sizes",
+            "8,1024",
+            "--repeat",
+            "2",
+            "--pin",
+            "split",
+            "--require",
+            "reliable, fifo",
+        ])
+        .unwrap();
+        let Cmd::Latency(o) = cli.cmd else {
+            panic!("not latency: {cli:?}")
+        };
+        let a = Args::new("latency", o);
+        let argv = ["ipl-bench", "__peer", "tcp:1234"]
+            .into_iter()
+            .map(String::from)
+            .chain(to_argv(&a));
+        let Cmd::Peer { raw, cmd } = Cli::try_parse_from(argv).unwrap().cmd else {
+            panic!("not the peer")
+        };
+        let PeerCmd::Latency(o) = cmd else {
+            panic!("not latency")
+        };
+        let p = Args::new("latency", o);
+        assert_eq!(raw, "tcp:1234");
+        assert_eq!(p.transport.as_deref(), Some("shm"));
+        assert_eq!(p.sizes, [8, 1024]);
+        assert_eq!(p.require, ["reliable", "fifo"]);
+        assert_eq!((p.iters, p.mbytes, p.repeat), (a.iters, a.mbytes, 2));
+        assert_eq!(p.pin, Placement::Split);
+    }
+
+    #[test]
+    fn defaults_follow_the_command_and_bad_values_are_errors() {
+        let Cmd::Throughput(o) = Cli::try_parse_from(["ipl-bench", "throughput"])
+            .unwrap()
+            .cmd
+        else {
+            panic!("not throughput")
+        };
+        let a = Args::new("throughput", o);
+        assert_eq!(a.sizes, [65536, 1 << 20]);
+        assert_eq!((a.iters, a.mbytes, a.repeat, a.batch), (5_000, 256, 5, 1));
+        assert_eq!(a.pin, Placement::Os);
+        for bad in [
+            &["ipl-bench", "latency", "--repeat", "0"][..],
+            &["ipl-bench", "latency", "--sizes", "1,x"],
+            &["ipl-bench", "latency", "--pin", "both"],
+            &["ipl-bench", "latency", "--bogus"],
+            &["ipl-bench", "nothing"],
+        ] {
+            assert!(Cli::try_parse_from(bad).is_err(), "{bad:?}");
+        }
+    }
 }

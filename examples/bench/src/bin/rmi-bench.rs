@@ -17,15 +17,18 @@
 //! `rmi.null_pooled.<t>.rtt_us`, `ipl.null.<t>.rtt_us`, `ratio.rmi_vs_ipl.<t>`,
 //! `rmi.array.<type>.<t>.MBps`, `ipl.array.bytes.<t>.MBps`, `rmi.tree.<t>.us`.
 
+#![forbid(unsafe_code)]
+
 use std::process::Stdio;
 use std::sync::mpsc;
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use clap::{Parser, Subcommand};
 use ibis_bench::pair::PairPool;
-use ibis_bench::{report, stats, us, Figure};
+use ibis_bench::{at_least_one, median, report, stats, us, Figure};
 use ibis_rmi::{remote, Rmi, RmiError};
 use ipl::{Ibis, ReadMessage, ReceivePort, SendPort};
+use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 
 type Res<T> = Result<T, Box<dyn std::error::Error>>;
@@ -94,53 +97,52 @@ impl BenchService for Server {
         Ok(())
     }
     fn quit(&self) {
-        if let Some(tx) = self.0.lock().unwrap_or_else(|p| p.into_inner()).take() {
+        if let Some(tx) = self.0.lock().take() {
             let _ = tx.send(());
         }
     }
 }
 
-struct Args {
-    transport: String,
-    iters: usize,
-    repeat: usize,
+/// RMI null-call latency, array throughput and a tree argument, against the IPL round
+/// trip on the same transport measured in the same run.
+#[derive(Parser, Debug)]
+#[command(name = "rmi-bench", version)]
+struct Cli {
+    #[command(flatten)]
+    args: Args,
+    #[command(subcommand)]
+    server: Option<ServerCmd>,
 }
 
-fn parse(v: &[String]) -> Args {
-    let mut a = Args {
-        transport: "tcp".into(),
-        iters: 5000,
-        repeat: 3,
-    };
-    let mut i = 0;
-    while i < v.len() {
-        let val = v.get(i + 1).cloned().unwrap_or_default();
-        match v[i].as_str() {
-            "--transport" => a.transport = val,
-            "--iters" => a.iters = val.parse().unwrap_or(a.iters),
-            "--repeat" => a.repeat = val.parse::<usize>().unwrap_or(a.repeat).max(1),
-            _ => {
-                eprintln!("usage: rmi-bench [--transport tcp|inproc] [--iters N] [--repeat R]");
-                std::process::exit(2);
-            }
-        }
-        i += 2;
-    }
-    a
+/// The re-executed server process (internal).
+#[derive(Subcommand, Debug)]
+enum ServerCmd {
+    #[command(name = "__server", hide = true)]
+    Server(Args),
+}
+
+#[derive(clap::Args, Debug)]
+struct Args {
+    /// The transport: tcp (two processes) or inproc (one process); any other transport
+    /// name is measured between two processes like tcp.
+    #[arg(long, value_name = "NAME", default_value = "tcp")]
+    transport: String,
+    /// Null calls per repetition (arrays and the tree: a fifth, at least 50).
+    #[arg(long, value_name = "N", default_value_t = 5000)]
+    iters: usize,
+    /// Repetitions; each figure is the median.
+    #[arg(long, value_name = "R", default_value_t = 3, value_parser = at_least_one)]
+    repeat: usize,
 }
 
 fn main() {
     ipl_tools::init_tracing("warn");
-    let argv: Vec<String> = std::env::args().skip(1).collect();
-    let r = if argv.first().map(String::as_str) == Some("__server") {
-        server_process(&argv[1..])
-    } else {
-        client(&parse(&argv))
+    let cli = Cli::parse();
+    let r = match cli.server {
+        Some(ServerCmd::Server(a)) => server_process(&a),
+        None => client(&cli.args),
     };
-    if let Err(e) = r {
-        eprintln!("rmi-bench: {e}");
-        std::process::exit(1);
-    }
+    ibis_bench::exit_on_error("rmi-bench", r);
 }
 
 /// The server side: the benchmark object (bound as "bench") and the IPL echo thread.
@@ -179,8 +181,7 @@ fn serve(rmi: &Rmi) -> Res<mpsc::Receiver<()>> {
     Ok(rx)
 }
 
-fn server_process(argv: &[String]) -> Res<()> {
-    let a = parse(argv);
+fn server_process(a: &Args) -> Res<()> {
     let ibis = ibis_rmi::ibis_builder()?
         .from_env()?
         .prefer_transport(a.transport.as_str())
@@ -231,12 +232,6 @@ fn time_calls(n: usize, mut f: impl FnMut() -> Res<()>) -> Res<Vec<Duration>> {
         v.push(t0.elapsed());
     }
     Ok(v)
-}
-
-fn median(v: &[f64]) -> f64 {
-    let mut v = v.to_vec();
-    v.sort_by(|a, b| a.total_cmp(b));
-    v.get(v.len() / 2).copied().unwrap_or(0.0)
 }
 
 fn client(a: &Args) -> Res<()> {
@@ -321,62 +316,56 @@ fn client(a: &Args) -> Res<()> {
             stats(&mut time_calls(tree_n, || Ok(bench.tree(&tr)?))?).median
         ));
     }
-    let fig = |name: String, value: f64, unit: &'static str, what: String| Figure {
-        name,
-        value,
-        unit,
-        what,
-    };
     let figures = vec![
-        fig(
+        Figure::new(
             format!("ipl.null.{t}.rtt_us"),
             median(&ipl_null),
             "us",
             format!("IPL empty message round trip, {t}"),
         ),
-        fig(
+        Figure::new(
             format!("rmi.null.{t}.rtt_us"),
             median(&rmi_null),
             "us",
             format!("RMI null call (served in the receiving thread), {t}"),
         ),
-        fig(
+        Figure::new(
             format!("rmi.null_pooled.{t}.rtt_us"),
             median(&rmi_pooled),
             "us",
             format!("RMI null call (served on a worker thread), {t}"),
         ),
-        fig(
+        Figure::new(
             format!("ratio.rmi_vs_ipl.{t}"),
             median(&ratio),
             "x",
             format!("RMI null call / IPL round trip, {t}"),
         ),
-        fig(
+        Figure::new(
             format!("ipl.array.bytes.{t}.MBps"),
             median(&ipl_arr),
             "MB/s",
             format!("IPL 100 KB byte array + empty reply, {t}"),
         ),
-        fig(
+        Figure::new(
             format!("rmi.array.bytes.{t}.MBps"),
             median(&rb),
             "MB/s",
             format!("RMI call with a 100 KB byte array, {t}"),
         ),
-        fig(
+        Figure::new(
             format!("rmi.array.ints.{t}.MBps"),
             median(&ri),
             "MB/s",
             format!("RMI call with a 100 KB int array, {t}"),
         ),
-        fig(
+        Figure::new(
             format!("rmi.array.doubles.{t}.MBps"),
             median(&rd),
             "MB/s",
             format!("RMI call with a 100 KB double array, {t}"),
         ),
-        fig(
+        Figure::new(
             format!("rmi.tree.{t}.us"),
             median(&rt),
             "us",
@@ -410,4 +399,23 @@ fn client(a: &Args) -> Res<()> {
         &figures,
     );
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_command_line_is_well_formed_and_the_server_parses_its_arguments() {
+        Cli::command().debug_assert();
+        let cli = Cli::try_parse_from(["rmi-bench", "__server", "--transport", "inproc"]).unwrap();
+        let Some(ServerCmd::Server(a)) = cli.server else {
+            panic!("not the server")
+        };
+        assert_eq!(a.transport, "inproc");
+        let a = Cli::try_parse_from(["rmi-bench"]).unwrap().args;
+        assert_eq!((a.transport.as_str(), a.iters, a.repeat), ("tcp", 5000, 3));
+        assert!(Cli::try_parse_from(["rmi-bench", "--iters", "x"]).is_err());
+    }
 }

@@ -6,7 +6,7 @@
 //! ```
 //!
 //! Measures, in the same run:
-//! - raw: [`ipl_transport_shm::baseline::RawShm`], a spinning ping-pong of 8 B and a
+//! - raw: [`RawShm`](ibis_bench::raw_shm::RawShm), a spinning ping-pong of 8 B and a
 //!   stream of 1 MiB messages (one copy into shared memory per message);
 //! - IPL over the shm transport, once per receiver wait mode (`shm.wait=`): an 8 B
 //!   round trip (send port → receive port and back, receivers blocking in
@@ -16,13 +16,17 @@
 //! Each figure is the median over `--repeat` runs of the mean over `--iters` round
 //! trips (or `--count` messages). Output: a table, then `name value unit` lines.
 
-use std::process::{Command, Stdio};
+#![forbid(unsafe_code)]
 
-use ibis_bench::pair::{connect_pair, PairPool};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use clap::builder::PossibleValuesParser;
+use clap::{Parser, Subcommand};
+use ibis_bench::pair::{connect_pair, PairPool};
+use ibis_bench::raw_shm::RawShm;
+use ibis_bench::{at_least_one, median, ping_pong_capabilities};
 use ipl::{Ibis, PortCapabilities as P, PortType};
-use ipl_transport_shm::baseline::RawShm;
 
 type Res<T> = Result<T, Box<dyn std::error::Error>>;
 
@@ -30,36 +34,59 @@ const WAIT: Duration = Duration::from_secs(60);
 const SMALL: usize = 8;
 const BIG: usize = 1 << 20;
 
-#[derive(Clone, Debug)]
+/// The shm transport against the raw shared-memory limit, between two processes on
+/// this host: 8 B round trips and streams of 1 MiB messages, per receiver wait mode.
+#[derive(Parser, Debug)]
+#[command(name = "shm-bench", version)]
+struct Cli {
+    #[command(flatten)]
+    args: Args,
+    #[command(subcommand)]
+    peer: Option<PeerCmd>,
+}
+
+/// The re-executed peer processes (internal).
+#[derive(Subcommand, Debug)]
+enum PeerCmd {
+    /// The raw baseline's peer, on the segment NAME.
+    #[command(name = "__raw", hide = true)]
+    Raw {
+        name: String,
+        #[command(flatten)]
+        args: Args,
+    },
+    /// The IPL's peer, with the receiver wait mode MODE.
+    #[command(name = "__ipl", hide = true)]
+    Ipl {
+        mode: String,
+        #[command(flatten)]
+        args: Args,
+    },
+}
+
+#[derive(clap::Args, Clone, Debug)]
 struct Args {
+    /// 8 B round trips per run.
+    #[arg(long, value_name = "N", default_value_t = 20_000)]
     iters: usize,
+    /// 1 MiB messages per run.
+    #[arg(long, value_name = "C", default_value_t = 2_000)]
     count: usize,
+    /// Runs; each figure is the median.
+    #[arg(long, value_name = "R", default_value_t = 3, value_parser = at_least_one)]
     repeat: usize,
+    /// The receiver wait modes (`shm.wait=`) to measure the IPL with.
+    #[arg(
+        long,
+        value_name = "MODE,MODE",
+        value_delimiter = ',',
+        default_value = "spin,spin_block,block",
+        value_parser = PossibleValuesParser::new(["spin", "spin_block", "block"])
+    )]
     modes: Vec<String>,
 }
 
-fn parse(v: &[String]) -> Args {
-    let mut a = Args {
-        iters: 20_000,
-        count: 2_000,
-        repeat: 3,
-        modes: vec!["spin".into(), "spin_block".into(), "block".into()],
-    };
-    let mut i = 0;
-    while i + 1 < v.len() {
-        let val = &v[i + 1];
-        match v[i].as_str() {
-            "--iters" => a.iters = val.parse().expect("--iters N"),
-            "--count" => a.count = val.parse().expect("--count N"),
-            "--repeat" => a.repeat = val.parse::<usize>().expect("--repeat N").max(1),
-            "--modes" => a.modes = val.split(',').map(str::to_string).collect(),
-            other => panic!("unknown argument {other}"),
-        }
-        i += 2;
-    }
-    a
-}
-
+/// The peer's options: this run's.
 fn argv(a: &Args) -> Vec<String> {
     vec![
         "--iters".into(),
@@ -73,29 +100,21 @@ fn argv(a: &Args) -> Vec<String> {
     ]
 }
 
-fn main() -> Res<()> {
-    let v: Vec<String> = std::env::args().skip(1).collect();
-    match v.first().map(String::as_str) {
-        Some("__raw") => raw_peer(&v[1], &parse(&v[2..])),
-        Some("__ipl") => ipl_peer(&v[1], &parse(&v[2..])),
-        _ => measure(&parse(&v)),
-    }
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    v.get(v.len() / 2).copied().unwrap_or(0.0)
+fn main() {
+    ipl_tools::init_tracing("warn");
+    let cli = Cli::parse();
+    let r = match &cli.peer {
+        Some(PeerCmd::Raw { name, args }) => raw_peer(name, args),
+        Some(PeerCmd::Ipl { mode, args }) => ipl_peer(mode, args),
+        None => measure(&cli.args),
+    };
+    ibis_bench::exit_on_error("shm-bench", r);
 }
 
 fn port_type() -> Res<PortType> {
-    Ok(PortType::new(
-        P::CONNECTION_ONE_TO_ONE
-            | P::RECEIVE_EXPLICIT
-            | P::RECEIVE_TIMEOUT
-            | P::SERIALIZATION_BYTE
-            | P::COMMUNICATION_RELIABLE
-            | P::COMMUNICATION_FIFO,
-    )?)
+    Ok(PortType::new(ping_pong_capabilities(
+        P::SERIALIZATION_BYTE,
+    ))?)
 }
 
 fn shm_plugin() -> Res<ipl::Plugin> {
@@ -120,7 +139,7 @@ fn measure(a: &Args) -> Res<()> {
     if !child.wait()?.success() {
         return Err("raw peer failed".into());
     }
-    let (raw_rtt, raw_bw) = (median(raw_rtt), median(raw_bw));
+    let (raw_rtt, raw_bw) = (median(&raw_rtt), median(&raw_bw));
 
     // ---- IPL over shm, per wait mode ----
     let mut rows = Vec::new();
@@ -196,7 +215,10 @@ fn ipl_run(a: &Args, mode: &str) -> Res<(f64, f64)> {
         .transport_config(format!("shm.wait={mode}"))
         .port_type(t)
         .build()?;
-    assert_eq!(ibis.transport_for(&t)?, "shm");
+    let used = ibis.transport_for(&t)?;
+    if used != "shm" {
+        return Err(format!("asked for shm, negotiated {used}").into());
+    }
     let (rp, mut sp) = connect_pair(&ibis, &t, WAIT)?;
     let small = vec![7u8; SMALL];
     let big = vec![7u8; BIG];
@@ -234,7 +256,7 @@ fn ipl_run(a: &Args, mode: &str) -> Res<(f64, f64)> {
     rp.close(Some(Duration::from_secs(1)));
     ibis.end()?;
     pp.server.shutdown();
-    Ok((median(rtts), median(bws)))
+    Ok((median(&rtts), median(&bws)))
 }
 
 fn ipl_peer(mode: &str, a: &Args) -> Res<()> {
@@ -268,4 +290,30 @@ fn ipl_peer(mode: &str, a: &Args) -> Res<()> {
     sp.close();
     ibis.end()?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_command_line_is_well_formed_and_the_peers_parse_their_arguments() {
+        Cli::command().debug_assert();
+        let a = Cli::try_parse_from(["shm-bench", "--iters", "10", "--modes", "spin,block"])
+            .unwrap()
+            .args;
+        assert_eq!((a.iters, a.count, a.repeat), (10, 2_000, 3));
+        let argv = ["shm-bench", "__ipl", "block"]
+            .into_iter()
+            .map(String::from)
+            .chain(argv(&a));
+        let Some(PeerCmd::Ipl { mode, args }) = Cli::try_parse_from(argv).unwrap().peer else {
+            panic!("not the ipl peer")
+        };
+        assert_eq!(mode, "block");
+        assert_eq!(args.modes, ["spin", "block"]);
+        assert_eq!(args.iters, 10);
+        assert!(Cli::try_parse_from(["shm-bench", "--modes", "doze"]).is_err());
+    }
 }

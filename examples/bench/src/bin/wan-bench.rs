@@ -5,7 +5,7 @@
 //! ```text
 //! cargo build --release -p ipl-plugin-wan-emu -p ibis-bench --bin wan-bench
 //! target/release/wan-bench [--latency-ms 5] [--bandwidth-mbit 100]
-//!                          [--sizes 1,1024,65536,1048576] [--iters 20] [--stream-ms 1000]
+//!                          [--sizes 1,64,1024,...,1048576] [--iters 20] [--stream-ms 1000]
 //! ```
 //!
 //! Two IPL members in one process, in clusters `A` and `B`, use the wan-emu plugin (found
@@ -27,9 +27,12 @@
 //! `wan.throughput.<s>B.MBps`, `wan.throughput_expected.<s>B.MBps`,
 //! `wan.throughput_error.<s>B.pct`, `tcp.throughput.<s>B.MBps`.
 
+#![forbid(unsafe_code)]
+
 use std::time::{Duration, Instant};
 
-use ibis_bench::{report, stats, us, Figure};
+use clap::Parser;
+use ibis_bench::{at_least_one, ping_pong_capabilities, report, stats, us, Figure};
 use ipl::{EmbeddedRegistry, Ibis, PortCapabilities as P, PortType, ReceivePort, SendPort};
 use ipl_auth::PoolSecret;
 
@@ -42,74 +45,59 @@ const QUIT: u32 = 3;
 
 type Res<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
 
-#[derive(Debug, Clone)]
+/// Validation of the WAN emulator: round trip and throughput between two clusters over
+/// wan-emu (on TCP), against what the configured link predicts and against plain TCP.
+#[derive(Parser, Debug, Clone)]
+#[command(name = "wan-bench", version)]
 struct Args {
+    /// One-way latency of the emulated link, in milliseconds.
+    #[arg(long, value_name = "MS", default_value_t = 5.0, value_parser = non_negative)]
     latency_ms: f64,
+    /// Bandwidth of the emulated link, in Mbit/s.
+    #[arg(long, value_name = "MBIT", default_value_t = 100.0, value_parser = positive)]
     bandwidth_mbit: f64,
+    /// Message sizes in bytes.
+    #[arg(
+        long,
+        value_name = "N,N",
+        value_delimiter = ',',
+        default_value = "1,64,1024,16384,65536,262144,1048576"
+    )]
     sizes: Vec<usize>,
+    /// Round trips per size (half from 256 KiB up).
+    #[arg(long, value_name = "N", default_value_t = 20, value_parser = at_least_one)]
     iters: usize,
+    /// About how long each stream lasts, in milliseconds.
+    #[arg(long, value_name = "MS", default_value_t = 1000)]
     stream_ms: u64,
 }
 
-fn usage() -> ! {
-    eprintln!(
-        "usage: wan-bench [--latency-ms 5] [--bandwidth-mbit 100] [--sizes 1,1024,...] \
-         [--iters 20] [--stream-ms 1000]"
-    );
-    std::process::exit(2)
+fn non_negative(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v >= 0.0 && v.is_finite() => Ok(v),
+        Ok(_) => Err("must be a finite number of at least 0".into()),
+        Err(e) => Err(e.to_string()),
+    }
 }
 
-fn parse_args() -> Args {
-    let mut a = Args {
-        latency_ms: 5.0,
-        bandwidth_mbit: 100.0,
-        sizes: vec![1, 64, 1024, 16 << 10, 64 << 10, 256 << 10, 1 << 20],
-        iters: 20,
-        stream_ms: 1000,
-    };
-    let v: Vec<String> = std::env::args().skip(1).collect();
-    let mut i = 0;
-    while i < v.len() {
-        let val = v.get(i + 1).map(String::as_str).unwrap_or_else(|| usage());
-        match v[i].as_str() {
-            "--latency-ms" => a.latency_ms = val.parse().unwrap_or_else(|_| usage()),
-            "--bandwidth-mbit" => a.bandwidth_mbit = val.parse().unwrap_or_else(|_| usage()),
-            "--iters" => a.iters = val.parse().unwrap_or_else(|_| usage()),
-            "--stream-ms" => a.stream_ms = val.parse().unwrap_or_else(|_| usage()),
-            "--sizes" => {
-                a.sizes = val
-                    .split(',')
-                    .map(|s| s.trim().parse().unwrap_or_else(|_| usage()))
-                    .collect()
-            }
-            _ => usage(),
-        }
-        i += 2;
+fn positive(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v > 0.0 && v.is_finite() => Ok(v),
+        Ok(_) => Err("must be a finite number above 0".into()),
+        Err(e) => Err(e.to_string()),
     }
-    if !(a.latency_ms >= 0.0 && a.bandwidth_mbit > 0.0 && a.iters > 0) {
-        usage()
-    }
-    a
 }
 
 fn main() {
     ipl_tools::init_tracing("warn");
-    let a = parse_args();
-    if let Err(e) = run(&a) {
-        eprintln!("wan-bench: {e}");
-        std::process::exit(1);
-    }
+    let a = Args::parse();
+    ibis_bench::exit_on_error("wan-bench", run(&a));
 }
 
 fn port_type() -> Res<PortType> {
-    Ok(PortType::new(
-        P::CONNECTION_ONE_TO_ONE
-            | P::RECEIVE_EXPLICIT
-            | P::RECEIVE_TIMEOUT
-            | P::SERIALIZATION_DATA
-            | P::COMMUNICATION_RELIABLE
-            | P::COMMUNICATION_FIFO,
-    )?)
+    Ok(PortType::new(ping_pong_capabilities(
+        P::SERIALIZATION_DATA,
+    ))?)
 }
 
 /// Two members (clusters A and B) over `transport`, connected both ways.
@@ -308,36 +296,47 @@ fn run(a: &Args) -> Res<()> {
         let paced = tcp.rtt(s, iters, expect)?;
         let err = (us(measured) - us(expect)) / us(expect) * 100.0;
         worst = worst.max(err.abs());
-        figures.push(Figure {
-            name: format!("wan.rtt.{s}B.us"),
-            value: us(measured),
-            unit: "us",
-            what: format!("wan-emu {s} B round trip (median of {iters})"),
-        });
-        figures.push(Figure {
-            name: format!("wan.rtt_expected.{s}B.us"),
-            value: us(expect),
-            unit: "us",
-            what: format!("configured {s} B round trip 2*(L + s/B)"),
-        });
-        figures.push(Figure {
-            name: format!("wan.error.{s}B.pct"),
-            value: err,
-            unit: "%",
-            what: format!("wan-emu {s} B round trip error vs configuration"),
-        });
-        figures.push(Figure {
-            name: format!("tcp.rtt.{s}B.us"),
-            value: us(raw),
-            unit: "us",
-            what: format!("plain tcp {s} B round trip, same stack (raw limit)"),
-        });
-        figures.push(Figure {
-            name: format!("tcp.rtt_paced.{s}B.us"),
-            value: us(paced),
-            unit: "us",
-            what: format!("plain tcp {s} B round trip after a pause as long as the wan one"),
-        });
+        // A figure of this size: `<key>.<s>B.<unit>`.
+        let at = |key: &str, value: f64, unit: &'static str, what: String| {
+            let suffix = match unit {
+                "%" => "pct",
+                "MB/s" => "MBps",
+                u => u,
+            };
+            Figure::new(format!("{key}.{s}B.{suffix}"), value, unit, what)
+        };
+        figures.extend([
+            at(
+                "wan.rtt",
+                us(measured),
+                "us",
+                format!("wan-emu {s} B round trip (median of {iters})"),
+            ),
+            at(
+                "wan.rtt_expected",
+                us(expect),
+                "us",
+                format!("configured {s} B round trip 2*(L + s/B)"),
+            ),
+            at(
+                "wan.error",
+                err,
+                "%",
+                format!("wan-emu {s} B round trip error vs configuration"),
+            ),
+            at(
+                "tcp.rtt",
+                us(raw),
+                "us",
+                format!("plain tcp {s} B round trip, same stack (raw limit)"),
+            ),
+            at(
+                "tcp.rtt_paced",
+                us(paced),
+                "us",
+                format!("plain tcp {s} B round trip after a pause as long as the wan one"),
+            ),
+        ]);
         let (mut texp, mut tmeas, mut terr, mut traw) = (f64::NAN, f64::NAN, f64::NAN, f64::NAN);
         if s >= 1024 {
             let count = ((bps * a.stream_ms as f64 / 1e3) / s as f64).ceil() as usize;
@@ -347,30 +346,32 @@ fn run(a: &Args) -> Res<()> {
             traw = tcp.throughput(s, count)? / 1e6;
             terr = (tmeas - texp) / texp * 100.0;
             worst = worst.max(terr.abs());
-            figures.push(Figure {
-                name: format!("wan.throughput.{s}B.MBps"),
-                value: tmeas,
-                unit: "MB/s",
-                what: format!("wan-emu stream of {count} x {s} B"),
-            });
-            figures.push(Figure {
-                name: format!("wan.throughput_expected.{s}B.MBps"),
-                value: texp,
-                unit: "MB/s",
-                what: "configured bandwidth B".to_string(),
-            });
-            figures.push(Figure {
-                name: format!("wan.throughput_error.{s}B.pct"),
-                value: terr,
-                unit: "%",
-                what: format!("wan-emu {s} B stream error vs configuration"),
-            });
-            figures.push(Figure {
-                name: format!("tcp.throughput.{s}B.MBps"),
-                value: traw,
-                unit: "MB/s",
-                what: format!("plain tcp stream of {count} x {s} B (raw limit)"),
-            });
+            figures.extend([
+                at(
+                    "wan.throughput",
+                    tmeas,
+                    "MB/s",
+                    format!("wan-emu stream of {count} x {s} B"),
+                ),
+                at(
+                    "wan.throughput_expected",
+                    texp,
+                    "MB/s",
+                    "configured bandwidth B".into(),
+                ),
+                at(
+                    "wan.throughput_error",
+                    terr,
+                    "%",
+                    format!("wan-emu {s} B stream error vs configuration"),
+                ),
+                at(
+                    "tcp.throughput",
+                    traw,
+                    "MB/s",
+                    format!("plain tcp stream of {count} x {s} B (raw limit)"),
+                ),
+            ]);
         }
         println!(
             "{:>9}  {:>12.1} {:>12.1} {:>8.2} {:>10.1} {:>10.1}   {:>10.2} {:>10.2} {:>8.2} {:>10.1}",
@@ -387,14 +388,35 @@ fn run(a: &Args) -> Res<()> {
         );
     }
     println!();
-    figures.push(Figure {
-        name: "wan.error.worst.pct".into(),
-        value: worst,
-        unit: "%",
-        what: "largest |error| over all sizes (goal: below 5)".into(),
-    });
+    figures.push(Figure::new(
+        "wan.error.worst.pct",
+        worst,
+        "%",
+        "largest |error| over all sizes (goal: below 5)",
+    ));
     report("wan-bench figures", &figures);
     wan.end()?;
     tcp.end()?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_command_line_is_well_formed_and_checks_the_link() {
+        Args::command().debug_assert();
+        let a = Args::try_parse_from(["wan-bench"]).unwrap();
+        assert_eq!((a.latency_ms, a.bandwidth_mbit, a.iters), (5.0, 100.0, 20));
+        assert_eq!(a.sizes.len(), 7);
+        for bad in [
+            &["wan-bench", "--latency-ms", "-1"][..],
+            &["wan-bench", "--bandwidth-mbit", "0"],
+            &["wan-bench", "--iters", "0"],
+        ] {
+            assert!(Args::try_parse_from(bad).is_err(), "{bad:?}");
+        }
+    }
 }

@@ -42,9 +42,10 @@ pub fn mapping_of(p: *const u8) -> Option<String> {
     None
 }
 
-/// Entries in /dev/shm (to check that nothing is left behind), except the benchmark
-/// segments of `baseline` and `bare_ring`, which unit tests running at the same time
-/// create and unlink.
+/// Entries in /dev/shm (to check that nothing is left behind), except the segments of
+/// the benchmarks' baselines (`ibis-bench`: `raw_shm`'s `ipl-raw-*` and `bare_ring`'s
+/// `ipl-ring-*`), which a benchmark or its tests running at the same time create and
+/// unlink.
 pub fn dev_shm_entries() -> usize {
     std::fs::read_dir("/dev/shm")
         .map(|d| {

@@ -1,7 +1,7 @@
 //! 1-byte round trip of the QUIC transport against plain quinn, both measured in this
 //! run, in one process on 127.0.0.1 (two endpoints, each with its own runtime).
 //!
-//! - `raw`: [`ipl_transport_quic::baseline`], a quinn ping-pong with each side's loop
+//! - `raw`: [`ibis_bench::raw_quic`], a quinn ping-pong with each side's loop
 //!   inside its runtime's `block_on` (the raw limit).
 //! - `transport`: two transport endpoints used through the plugin ABI as the IPL uses
 //!   them; both sides answer from their message callback (the transport's own cost).
@@ -11,34 +11,54 @@
 //! - `design`: plain quinn with the client's writes made by a host thread, either
 //!   directly on the stream (what `send` does) or handed to a writer task over a channel.
 //!
-//! Usage: `cargo run --release -p ipl-transport-quic --example quic-bench [iterations]`.
+//! Usage: `cargo run --release -p ibis-bench --bin quic-bench -- [ITERATIONS]`.
 //! Prints a table, then `name value unit` lines.
 
+#![forbid(unsafe_code)]
+
 use std::sync::mpsc;
-use std::sync::{Arc, Condvar, Mutex, OnceLock, Weak};
+use std::sync::{Arc, OnceLock, Weak};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use ipl_auth::PoolSecret;
+use clap::Parser;
+use ibis_bench::raw_quic;
 use ipl_transport_abi::{
     ChannelClosed, Plugin, ReceivedBuffer, TransportEvents, TransportInstance,
 };
-use ipl_transport_quic::baseline;
+use parking_lot::{Condvar, Mutex};
 
 const PATIENCE: Duration = Duration::from_secs(60);
 
-fn raw_latency(iters: usize) -> f64 {
-    let (addr, server) = baseline::serve("127.0.0.1:0".parse().unwrap()).unwrap();
+type Res<T> = Result<T, Box<dyn std::error::Error>>;
+
+/// 1-byte round trip of the QUIC transport against plain quinn, in one process on
+/// 127.0.0.1.
+#[derive(Parser, Debug)]
+#[command(name = "quic-bench", version)]
+struct Cli {
+    /// Round trips per measurement (after a tenth more to warm up).
+    #[arg(value_name = "ITERATIONS", default_value_t = 20_000, value_parser = ibis_bench::at_least_one)]
+    iters: usize,
+}
+
+/// Waits for a thread of this benchmark and passes on its error.
+fn join(t: thread::JoinHandle<std::io::Result<()>>) -> Res<()> {
+    Ok(t.join().map_err(|_| "a benchmark thread panicked")??)
+}
+
+fn raw_latency(iters: usize) -> Res<f64> {
+    let (addr, server) = raw_quic::serve("127.0.0.1:0".parse()?)?;
     let warm = iters / 10 + 1;
     let t = thread::spawn(move || {
-        server.echo(1, warm).unwrap();
-        server.echo(1, iters).unwrap();
+        server.echo(1, warm)?;
+        server.echo(1, iters)
     });
-    let client = baseline::RawClient::connect(addr).unwrap();
-    client.latency(1, warm).unwrap();
-    let us = client.latency(1, iters).unwrap();
-    t.join().unwrap();
-    us
+    let client = raw_quic::RawClient::connect(addr)?;
+    client.latency(1, warm)?;
+    let us = client.latency(1, iters)?;
+    join(t)?;
+    Ok(us)
 }
 
 /// Echoes every message from the callback.
@@ -67,11 +87,11 @@ impl TransportEvents for Pinger {
     fn channel_opened(&self, _: u64) {}
     fn message(&self, ch: u64, buf: ReceivedBuffer) {
         drop(buf);
-        if let Some(tx) = &*self.to_thread.lock().unwrap() {
+        if let Some(tx) = &*self.to_thread.lock() {
             let _ = tx.send(ch);
             return;
         }
-        let mut left = self.left.lock().unwrap();
+        let mut left = self.left.lock();
         *left = left.saturating_sub(1);
         if *left == 0 {
             self.done.notify_all();
@@ -90,12 +110,12 @@ struct Pair {
     ch: u64,
 }
 
-fn pair() -> Pair {
-    let plugin = Plugin::from_static(&ipl_transport_quic::PLUGIN).unwrap();
-    let secret = PoolSecret::generate().unwrap();
+fn pair() -> Res<Pair> {
+    let plugin = Plugin::from_static(&ipl_transport_quic::PLUGIN)?;
+    let secret = ipl_auth::PoolSecret::generate()?;
     let cfg = format!("secret={}\npool=bench", secret.to_hex());
     let echo = Arc::new(Echo(OnceLock::new()));
-    let b = Arc::new(plugin.create(&cfg, echo.clone()).unwrap());
+    let b = Arc::new(plugin.create(&cfg, echo.clone())?);
     let _ = echo.0.set(Arc::downgrade(&b));
     let pinger = Arc::new(Pinger {
         me: OnceLock::new(),
@@ -103,54 +123,54 @@ fn pair() -> Pair {
         done: Condvar::new(),
         to_thread: Mutex::new(None),
     });
-    let a = Arc::new(plugin.create(&cfg, pinger.clone()).unwrap());
+    let a = Arc::new(plugin.create(&cfg, pinger.clone())?);
     let _ = pinger.me.set(Arc::downgrade(&a));
-    let ch = a.connect(&b.local_address().unwrap(), PATIENCE).unwrap();
-    Pair {
+    let ch = a.connect(&b.local_address()?, PATIENCE)?;
+    Ok(Pair {
         a,
         _b: b,
         pinger,
         ch,
-    }
+    })
 }
 
-fn callback_rounds(p: &Pair, n: usize) -> f64 {
-    *p.pinger.left.lock().unwrap() = n;
+fn callback_rounds(p: &Pair, n: usize) -> Res<f64> {
+    *p.pinger.left.lock() = n;
     let start = Instant::now();
-    p.a.send(p.ch, &[&[1]]).unwrap();
-    let mut left = p.pinger.left.lock().unwrap();
+    p.a.send(p.ch, &[&[1]])?;
+    let mut left = p.pinger.left.lock();
     while *left > 0 {
-        let (g, t) = p.pinger.done.wait_timeout(left, PATIENCE).unwrap();
-        assert!(!t.timed_out(), "callback ping-pong stalled");
-        left = g;
+        if p.pinger.done.wait_for(&mut left, PATIENCE).timed_out() {
+            return Err("callback ping-pong stalled".into());
+        }
     }
-    start.elapsed().as_secs_f64() * 1e6 / n as f64
+    Ok(start.elapsed().as_secs_f64() * 1e6 / n as f64)
 }
 
-fn transport_latency(iters: usize) -> (f64, f64) {
-    let p = pair();
-    callback_rounds(&p, iters / 10 + 1);
-    let callback = callback_rounds(&p, iters);
+fn transport_latency(iters: usize) -> Res<(f64, f64)> {
+    let p = pair()?;
+    callback_rounds(&p, iters / 10 + 1)?;
+    let callback = callback_rounds(&p, iters)?;
     let (tx, rx) = mpsc::channel();
-    *p.pinger.to_thread.lock().unwrap() = Some(tx);
+    *p.pinger.to_thread.lock() = Some(tx);
     let mut blocking = 0.0;
     for (round, n) in [iters / 10 + 1, iters].into_iter().enumerate() {
         let start = Instant::now();
         for _ in 0..n {
-            p.a.send(p.ch, &[&[1]]).unwrap();
+            p.a.send(p.ch, &[&[1]])?;
             rx.recv_timeout(PATIENCE)
-                .expect("blocking ping-pong stalled");
+                .map_err(|_| "blocking ping-pong stalled")?;
         }
         if round == 1 {
             blocking = start.elapsed().as_secs_f64() * 1e6 / n as f64;
         }
     }
-    (callback, blocking)
+    Ok((callback, blocking))
 }
 
 /// Plain quinn, client writes from a host thread: directly (`direct`) or through a
 /// writer task (`!direct`); the echo comes back to the thread over a channel.
-fn design_latency(iters: usize, direct: bool) -> f64 {
+fn design_latency(iters: usize, direct: bool) -> Res<f64> {
     use std::future::Future;
     use std::task::{Context, Poll, Wake, Waker};
     struct Unpark(thread::Thread);
@@ -170,37 +190,27 @@ fn design_latency(iters: usize, direct: bool) -> f64 {
             thread::park();
         }
     }
-    let (addr, server) = baseline::serve("127.0.0.1:0".parse().unwrap()).unwrap();
+    let (addr, server) = raw_quic::serve("127.0.0.1:0".parse()?)?;
     let total = iters + iters / 10 + 1;
-    let t = thread::spawn(move || server.echo(1, total).unwrap());
+    let t = thread::spawn(move || server.echo(1, total));
     // The client: the transport's set-up, as a client of the baseline server.
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .enable_all()
-        .build()
-        .unwrap();
-    let tls = ipl_transport_quic::tls::PoolTls::new(
-        &PoolSecret::from_bytes([0x5a; 32]),
-        "ipl-quic-baseline",
-    )
-    .unwrap();
-    let me = tls.identity(1).unwrap();
-    let client = tls
-        .client_config(&me, Arc::new(quinn::TransportConfig::default()))
-        .unwrap();
+        .build()?;
+    let client = raw_quic::client_config(1, Arc::new(quinn::TransportConfig::default()))?;
     let endpoint = {
         let _g = rt.enter();
-        quinn::Endpoint::client("127.0.0.1:0".parse().unwrap()).unwrap()
+        quinn::Endpoint::client("127.0.0.1:0".parse()?)?
     };
-    let conn = rt
-        .block_on(async {
-            endpoint
-                .connect_with(client, addr, &ipl_transport_quic::tls::server_name(0xba5e))
-                .unwrap()
-                .await
-        })
-        .unwrap();
-    let (send, mut recv) = rt.block_on(conn.open_bi()).unwrap();
+    let server_name = ipl_transport_quic::tls::server_name(raw_quic::SERVER_ID);
+    let connecting = {
+        // The connection's driver task starts on this runtime.
+        let _g = rt.enter();
+        endpoint.connect_with(client, addr, &server_name)?
+    };
+    let conn = rt.block_on(connecting)?;
+    let (send, mut recv) = rt.block_on(conn.open_bi())?;
     let (back_tx, back_rx) = mpsc::channel::<()>();
     rt.spawn(async move {
         let mut b = [0u8; 1];
@@ -229,13 +239,13 @@ fn design_latency(iters: usize, direct: bool) -> f64 {
         let start = Instant::now();
         for _ in 0..n {
             if let Some(s) = &mut direct_stream {
-                wait(s.write_all(&[1])).unwrap();
+                wait(s.write_all(&[1]))?;
             } else {
-                to_writer.send(1).unwrap();
+                to_writer.send(1)?;
             }
             back_rx
                 .recv_timeout(PATIENCE)
-                .expect("design ping-pong stalled");
+                .map_err(|_| "design ping-pong stalled")?;
         }
         if round == 1 {
             us = start.elapsed().as_secs_f64() * 1e6 / n as f64;
@@ -246,20 +256,22 @@ fn design_latency(iters: usize, direct: bool) -> f64 {
     if let Some(mut s) = direct_stream {
         let _ = s.finish();
     }
-    t.join().unwrap();
+    join(t)?;
     rt.shutdown_timeout(Duration::from_secs(1));
-    us
+    Ok(us)
 }
 
 fn main() {
-    let iters: usize = std::env::args()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(20_000);
-    let raw = raw_latency(iters);
-    let (callback, blocking) = transport_latency(iters);
-    let direct = design_latency(iters, true);
-    let task = design_latency(iters, false);
+    ipl_tools::init_tracing("warn");
+    let iters = Cli::parse().iters;
+    ibis_bench::exit_on_error("quic-bench", run(iters));
+}
+
+fn run(iters: usize) -> Res<()> {
+    let raw = raw_latency(iters)?;
+    let (callback, blocking) = transport_latency(iters)?;
+    let direct = design_latency(iters, true)?;
+    let task = design_latency(iters, false)?;
     let cpus = thread::available_parallelism()
         .map(|n| n.get())
         .unwrap_or(0);
@@ -285,4 +297,19 @@ fn main() {
     );
     println!("design.quic.send_direct.1B.rtt_us {direct:.2} us");
     println!("design.quic.send_via_task.1B.rtt_us {task:.2} us");
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_command_line_is_well_formed() {
+        Cli::command().debug_assert();
+        assert_eq!(Cli::try_parse_from(["quic-bench"]).unwrap().iters, 20_000);
+        assert_eq!(Cli::try_parse_from(["quic-bench", "5"]).unwrap().iters, 5);
+        assert!(Cli::try_parse_from(["quic-bench", "many"]).is_err());
+    }
 }

@@ -13,7 +13,7 @@
 //! dead peer never hangs the caller.
 //!
 //! ```
-//! use ipl_transport_shm::baseline::RawShm;
+//! use ibis_bench::raw_shm::RawShm;
 //! # fn main() -> std::io::Result<()> {
 //! let (a, name) = RawShm::create(4096)?;
 //! let peer = std::thread::spawn(move || -> std::io::Result<()> {
@@ -30,16 +30,12 @@
 //! ```
 
 use std::io;
-use std::os::fd::OwnedFd;
-use std::os::unix::fs::OpenOptionsExt;
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use crate::region::Region;
-
-/// How long any spin waits for the peer before giving up.
-pub const PATIENCE: Duration = Duration::from_secs(30);
+use crate::segment::{invalid_data, other, Segment};
+use crate::spin;
+pub use crate::spin::PATIENCE;
 
 const MAGIC: u64 = u64::from_le_bytes(*b"IPLRAW\x00\x01");
 const MAX_AT: usize = 8;
@@ -51,22 +47,20 @@ const TAIL: usize = 320;
 const DATA: usize = 4096;
 /// Slots of the stream.
 const SLOTS: usize = 4;
+/// The prefix of segment names.
+pub const PREFIX: &str = "/dev/shm/ipl-raw-";
+/// What a spin that waits for the peer reports when it gives up.
+const NO_ANSWER: &str = "raw shm peer did not answer";
 
 /// One end of a raw shared-memory channel between two processes.
 #[derive(Debug)]
 pub struct RawShm {
-    region: Region,
+    segment: Segment,
     max: usize,
-    /// The file to unlink once the peer opened it (creator only).
-    path: Option<PathBuf>,
 }
 
 fn segment_len(max: usize) -> usize {
     DATA + (2 + SLOTS) * max.div_ceil(64) * 64
-}
-
-fn bad(msg: &str) -> io::Error {
-    io::Error::new(io::ErrorKind::InvalidData, msg.to_string())
 }
 
 impl RawShm {
@@ -74,82 +68,48 @@ impl RawShm {
     /// name to pass to [`open`](Self::open) in the other process.
     pub fn create(max_message: usize) -> io::Result<(RawShm, String)> {
         let max = max_message.max(1).div_ceil(64) * 64;
-        let (path, file) = new_segment_file("/dev/shm/ipl-raw-")?;
-        let size = segment_len(max);
-        let setup = || -> io::Result<Region> {
-            file.set_len(size as u64)?;
-            let region = Region::map(&OwnedFd::from(file.try_clone()?), size)?;
-            let oob = |e| io::Error::other(format!("{e}"));
+        let (segment, name) = Segment::create(PREFIX, segment_len(max), |region| {
             region
                 .atomic(MAX_AT)
-                .map_err(oob)?
+                .map_err(other)?
                 .store(max as u64, Ordering::Relaxed);
             region
                 .atomic(0)
-                .map_err(oob)?
+                .map_err(other)?
                 .store(MAGIC, Ordering::Release);
-            Ok(region)
-        };
-        let region = setup().inspect_err(|_| {
-            let _ = std::fs::remove_file(&path);
+            Ok(())
         })?;
-        let name = path.to_string_lossy().into_owned();
-        Ok((
-            RawShm {
-                region,
-                max,
-                path: Some(path),
-            },
-            name,
-        ))
+        Ok((RawShm { segment, max }, name))
     }
 
     /// Opens the segment named `name` (made by [`create`](Self::create) in another
     /// process) and tells the creator.
     pub fn open(name: &str) -> io::Result<RawShm> {
-        if !name.starts_with("/dev/shm/ipl-raw-") {
-            return Err(bad("not a raw shm segment name"));
+        let segment = Segment::open(PREFIX, name, DATA, "raw shm")?;
+        let region = segment.region();
+        if region.atomic(0).map_err(other)?.load(Ordering::Acquire) != MAGIC {
+            return Err(invalid_data("not a raw shm segment"));
         }
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(name)?;
-        let size = file.metadata()?.len() as usize;
-        if size < DATA {
-            return Err(bad("raw shm segment too small"));
+        let max = region
+            .atomic(MAX_AT)
+            .map_err(other)?
+            .load(Ordering::Relaxed) as usize;
+        if max == 0 || segment_len(max) != region.size() {
+            return Err(invalid_data("raw shm segment of the wrong size"));
         }
-        let region = Region::map(&OwnedFd::from(file), size)?;
-        let oob = |e| io::Error::other(format!("{e}"));
-        if region.atomic(0).map_err(oob)?.load(Ordering::Acquire) != MAGIC {
-            return Err(bad("not a raw shm segment"));
-        }
-        let max = region.atomic(MAX_AT).map_err(oob)?.load(Ordering::Relaxed) as usize;
-        if max == 0 || segment_len(max) != size {
-            return Err(bad("raw shm segment of the wrong size"));
-        }
-        region
-            .atomic(OPENED)
-            .map_err(oob)?
-            .store(1, Ordering::Release);
-        Ok(RawShm {
-            region,
-            max,
-            path: None,
-        })
+        segment.mark_opened(OPENED)?;
+        Ok(RawShm { segment, max })
     }
 
     /// Creator: waits until the peer opened the segment, then unlinks its file (the
     /// mappings live on; nothing is left in `/dev/shm`).
     pub fn wait_peer(&self) -> io::Result<()> {
-        let r = spin_until(self.word(OPENED), |v| v == 1);
-        if let Some(p) = &self.path {
-            let _ = std::fs::remove_file(p);
-        }
-        r
+        self.segment.wait_peer(OPENED, NO_ANSWER)
     }
 
     fn word(&self, off: usize) -> &AtomicU64 {
-        self.region
+        self.segment
+            .region()
             .atomic(off)
             .unwrap_or_else(|_| unreachable!("control words lie in the first page"))
     }
@@ -165,9 +125,7 @@ impl RawShm {
     }
 
     fn write(&self, off: usize, data: &[u8]) -> io::Result<()> {
-        self.region
-            .write(off, data)
-            .map_err(|e| io::Error::other(e.to_string()))
+        self.segment.region().write(off, data).map_err(other)
     }
 
     /// Round trips of `size`-byte messages against a peer running [`echo`](Self::echo);
@@ -181,7 +139,7 @@ impl RawShm {
         for i in 1..=iters as u64 {
             self.write(DATA, &msg)?;
             ping.store(base + i, Ordering::Release);
-            spin_until(pong, |v| v == base + i)?;
+            spin::until(pong, |v| v == base + i, NO_ANSWER)?;
         }
         Ok(t0.elapsed().as_secs_f64() * 1e6 / iters.max(1) as f64)
     }
@@ -193,10 +151,8 @@ impl RawShm {
         let (ping, pong) = (self.word(PING), self.word(PONG));
         let base = pong.load(Ordering::Relaxed);
         for i in 1..=iters as u64 {
-            spin_until(ping, |v| v == base + i)?;
-            self.region
-                .read(DATA, &mut buf)
-                .map_err(|e| io::Error::other(e.to_string()))?;
+            spin::until(ping, |v| v == base + i, NO_ANSWER)?;
+            self.segment.region().read(DATA, &mut buf).map_err(other)?;
             self.write(DATA + self.max, &buf)?;
             pong.store(base + i, Ordering::Release);
         }
@@ -212,12 +168,12 @@ impl RawShm {
         let base = head.load(Ordering::Relaxed);
         let t0 = Instant::now();
         for i in 0..count as u64 {
-            spin_until(tail, |t| base + i - t < SLOTS as u64)?;
+            spin::until(tail, |t| base + i - t < SLOTS as u64, NO_ANSWER)?;
             let slot = ((base + i) % SLOTS as u64) as usize;
             self.write(DATA + (2 + slot) * self.max, &msg)?;
             head.store(base + i + 1, Ordering::Release);
         }
-        spin_until(tail, |t| t == base + count as u64)?;
+        spin::until(tail, |t| t == base + count as u64, NO_ANSWER)?;
         Ok((size * count) as f64 / t0.elapsed().as_secs_f64() / 1e6)
     }
 
@@ -227,58 +183,35 @@ impl RawShm {
         let (head, tail) = (self.word(HEAD), self.word(TAIL));
         let base = tail.load(Ordering::Relaxed);
         for i in 1..=count as u64 {
-            spin_until(head, |h| h >= base + i)?;
+            spin::until(head, |h| h >= base + i, NO_ANSWER)?;
             tail.store(base + i, Ordering::Release);
         }
         Ok(())
     }
 }
 
-impl Drop for RawShm {
-    fn drop(&mut self) {
-        if let Some(p) = &self.path {
-            let _ = std::fs::remove_file(p);
-        }
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn open_refuses_what_is_not_a_raw_segment() {
+        let e = RawShm::open("/dev/shm/something-else").unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::InvalidData);
+        let path = format!("{PREFIX}test-{}", std::process::id());
+        std::fs::write(&path, vec![0u8; 8192]).unwrap();
+        let e = RawShm::open(&path).unwrap_err();
+        let _ = std::fs::remove_file(&path);
+        assert_eq!(e.kind(), io::ErrorKind::InvalidData, "{e}");
     }
-}
 
-/// A new file for a benchmark segment, named `prefix` and 16 random hex digits, readable
-/// and writable by this user only; it must not exist yet.
-pub(crate) fn new_segment_file(prefix: &str) -> io::Result<(PathBuf, std::fs::File)> {
-    let mut r = [0u8; 8];
-    getrandom::getrandom(&mut r).map_err(|e| io::Error::other(e.to_string()))?;
-    let path = PathBuf::from(format!("{prefix}{:016x}", u64::from_le_bytes(r)));
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(&path)?;
-    Ok((path, file))
-}
-
-/// Spins until `ok(word)`; a `TimedOut` error after [`PATIENCE`].
-fn spin_until(word: &AtomicU64, ok: impl Fn(u64) -> bool) -> io::Result<()> {
-    let mut n = 0u32;
-    let mut start = None;
-    loop {
-        if ok(word.load(Ordering::Acquire)) {
-            return Ok(());
-        }
-        n = n.wrapping_add(1);
-        if n.is_multiple_of(4096) {
-            let s = *start.get_or_insert_with(Instant::now);
-            if s.elapsed() > PATIENCE {
-                return Err(io::Error::new(
-                    io::ErrorKind::TimedOut,
-                    "raw shm peer did not answer",
-                ));
-            }
-            if n.is_multiple_of(1 << 16) {
-                // Let a peer on the same CPU run.
-                std::thread::yield_now();
-            }
-        }
-        std::hint::spin_loop();
+    #[test]
+    fn oversized_messages_are_refused_and_the_file_is_gone_once_opened() {
+        let (a, name) = RawShm::create(100).unwrap();
+        let b = RawShm::open(&name).unwrap();
+        a.wait_peer().unwrap();
+        assert!(!std::path::Path::new(&name).exists());
+        let e = b.echo(1000, 1).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::InvalidInput);
     }
 }

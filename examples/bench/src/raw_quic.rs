@@ -4,9 +4,10 @@
 //! Server and client may live in two processes (or two threads). Each side owns a tokio
 //! runtime with one worker thread and runs its loop as a task there, so network I/O, the
 //! connection driver and the loop share one thread (the fastest way to drive quinn), and
-//! the connection keeps being served between calls. TLS is the same as the transport's (TLS 1.3, mutual,
-//! Ed25519 certificates from a CA derived as in [`tls`](crate::tls)) but from a fixed,
-//! public benchmark secret: this module is for measuring, not for protecting anything.
+//! the connection keeps being served between calls. TLS is the same as the transport's
+//! (TLS 1.3, mutual, Ed25519 certificates from a CA derived from the pool secret, by
+//! the transport's own `ipl_transport_quic::tls`) but from a fixed, public benchmark
+//! secret: this module is for measuring, not for protecting anything.
 //! Its set-up cost is not measured; only the steady state is.
 //!
 //! Each [`RawServer::echo`] / [`RawServer::sink`] call serves the stream opened by the
@@ -14,7 +15,7 @@
 //! arguments; a warm-up is simply one more pair of calls.
 //!
 //! ```
-//! use ipl_transport_quic::baseline::{serve, RawClient};
+//! use ibis_bench::raw_quic::{serve, RawClient};
 //!
 //! let (addr, server) = serve("127.0.0.1:0".parse().unwrap()).unwrap();
 //! let t = std::thread::spawn(move || {
@@ -34,18 +35,46 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use ipl_auth::PoolSecret;
+use ipl_transport_quic::tls::{self, PoolTls};
+use parking_lot::Mutex;
 use tokio::runtime::Runtime;
 
-use crate::tls::{self, PoolTls};
-
 /// The baseline's fixed pool name (with a fixed secret; see the module documentation).
-const POOL: &str = "ipl-quic-baseline";
+pub const POOL: &str = "ipl-quic-baseline";
 /// The baseline server's endpoint id (the name in its certificate).
-const SERVER_ID: u64 = 0xba5e;
+pub const SERVER_ID: u64 = 0xba5e;
 const CLIENT_ID: u64 = 0xc11e;
 
 fn other(e: impl std::fmt::Display) -> io::Error {
     io::Error::other(e.to_string())
+}
+
+/// The baseline's fixed, public secret (see the module documentation).
+pub fn secret() -> PoolSecret {
+    PoolSecret::from_bytes([0x5a; 32])
+}
+
+/// The quinn client configuration of endpoint `id` of the baseline's pool, with
+/// `transport` (for a client of [`serve`]'s server that drives quinn itself).
+pub fn client_config(
+    id: u64,
+    transport: Arc<quinn::TransportConfig>,
+) -> io::Result<quinn::ClientConfig> {
+    let tls = PoolTls::new(&secret(), POOL).map_err(other)?;
+    quic_client(&tls, &tls.identity(id).map_err(other)?, transport)
+}
+
+fn quic_client(
+    tls: &PoolTls,
+    me: &tls::Identity,
+    transport: Arc<quinn::TransportConfig>,
+) -> io::Result<quinn::ClientConfig> {
+    let crypto =
+        quinn::crypto::rustls::QuicClientConfig::try_from(tls.rustls_client(me).map_err(other)?)
+            .map_err(other)?;
+    let mut cfg = quinn::ClientConfig::new(Arc::new(crypto));
+    cfg.transport_config(transport);
+    Ok(cfg)
 }
 
 fn setup(id: u64, bind: SocketAddr) -> io::Result<(Runtime, quinn::Endpoint)> {
@@ -54,15 +83,19 @@ fn setup(id: u64, bind: SocketAddr) -> io::Result<(Runtime, quinn::Endpoint)> {
         .thread_name("quic-baseline")
         .enable_all()
         .build()?;
-    let tls = PoolTls::new(&PoolSecret::from_bytes([0x5a; 32]), POOL).map_err(other)?;
+    let tls = PoolTls::new(&secret(), POOL).map_err(other)?;
     let me = tls.identity(id).map_err(other)?;
     let mut transport = quinn::TransportConfig::default();
     transport
         .stream_receive_window(quinn::VarInt::from_u32(16 << 20))
         .send_window(64 << 20);
     let transport = Arc::new(transport);
-    let server = tls.server_config(&me, transport.clone()).map_err(other)?;
-    let client = tls.client_config(&me, transport).map_err(other)?;
+    let crypto =
+        quinn::crypto::rustls::QuicServerConfig::try_from(tls.rustls_server(&me).map_err(other)?)
+            .map_err(other)?;
+    let mut server = quinn::ServerConfig::with_crypto(Arc::new(crypto));
+    server.transport_config(transport.clone());
+    let client = quic_client(&tls, &me, transport)?;
     let socket = std::net::UdpSocket::bind(bind)?;
     let mut endpoint = {
         let _g = rt.enter();
@@ -81,7 +114,7 @@ fn setup(id: u64, bind: SocketAddr) -> io::Result<(Runtime, quinn::Endpoint)> {
 pub struct RawServer {
     rt: Runtime,
     endpoint: quinn::Endpoint,
-    conn: std::sync::Mutex<Option<quinn::Connection>>,
+    conn: Mutex<Option<quinn::Connection>>,
 }
 
 impl std::fmt::Debug for RawServer {
@@ -101,7 +134,7 @@ pub fn serve(bind: SocketAddr) -> io::Result<(SocketAddr, RawServer)> {
         RawServer {
             rt,
             endpoint,
-            conn: std::sync::Mutex::new(None),
+            conn: Mutex::new(None),
         },
     ))
 }
@@ -114,7 +147,7 @@ impl RawServer {
         F: FnOnce(quinn::Connection) -> Fut + Send + 'static,
         Fut: std::future::Future<Output = io::Result<()>> + Send + 'static,
     {
-        let known = crate::lock(&self.conn).clone();
+        let known = self.conn.lock().clone();
         let endpoint = self.endpoint.clone();
         let task = self.rt.spawn(async move {
             let conn = match known {
@@ -130,7 +163,7 @@ impl RawServer {
             f(conn.clone()).await.map(|()| conn)
         });
         let conn = self.rt.block_on(task).map_err(other)??;
-        *crate::lock(&self.conn) = Some(conn);
+        *self.conn.lock() = Some(conn);
         Ok(())
     }
 

@@ -5,7 +5,7 @@
 //! (slot headers, credits, in-order reclamation, bounds checks) over a segment of the
 //! same layout, but without an endpoint, channel table, plugin boundary or IPL, and
 //! without the wake-up handshake: both sides spin, as the raw ping-pong of
-//! [`baseline`](crate::baseline) does. A benchmark that runs it beside the raw
+//! [`raw_shm`](crate::raw_shm) does. A benchmark that runs it beside the raw
 //! ping-pong and the IPL splits the IPL's ratio to raw into what the ring protocol
 //! costs and what the layers above it cost.
 //!
@@ -17,7 +17,7 @@
 //! does). Every spin gives up after [`PATIENCE`] with a `TimedOut` error.
 //!
 //! ```
-//! use ipl_transport_shm::bare_ring::BareRing;
+//! use ibis_bench::bare_ring::BareRing;
 //! # fn main() -> std::io::Result<()> {
 //! let (mut a, name) = BareRing::create(64)?;
 //! let peer = std::thread::spawn(move || -> std::io::Result<()> {
@@ -32,23 +32,24 @@
 //! ```
 
 use std::io;
-use std::os::fd::OwnedFd;
-use std::path::PathBuf;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
 
-use crate::baseline::{new_segment_file, PATIENCE};
-use crate::layout::{self, Kind, HEADER_LEN, MIN_CAPACITY, SEGMENT_HEADER};
-use crate::region::Region;
-use crate::ring::{Cursor, RingPlace, RingRx, RingTx};
+use ipl_transport_shm::bench_internals::{
+    check_segment, segment_header, segment_size, Cursor, Kind, Region, RingPlace, RingRx, RingTx,
+    DATA_OFFSET, HEADER_LEN, MIN_CAPACITY, SEGMENT_HEADER,
+};
+
+use crate::segment::{invalid_data as bad, other as oob, Segment};
+use crate::spin::Spin;
+pub use crate::spin::PATIENCE;
 
 /// Where the opener says it opened the segment (inside the segment header, after the
 /// magic and capacity words).
 const OPENED: usize = 16;
 const _: () = assert!(OPENED + 8 <= SEGMENT_HEADER);
 /// The prefix of segment names.
-const PREFIX: &str = "/dev/shm/ipl-ring-";
+pub const PREFIX: &str = "/dev/shm/ipl-ring-";
 /// The largest ring capacity a bare ring uses (messages up to a quarter of it).
 const MAX_CAP: usize = 64 << 20;
 
@@ -56,28 +57,17 @@ const MAX_CAP: usize = 64 << 20;
 pub struct BareRing {
     tx: RingTx,
     rx: RingRx,
-    region: Arc<Region>,
+    segment: Segment,
     /// The last message received (copied out of its slot).
     buf: Vec<u8>,
-    /// The file to unlink once the peer opened it (creator only).
-    path: Option<PathBuf>,
 }
 
 impl std::fmt::Debug for BareRing {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("BareRing")
-            .field("size", &self.region.size())
-            .field("creator", &self.path.is_some())
+            .field("segment", &self.segment)
             .finish()
     }
-}
-
-fn bad(msg: impl Into<String>) -> io::Error {
-    io::Error::new(io::ErrorKind::InvalidData, msg.into())
-}
-
-fn oob(e: impl std::fmt::Display) -> io::Error {
-    io::Error::other(e.to_string())
 }
 
 /// The ring capacity for messages of up to `max` bytes: a power of two that gives a
@@ -98,81 +88,37 @@ fn capacity_for(max: usize) -> io::Result<usize> {
     Ok(cap)
 }
 
-/// Counts a spin; a `TimedOut` error once [`PATIENCE`] has passed since the first.
-fn patience(spins: &mut u32, start: &mut Option<Instant>, what: &str) -> io::Result<()> {
-    *spins = spins.wrapping_add(1);
-    if spins.is_multiple_of(4096) {
-        let s = *start.get_or_insert_with(Instant::now);
-        if s.elapsed() > PATIENCE {
-            return Err(io::Error::new(
-                io::ErrorKind::TimedOut,
-                format!("bare ring: {what}"),
-            ));
-        }
-        if spins.is_multiple_of(1 << 16) {
-            // Let a peer on the same CPU run.
-            std::thread::yield_now();
-        }
-    }
-    std::hint::spin_loop();
-    Ok(())
-}
-
 impl BareRing {
     /// Creates a segment for messages of up to `max_message` bytes; returns it and the
     /// name to pass to [`open`](Self::open) in the other process.
     pub fn create(max_message: usize) -> io::Result<(BareRing, String)> {
         let cap = capacity_for(max_message.max(1))?;
-        let (path, file) = new_segment_file(PREFIX)?;
-        let size = layout::segment_size(cap);
-        let setup = || -> io::Result<BareRing> {
-            file.set_len(size as u64)?;
-            let region = Region::map(&OwnedFd::from(file.try_clone()?), size)?;
-            region
-                .write(0, &layout::segment_header(cap as u64))
-                .map_err(oob)?;
-            BareRing::on(Arc::new(region), cap, 0)
-        };
-        let mut ring = setup().inspect_err(|_| {
-            let _ = std::fs::remove_file(&path);
+        let (segment, name) = Segment::create(PREFIX, segment_size(cap), |region| {
+            region.write(0, &segment_header(cap as u64)).map_err(oob)
         })?;
-        let name = path.to_string_lossy().into_owned();
-        ring.path = Some(path);
-        Ok((ring, name))
+        Ok((BareRing::on(segment, cap, 0)?, name))
     }
 
     /// Opens the segment named `name` (made by [`create`](Self::create) in another
     /// process) and tells the creator.
     pub fn open(name: &str) -> io::Result<BareRing> {
-        if !name.starts_with(PREFIX) {
-            return Err(bad("not a bare ring segment name"));
-        }
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(name)?;
-        let size = file.metadata()?.len();
-        if size < layout::DATA_OFFSET as u64 {
-            return Err(bad("bare ring segment too small"));
-        }
-        let region = Region::map(&OwnedFd::from(file), size as usize)?;
+        let segment = Segment::open(PREFIX, name, DATA_OFFSET, "bare ring")?;
+        let region = segment.region();
         let mut h = [0u8; 16];
         region.read(0, &mut h).map_err(oob)?;
         let cap = u64::from_le_bytes(h[8..].try_into().unwrap_or_default());
-        let cap = layout::check_segment(&h, cap, size).map_err(bad)?;
-        let ring = BareRing::on(Arc::new(region), cap, 1)?;
-        ring.region
-            .atomic(OPENED)
-            .map_err(oob)?
-            .store(1, Ordering::Release);
+        let cap = check_segment(&h, cap, region.size() as u64).map_err(bad)?;
+        let ring = BareRing::on(segment, cap, 1)?;
+        ring.segment.mark_opened(OPENED)?;
         Ok(ring)
     }
 
     /// The end that sends on ring `out` and receives on the other.
-    fn on(region: Arc<Region>, cap: usize, out: usize) -> io::Result<BareRing> {
-        let tx = RingTx::new(Arc::clone(&region), RingPlace::in_segment(out, cap)).map_err(oob)?;
+    fn on(segment: Segment, cap: usize, out: usize) -> io::Result<BareRing> {
+        let region: &Arc<Region> = segment.region();
+        let tx = RingTx::new(Arc::clone(region), RingPlace::in_segment(out, cap)).map_err(oob)?;
         let rx = RingRx::new(
-            Arc::clone(&region),
+            Arc::clone(region),
             RingPlace::in_segment(1 - out, cap),
             // Both sides spin: nobody waits for a wake-up.
             Box::new(|| {}),
@@ -181,29 +127,16 @@ impl BareRing {
         Ok(BareRing {
             tx,
             rx,
-            region,
+            segment,
             buf: Vec::new(),
-            path: None,
         })
     }
 
     /// Creator: waits until the peer opened the segment, then unlinks its file (the
     /// mappings live on; nothing is left in `/dev/shm`).
     pub fn wait_peer(&self) -> io::Result<()> {
-        let opened = self.region.atomic(OPENED).map_err(oob)?;
-        let (mut spins, mut start) = (0, None);
-        let r = loop {
-            if opened.load(Ordering::Acquire) == 1 {
-                break Ok(());
-            }
-            if let Err(e) = patience(&mut spins, &mut start, "the peer did not open the segment") {
-                break Err(e);
-            }
-        };
-        if let Some(p) = &self.path {
-            let _ = std::fs::remove_file(p);
-        }
-        r
+        self.segment
+            .wait_peer(OPENED, "bare ring: the peer did not open the segment")
     }
 
     /// The largest message this pair carries.
@@ -227,12 +160,12 @@ impl BareRing {
                 )
             })?;
         let slices = [msg];
-        let (mut spins, mut start) = (0, None);
+        let mut spin = Spin::new();
         loop {
             let mut cur = Cursor::new(&slices);
             match self.tx.try_write(Kind::Data, 0, &mut cur, len) {
                 Ok(true) => return Ok(()),
-                Ok(false) => patience(&mut spins, &mut start, "the peer released no space")?,
+                Ok(false) => spin.turn("bare ring: the peer released no space")?,
                 Err(e) => return Err(bad(format!("bare ring: {e}"))),
             }
         }
@@ -242,7 +175,7 @@ impl BareRing {
     /// ticket (release it with [`release`](Self::release)); the bytes are in
     /// [`received`](Self::received).
     fn take(&mut self) -> io::Result<u64> {
-        let (mut spins, mut start) = (0, None);
+        let mut spin = Spin::new();
         loop {
             match self.rx.poll(|_, _| false) {
                 Ok(Some(t)) => match (t.completion.kind, t.seq) {
@@ -263,7 +196,7 @@ impl BareRing {
                         return Err(bad(format!("bare ring: unexpected {kind:?} slot")));
                     }
                 },
-                Ok(None) => patience(&mut spins, &mut start, "the peer sent nothing")?,
+                Ok(None) => spin.turn("bare ring: the peer sent nothing")?,
                 Err(e) => return Err(bad(format!("bare ring: {e}"))),
             }
         }
@@ -324,14 +257,6 @@ impl BareRing {
             sent?;
         }
         Ok(())
-    }
-}
-
-impl Drop for BareRing {
-    fn drop(&mut self) {
-        if let Some(p) = &self.path {
-            let _ = std::fs::remove_file(p);
-        }
     }
 }
 
