@@ -28,6 +28,9 @@ pub enum SatinError {
     /// configuration).
     #[error("pool: {0}")]
     Pool(String),
+    /// A setting is invalid (a policy name, or a variable of the environment layer).
+    #[error("configuration: {0}")]
+    Config(String),
 }
 
 /// The message of a panic payload (`&str` or `String`), or a placeholder.
