@@ -12,6 +12,8 @@
 //! An unset or empty variable leaves the setting alone; a value that does not parse
 //! is a [`SatinError::Config`] naming the variable.
 
+#![forbid(unsafe_code)]
+
 use crate::dist::parse_policy;
 use crate::error::SatinError;
 use crate::runtime::Config;

@@ -1,5 +1,7 @@
 //! Errors of the Satin runtime.
 
+#![forbid(unsafe_code)]
+
 /// What can go wrong in the Satin runtime.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SatinError {

@@ -1,6 +1,8 @@
 //! Serialization on demand: remote-capable job types, their registry by name, and the
 //! erased form of a job that came from the wire.
 
+#![forbid(unsafe_code)]
+
 use crate::error::SatinError;
 use crate::kernel::Ctx;
 use crate::Job;

@@ -62,6 +62,8 @@
 //! stolen fail with [`SatinError::Remote`], so the root job fails instead of hanging
 //! (there is no fault tolerance yet: the work is not redone).
 
+#![forbid(unsafe_code)]
+
 mod driver;
 mod protocol;
 mod stats;

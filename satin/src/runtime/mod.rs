@@ -1,6 +1,8 @@
 //! The worker pool of one process: the [`Satin`] handle, its builder, the state the
 //! workers share, their loop, and the stealer for threads outside the pool.
 
+#![forbid(unsafe_code)]
+
 mod builder;
 mod shared;
 mod stealer;
