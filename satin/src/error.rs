@@ -1,5 +1,7 @@
 //! Errors of the Satin runtime.
 
+#![forbid(unsafe_code)]
+
 /// What can go wrong in the Satin runtime.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SatinError {
@@ -28,6 +30,9 @@ pub enum SatinError {
     /// configuration).
     #[error("pool: {0}")]
     Pool(String),
+    /// A setting is invalid (a policy name, or a variable of the environment layer).
+    #[error("configuration: {0}")]
+    Config(String),
 }
 
 /// The message of a panic payload (`&str` or `String`), or a placeholder.

@@ -42,26 +42,38 @@
 //!   returned as [`SatinError::JobPanicked`] by [`Satin::try_run`]; the pool keeps
 //!   working.
 
+//!
+//! Configuration: every setting is a [`SatinBuilder`] option; the `SATIN_*`
+//! environment variables are one layer under the builder's settings, read in one
+//! place ([`env`]).
+//!
+//! Applications (fib, nqueens, ...) are not part of this crate: they live in the
+//! `ibis-apps` crate of the examples.
+
+// Only the scheduling kernel (`kernel`) holds unsafe code; its safety argument is in
+// its module root.
+#![deny(unsafe_code)]
+
 extern crate self as satin;
 
 mod error;
+#[allow(unsafe_code)]
 mod kernel;
-mod pool;
+mod runtime;
 mod stats;
 mod wire;
 
-pub mod app;
-pub mod apps;
 pub mod dist;
+pub mod env;
 
 pub use dist::{launched, DistConfig, MemberStats, Pool, PoolRun, PoolStats};
 pub use error::SatinError;
 pub use kernel::{Ctx, Frame, Spawned, StolenJob, Synced, INLINE_BYTES};
-pub use pool::{ExternalStealer, Satin, SatinBuilder, DEFAULT_INLINE_DEPTH};
+pub use runtime::{ExternalStealer, Satin, SatinBuilder, DEFAULT_INLINE_DEPTH};
 /// The inter-node scheduler core the distributed layer drives.
 pub use satin_core;
 pub use stats::{NetCounters, NetStats, Stats, WorkerStats};
-pub use wire::{to_wire, ErasedJob, JobRegistration, Registry, Remote};
+pub use wire::{to_wire, ErasedJob, JobRegistration, JobRegistry, Remote};
 
 /// Marks an `impl Job for T` as remote-capable: `T` and its `Output` must implement
 /// serde's `Serialize` and `DeserializeOwned`; the type is registered by name

@@ -1,5 +1,7 @@
 //! Statistics per worker and in total, printed in the style of Java Satin.
 
+#![forbid(unsafe_code)]
+
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 

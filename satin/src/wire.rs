@@ -1,6 +1,8 @@
 //! Serialization on demand: remote-capable job types, their registry by name, and the
 //! erased form of a job that came from the wire.
 
+#![forbid(unsafe_code)]
+
 use crate::error::SatinError;
 use crate::kernel::Ctx;
 use crate::Job;
@@ -121,22 +123,22 @@ type Decode = fn(&[u8]) -> Result<Box<dyn ErasedJob>, SatinError>;
 /// Remote-capable job types by name: every `#[satin::job]` type of the program, plus
 /// types added with [`crate::SatinBuilder::job`].
 #[derive(Clone, Default)]
-pub struct Registry {
+pub struct JobRegistry {
     by_name: HashMap<&'static str, Decode>,
 }
 
-impl std::fmt::Debug for Registry {
+impl std::fmt::Debug for JobRegistry {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let mut names: Vec<_> = self.by_name.keys().collect();
         names.sort();
-        f.debug_struct("Registry").field("jobs", &names).finish()
+        f.debug_struct("JobRegistry").field("jobs", &names).finish()
     }
 }
 
-impl Registry {
+impl JobRegistry {
     /// All job types registered with `#[satin::job]` in this program.
-    pub fn from_inventory() -> Registry {
-        let mut r = Registry::default();
+    pub fn from_inventory() -> JobRegistry {
+        let mut r = JobRegistry::default();
         for reg in inventory::iter::<JobRegistration> {
             r.by_name.insert(reg.name, reg.decode);
         }

@@ -7,7 +7,7 @@ use satin::{Ctx, Job, Satin, SatinError};
 use serde::{Deserialize, Serialize};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 mod common;
 use common::{bounded, Fib};
@@ -204,15 +204,39 @@ impl Job for Sleepy {
     }
 }
 
+/// How long a test waits for another thread before it gives up (and fails).
+const PATIENCE: Duration = Duration::from_secs(30);
+
+/// Waits until `cond` holds or [`PATIENCE`] ran out; returns whether it holds.
+fn wait_until(cond: impl Fn() -> bool) -> bool {
+    let deadline = Instant::now() + PATIENCE;
+    while !cond() {
+        if Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::yield_now();
+    }
+    true
+}
+
+/// What the thief thread of [`offer`] has done: jobs it took, steal attempts that
+/// found nothing, and whether the run is over.
+#[derive(Default)]
+struct Thief {
+    taken: AtomicUsize,
+    misses: AtomicUsize,
+    over: AtomicUsize,
+}
+
 /// Spawns `n` children, publishes them if asked, then keeps the frame open until the
-/// external stealer took `want` of them (or a bounded wait ran out) and `linger` more;
-/// returns the sum of the results and how many were stolen while the frame was open.
+/// external stealer took `want` of them and then found nothing once more (so no
+/// further child was stealable while the frame was open); returns the sum of the
+/// results and how many were stolen while the frame was open.
 struct Offer {
     n: u32,
     publish: bool,
     want: usize,
-    linger: Duration,
-    taken: Arc<AtomicUsize>,
+    thief: Arc<Thief>,
 }
 impl Job for Offer {
     type Output = (u32, usize);
@@ -222,14 +246,11 @@ impl Job for Offer {
         if self.publish {
             f.publish();
         }
-        for _ in 0..10_000 {
-            if self.taken.load(Ordering::SeqCst) >= self.want {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(1));
-        }
-        std::thread::sleep(self.linger);
-        let before_sync = self.taken.load(Ordering::SeqCst);
+        let t = &self.thief;
+        wait_until(|| t.taken.load(Ordering::SeqCst) >= self.want);
+        let misses = t.misses.load(Ordering::SeqCst);
+        wait_until(|| t.misses.load(Ordering::SeqCst) > misses);
+        let before_sync = t.taken.load(Ordering::SeqCst);
         let r = f.sync();
         (kids.into_iter().map(|t| r.get(t)).sum(), before_sync)
     }
@@ -238,32 +259,31 @@ impl Job for Offer {
 /// Runs an [`Offer`] of 8 children (the root waits for `want` steals) against a thief
 /// thread that steals until the run is over; returns (sum, stolen before sync, stolen
 /// in all).
-fn offer(publish: bool, want: usize, linger: Duration) -> (u32, usize, usize) {
+fn offer(publish: bool, want: usize) -> (u32, usize, usize) {
     let s = Satin::builder()
         .workers(1)
         .inline_depth(64)
         .build()
         .unwrap();
     let st = s.external_stealer();
-    let taken = Arc::new(AtomicUsize::new(0));
-    let t2 = taken.clone();
-    let over = Arc::new(AtomicUsize::new(0));
-    let over2 = over.clone();
-    let thief = std::thread::spawn(move || {
+    let thief = Arc::new(Thief::default());
+    let t2 = thief.clone();
+    let handle = std::thread::spawn(move || {
         // steal whatever is published, finish it "remotely" (result + 100)
-        for _ in 0..20_000 {
-            if over2.load(Ordering::SeqCst) != 0 {
-                break;
-            }
+        let deadline = Instant::now() + PATIENCE;
+        while t2.over.load(Ordering::SeqCst) == 0 && Instant::now() < deadline {
             match st.steal() {
                 Some(job) => {
                     let (_, bytes) = job.to_wire().expect("remote-capable");
                     let v: Sleepy = postcard::from_bytes(&bytes).unwrap();
                     let out = postcard::to_allocvec(&(v.0 + 100)).unwrap();
                     job.complete_from_wire(&out).unwrap();
-                    t2.fetch_add(1, Ordering::SeqCst);
+                    t2.taken.fetch_add(1, Ordering::SeqCst);
                 }
-                None => std::thread::sleep(Duration::from_millis(1)),
+                None => {
+                    t2.misses.fetch_add(1, Ordering::SeqCst);
+                    std::thread::yield_now();
+                }
             }
         }
     });
@@ -271,12 +291,11 @@ fn offer(publish: bool, want: usize, linger: Duration) -> (u32, usize, usize) {
         n: 8,
         publish,
         want,
-        linger,
-        taken: taken.clone(),
+        thief: thief.clone(),
     });
-    over.store(1, Ordering::SeqCst);
-    thief.join().unwrap();
-    (r, before_sync, taken.load(Ordering::SeqCst))
+    thief.over.store(1, Ordering::SeqCst);
+    handle.join().unwrap();
+    (r, before_sync, thief.taken.load(Ordering::SeqCst))
 }
 
 #[test]
@@ -285,11 +304,11 @@ fn a_worker_keeps_one_job_published_for_an_external_stealer() {
         // Without publish(): the oldest child is published at once, the rest stays
         // private while the frame is open (the worker publishes the next one only
         // when it pops or spawns), so the stealer gets exactly one before the sync.
-        let (r, before_sync, taken) = offer(false, 1, Duration::from_millis(50));
+        let (r, before_sync, taken) = offer(false, 1);
         assert_eq!(before_sync, 1);
         assert_eq!(r, (0..8).sum::<u32>() + 100 * taken as u32);
         // publish() makes all of them stealable at once.
-        let (r, before_sync, taken) = offer(true, 8, Duration::ZERO);
+        let (r, before_sync, taken) = offer(true, 8);
         assert_eq!((before_sync, taken), (8, 8));
         assert_eq!(r, (0..8).sum::<u32>() + 800);
     })
@@ -307,12 +326,13 @@ impl Job for SlowDone {
     }
 }
 
-struct PanicNow;
+/// Panics once the slow sibling (whose counter it holds) has started on the other
+/// worker (or a bounded wait ran out: then the sibling is dropped unrun).
+struct PanicNow(Arc<AtomicUsize>);
 impl Job for PanicNow {
     type Output = u32;
     fn run(self, _ctx: &mut Ctx) -> u32 {
-        // let the other worker steal the slow sibling first
-        std::thread::sleep(Duration::from_millis(5));
+        wait_until(|| self.0.load(Ordering::SeqCst) & 0xffff > 0);
         panic!("local child");
     }
 }
@@ -326,7 +346,7 @@ impl Job for LocalPanic {
         let mut f = ctx.frame();
         let a = f.spawn(SlowDone(self.0.clone()));
         f.publish();
-        let b = f.spawn(PanicNow);
+        let b = f.spawn(PanicNow(self.0.clone()));
         if self.1 {
             let r = f.sync();
             r.get(a) + r.get(b)

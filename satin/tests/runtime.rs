@@ -55,7 +55,13 @@ struct Count(Arc<AtomicUsize>);
 impl Job for Count {
     type Output = ();
     fn run(self, _ctx: &mut Ctx) {
-        std::thread::sleep(Duration::from_millis(1));
+        // some work, so that children are still running on other workers when the
+        // frame is dropped
+        let mut x = 0u64;
+        for i in 0..100_000u64 {
+            x = x.wrapping_mul(31).wrapping_add(std::hint::black_box(i));
+        }
+        std::hint::black_box(x);
         self.0.fetch_add(1, Ordering::SeqCst);
     }
 }
@@ -175,12 +181,14 @@ fn wire_round_trip_and_unknown_type() {
         Some(SatinError::UnknownJobType("no::Such".into()))
     );
     assert!(satin::to_wire(&Count(Arc::new(AtomicUsize::new(0)))).is_none());
-    // the application jobs are registered under their stable names
-    assert!(s.registry().contains("satin::apps::fib::Fib"));
 }
 
-/// A root that spawns one slow remote-capable child and waits for it.
-struct Slow;
+/// How long the external-stealer test waits for each step before it fails.
+const STEP: Duration = Duration::from_secs(30);
+
+/// A root that spawns two remote-capable children and keeps its frame open until the
+/// external stealer reports (on the channel) that it took the first.
+struct Slow(mpsc::Receiver<()>);
 #[derive(Serialize, Deserialize)]
 struct SlowChild(u32);
 #[satin::job]
@@ -196,8 +204,9 @@ impl Job for Slow {
         let mut f = ctx.frame();
         let a = f.spawn(SlowChild(41));
         let b = f.spawn(SlowChild(1));
-        // keep the frame open until the external stealer took `a`
-        std::thread::sleep(Duration::from_millis(200));
+        // keep the frame open until the external stealer took `a` (bounded: if it
+        // never does, the test fails on the stealer's side)
+        let _ = self.0.recv_timeout(STEP);
         let r = f.sync();
         r.get(a) + r.get(b)
     }
@@ -208,12 +217,15 @@ fn external_stealer_completes_from_wire() {
     bounded(|| {
         let s = Satin::builder().workers(1).build().unwrap();
         let st = s.external_stealer();
+        let (taken, taken_rx) = mpsc::channel();
         let net = std::thread::spawn(move || {
-            for _ in 0..2000 {
+            let deadline = std::time::Instant::now() + STEP;
+            while std::time::Instant::now() < deadline {
                 if let Some(job) = st.steal() {
+                    taken.send(()).unwrap();
                     let (name, bytes) = job.to_wire().expect("remote-capable");
                     // "another process": rebuild it by name, run it, send the result back
-                    let reg = satin::Registry::from_inventory();
+                    let reg = satin::JobRegistry::from_inventory();
                     let remote_job = reg.from_wire(name, &bytes).unwrap();
                     assert!(remote_job.name().ends_with("SlowChild"));
                     let mut v: SlowChild = postcard::from_bytes(&bytes).unwrap();
@@ -222,11 +234,11 @@ fn external_stealer_completes_from_wire() {
                     job.complete_from_wire(&out).unwrap();
                     return true;
                 }
-                std::thread::sleep(Duration::from_millis(1));
+                std::thread::yield_now();
             }
             false
         });
-        let r = s.run(Slow);
+        let r = s.run(Slow(taken_rx));
         assert!(net.join().unwrap(), "the external stealer found nothing");
         assert_eq!(r, 42 + 2);
     })

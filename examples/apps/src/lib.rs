@@ -1,4 +1,25 @@
-//! The ibis-rs example applications' shared start-up: members of an IPL pool as
-//! processes under a launcher, or as threads of one process.
+//! The ibis-rs example applications.
+//!
+//! - The Satin applications of thesis section 2.7 ([`fib`], [`nqueens`], [`integrate`],
+//!   [`knapsack`], [`noverk`], [`primes`], [`matmul`]): each has a sequential version
+//!   (the program with spawn/sync removed) and a Satin version (remote-capable jobs,
+//!   registered with `#[satin::job]`). [`driver`] is the command line their binaries
+//!   share (`fib 30 --check`, alone or under `ipl-run`).
+//! - [`members`]: the RMI programs' start-up, members of an IPL pool as processes under
+//!   a launcher or as threads of one process.
+//!
+//! Only the vector kernels of [`integrate`] use `unsafe` (processor-specific
+//! instructions chosen at run time); the rest of the crate denies it.
 
+#![deny(unsafe_code)]
+
+pub mod driver;
+pub mod fib;
+pub mod integrate;
+pub mod knapsack;
+pub mod matmul;
 pub mod members;
+pub mod noverk;
+pub mod nqueens;
+pub mod primes;
+pub mod sine;

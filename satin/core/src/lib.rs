@@ -79,6 +79,8 @@
 //! assert!(report.executions.iter().all(|&n| n == 1));
 //! ```
 
+#![forbid(unsafe_code)]
+
 pub mod node;
 pub mod rng;
 pub mod sim;

@@ -1,5 +1,7 @@
 //! The `#[satin::job]` attribute (re-exported by the `satin` crate).
 
+#![forbid(unsafe_code)]
+
 use proc_macro::TokenStream;
 use quote::quote;
 use syn::{parse_macro_input, ItemImpl, LitStr};

@@ -5,17 +5,35 @@
 //! [`SatinBuilder::build_distributed`] instead of `build`. That joins the pool with the
 //! IPL (closed world: it waits for all members), elects the master (`"satin-master"`)
 //! and starts a driver thread per process that balances load between processes with
-//! the inter-node scheduler of [`satin_core`] (RS or CRS, `SATIN_POLICY`). Then
+//! the inter-node scheduler of [`satin_core`] (RS or CRS: [`SatinBuilder::policy`]). Then
 //! [`Pool::run`] runs the root job on the master; every other member only steals
 //! until the master says the run is over. Only jobs of `#[satin::job]` types leave a
 //! process.
 //!
 //! ```no_run
-//! use satin::apps::fib::Fib;
-//! use satin::Satin;
+//! use satin::{Ctx, Job, Satin};
+//! use serde::{Deserialize, Serialize};
+//!
+//! #[derive(Serialize, Deserialize)]
+//! struct Fib(u32);
+//!
+//! #[satin::job]
+//! impl Job for Fib {
+//!     type Output = u64;
+//!     fn run(self, ctx: &mut Ctx) -> u64 {
+//!         if self.0 < 2 {
+//!             return self.0 as u64;
+//!         }
+//!         let mut f = ctx.frame();
+//!         let a = f.spawn(Fib(self.0 - 1));
+//!         let b = f.spawn(Fib(self.0 - 2));
+//!         let r = f.sync();
+//!         r.get(a) + r.get(b)
+//!     }
+//! }
 //!
 //! let pool = Satin::builder().build_distributed()?;
-//! let run = pool.run(|satin| satin.run(Fib { n: 30, threshold: 0 }))?;
+//! let run = pool.run(|satin| satin.run(Fib(30)))?;
 //! if let Some(result) = run.result {
 //!     println!("fib(30) = {result}"); // only on the master
 //!     print!("{}", run.stats.unwrap_or_default());
@@ -43,6 +61,8 @@
 //! A member that dies (registry `Died`/`Left`) is removed from the victims; jobs it had
 //! stolen fail with [`SatinError::Remote`], so the root job fails instead of hanging
 //! (there is no fault tolerance yet: the work is not redone).
+
+#![forbid(unsafe_code)]
 
 mod driver;
 mod protocol;
@@ -76,15 +96,15 @@ pub fn launched() -> bool {
     std::env::var("IPL_REGISTRY").is_ok_and(|v| !v.is_empty())
 }
 
-/// Settings of the distributed layer.
+/// Settings of the distributed layer (set them on the [`SatinBuilder`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DistConfig {
-    /// The inter-node load-balancing policy (`SATIN_POLICY`: `rs`, `crs` (default),
-    /// `acrs`, `cmrs:K`).
+    /// The inter-node load-balancing policy: RS, CRS (default), ACRS or CMRS
+    /// ([`SatinBuilder::policy`], environment `SATIN_POLICY`).
     pub policy: Policy,
     /// Pause after an unsuccessful synchronous steal before the next one
-    /// (`SATIN_STEAL_BACKOFF_US`; default 0: retry at once, as in the papers, which measured
-    /// best here: nqueens 15 on 2 processes 13.7 s against 17.8 s with 100 µs).
+    /// ([`SatinBuilder::steal_backoff`], environment `SATIN_STEAL_BACKOFF_US`; default
+    /// 0: retry at once, as in the papers).
     pub steal_backoff: Duration,
     /// Bound of every wait of joining: the pool closing, connecting to the others.
     pub join_timeout: Duration,
@@ -122,45 +142,24 @@ pub fn parse_policy(s: &str) -> Result<Policy, SatinError> {
                     .map(|credits| Policy::Cmrs {
                         credits: credits.max(1),
                     })
-                    .map_err(|_| SatinError::Pool(format!("bad SATIN_POLICY {s:?}")))
+                    .map_err(|_| {
+                        SatinError::Config(format!("bad policy {s:?} (cmrs:K, K a number)"))
+                    })
             }
-            None => Err(SatinError::Pool(format!(
-                "unknown SATIN_POLICY {s:?} (rs, crs, acrs, cmrs:K)"
+            None => Err(SatinError::Config(format!(
+                "unknown policy {s:?} (rs, crs, acrs, cmrs:K)"
             ))),
         },
     }
 }
 
-impl DistConfig {
-    /// The defaults, overridden by `SATIN_POLICY` and `SATIN_STEAL_BACKOFF_US`.
-    pub fn from_env() -> Result<DistConfig, SatinError> {
-        let mut c = DistConfig::default();
-        if let Some(p) = std::env::var("SATIN_POLICY").ok().filter(|v| !v.is_empty()) {
-            c.policy = parse_policy(&p)?;
-        }
-        if let Some(b) = std::env::var("SATIN_STEAL_BACKOFF_US")
-            .ok()
-            .filter(|v| !v.is_empty())
-        {
-            let us: u64 = b
-                .parse()
-                .map_err(|_| SatinError::Pool(format!("bad SATIN_STEAL_BACKOFF_US {b:?}")))?;
-            c.steal_backoff = Duration::from_micros(us);
-        }
-        Ok(c)
-    }
-}
-
 impl SatinBuilder {
-    /// Starts the workers and joins the pool described by the environment
-    /// (`ipl-run`; see [`ipl::IbisBuilder::from_env`]) with [`DistConfig::from_env`].
+    /// Starts the workers and joins the pool described by the environment (`ipl-run`;
+    /// see [`ipl::IbisBuilder::from_env`]) with this builder's settings of the
+    /// distributed layer ([`SatinBuilder::policy`], ...).
     pub fn build_distributed(self) -> Result<Pool, SatinError> {
-        self.build_distributed_with(DistConfig::from_env()?)
-    }
-
-    /// Like [`SatinBuilder::build_distributed`] with explicit settings.
-    pub fn build_distributed_with(self, config: DistConfig) -> Result<Pool, SatinError> {
-        Pool::join(self.build()?, config)
+        let (satin, config) = self.start()?;
+        Pool::join(satin, config)
     }
 }
 

@@ -1,19 +1,24 @@
-//! Runs one Satin application by name (`satin-app APP ARGS...`, see `satin::app`): in
-//! one process, or as a member of a pool under `ipl-run`. The tests of `satin_pool.rs`
-//! start pools of it.
+//! Runs one Satin application by name (`satin-app APP ARGS...`, see
+//! `ibis_apps::driver`): in one process, or as a member of a pool under `ipl-run`. The
+//! tests of `satin_pool.rs` start pools of it.
 
-fn main() {
-    let mut args = std::env::args().skip(1);
-    let Some(app) = args.next() else {
-        eprintln!("usage: satin-app APP ARGS... (APP: fib, nqueens, integrate, knapsack, noverk, primes, matmul)");
-        std::process::exit(2);
-    };
-    let cli = satin::app::Cli::from_args(args, &["--threshold"]);
-    match satin::app::run(&app, &cli) {
-        Ok(()) => {}
-        Err(e) => {
-            eprintln!("{app}: {e}");
-            std::process::exit(1);
-        }
-    }
+#![forbid(unsafe_code)]
+
+use clap::Parser;
+use ibis_apps::driver::{exit_status, App};
+use std::process::ExitCode;
+
+/// Runs one Satin application by name.
+#[derive(Parser, Debug)]
+#[command(name = "satin-app")]
+struct Cli {
+    /// The application and its arguments.
+    #[command(subcommand)]
+    app: App,
+}
+
+fn main() -> ExitCode {
+    ipl_tools::init_tracing("warn");
+    let cli = Cli::parse();
+    exit_status("satin-app", cli.app.run())
 }

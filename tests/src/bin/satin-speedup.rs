@@ -7,6 +7,9 @@
 //! Usage: `satin-speedup [--repeat R] [--processes P] [--clusters C] APP ARGS...`
 //! (APP as for `satin-app`; e.g. `satin-speedup --repeat 5 nqueens 14`).
 
+#![forbid(unsafe_code)]
+
+use clap::Parser;
 use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
@@ -15,10 +18,33 @@ use ipl_tools::launcher::{launch, LaunchConfig};
 
 type Res<T> = Result<T, Box<dyn std::error::Error>>;
 
-fn main() {
-    if let Err(e) = run() {
-        eprintln!("satin-speedup: {e}");
-        std::process::exit(1);
+/// Speedup of a Satin application: alternating 1-process and P-process runs.
+#[derive(Parser, Debug)]
+#[command(name = "satin-speedup")]
+struct Cli {
+    /// Repetitions (each a 1-process and a P-process run).
+    #[arg(long, value_name = "R", default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..))]
+    repeat: u64,
+    /// Processes of the pool run.
+    #[arg(long, value_name = "P", default_value_t = 2, value_parser = clap::value_parser!(u64).range(1..))]
+    processes: u64,
+    /// Clusters of the pool run.
+    #[arg(long, value_name = "C", default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..))]
+    clusters: u64,
+    /// The application and its arguments, as for `satin-app` (e.g. `nqueens 14`).
+    #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
+    app: Vec<String>,
+}
+
+fn main() -> std::process::ExitCode {
+    ipl_tools::init_tracing("warn");
+    let cli = Cli::parse();
+    match run(cli) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("satin-speedup: {e}");
+            std::process::ExitCode::FAILURE
+        }
     }
 }
 
@@ -40,28 +66,13 @@ fn median(v: &[f64]) -> f64 {
     v.get(v.len() / 2).copied().unwrap_or(0.0)
 }
 
-fn run() -> Res<()> {
-    let mut args: Vec<String> = std::env::args().skip(1).collect();
+fn run(cli: Cli) -> Res<()> {
+    let args = cli.app;
     // The transport between the processes: IPL_TRANSPORT, else TCP (as between hosts).
     let transport = std::env::var("IPL_TRANSPORT").unwrap_or_else(|_| "tcp".into());
-    let mut take = |flag: &str, default: usize| -> Res<usize> {
-        match args.iter().position(|a| a == flag) {
-            Some(i) if i + 1 < args.len() => {
-                let v = args.remove(i + 1).parse()?;
-                args.remove(i);
-                Ok(v)
-            }
-            _ => Ok(default),
-        }
-    };
-    let repeat = take("--repeat", 3)?.max(1);
-    let processes = take("--processes", 2)?.max(1);
-    let clusters = take("--clusters", 1)?.max(1);
-    if args.is_empty() {
-        return Err(
-            "usage: satin-speedup [--repeat R] [--processes P] [--clusters C] APP ARGS...".into(),
-        );
-    }
+    let repeat = usize::try_from(cli.repeat)?;
+    let processes = usize::try_from(cli.processes)?;
+    let clusters = usize::try_from(cli.clusters)?;
     let app = std::env::current_exe()?
         .parent()
         .ok_or("no directory")?

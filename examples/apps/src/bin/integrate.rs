@@ -1,12 +1,16 @@
-//! Adaptive integration of f(x) = 0.1 x sin(x) over [A, B] to tolerance EPS.
+//! Adaptive integration of f(x) = 0.1 x sin(x) over [A, B] to tolerance EPS;
+//! `--check` compares the bits of the two results.
 //!
-//! `integrate A B EPS [--workers N] [--seq] [--check] [--stats]`
-//! (default 0 100000 1e-6); `--check` compares the bits of the two results.
+//! `integrate [A] [B] [EPS] [--workers N] [--seq] [--check] [--stats] [--policy P] [--report FILE]`
+//! (default 0 100000 1e-6; `--help` for the details).
 //!
 //! Under `ipl-run` every process joins the pool: the elected master runs the root job,
-//! the others steal from it (`SATIN_POLICY=rs|crs`), and the master prints the result
-//! and every member's statistics (see `satin::app` and `satin::dist`).
+//! the others steal from it (`--policy` or `SATIN_POLICY`: rs, crs, ...), and the master
+//! prints the result and every member's statistics (see `ibis_apps::driver` and
+//! `satin::dist`).
 
-fn main() {
-    std::process::exit(satin::app::main_for("integrate"));
+#![forbid(unsafe_code)]
+
+fn main() -> std::process::ExitCode {
+    ibis_apps::driver::main::<ibis_apps::driver::IntegrateArgs>()
 }

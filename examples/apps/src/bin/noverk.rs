@@ -1,11 +1,15 @@
-//! n over k by Pascal's recursion.
+//! The binomial coefficient N over K by Pascal's recursion.
 //!
-//! `noverk N K [--workers N] [--seq] [--check] [--stats]` (default 33 16)
+//! `noverk [N] [K] [--workers N] [--seq] [--check] [--stats] [--policy P] [--report FILE]`
+//! (default 33 16; `--help` for the details).
 //!
 //! Under `ipl-run` every process joins the pool: the elected master runs the root job,
-//! the others steal from it (`SATIN_POLICY=rs|crs`), and the master prints the result
-//! and every member's statistics (see `satin::app` and `satin::dist`).
+//! the others steal from it (`--policy` or `SATIN_POLICY`: rs, crs, ...), and the master
+//! prints the result and every member's statistics (see `ibis_apps::driver` and
+//! `satin::dist`).
 
-fn main() {
-    std::process::exit(satin::app::main_for("noverk"));
+#![forbid(unsafe_code)]
+
+fn main() -> std::process::ExitCode {
+    ibis_apps::driver::main::<ibis_apps::driver::NOverKArgs>()
 }

@@ -1,11 +1,15 @@
-//! Prime factorization of N by divide and conquer over [2, N].
+//! The prime factors of N by divide-and-conquer trial division.
 //!
-//! `primes N [--workers N] [--seq] [--check] [--stats]` (default 1234567890)
+//! `primes [N] [--workers N] [--seq] [--check] [--stats] [--policy P] [--report FILE]`
+//! (default 1234567890; `--help` for the details).
 //!
 //! Under `ipl-run` every process joins the pool: the elected master runs the root job,
-//! the others steal from it (`SATIN_POLICY=rs|crs`), and the master prints the result
-//! and every member's statistics (see `satin::app` and `satin::dist`).
+//! the others steal from it (`--policy` or `SATIN_POLICY`: rs, crs, ...), and the master
+//! prints the result and every member's statistics (see `ibis_apps::driver` and
+//! `satin::dist`).
 
-fn main() {
-    std::process::exit(satin::app::main_for("primes"));
+#![forbid(unsafe_code)]
+
+fn main() -> std::process::ExitCode {
+    ibis_apps::driver::main::<ibis_apps::driver::PrimesArgs>()
 }

@@ -26,12 +26,15 @@
 //!   (as in a pool of processes), so the worker keeps one job published on its deque.
 //! - `satin.fib_overhead_plain`: default inlining, with fib written as one function
 //!   (base case and spawns in the same `run`, as `FibPlain` below) instead of
-//!   `satin::apps::fib::Fib`'s small inlinable `run` that tests the base case before
+//!   `ibis_apps::fib::Fib`'s small inlinable `run` that tests the base case before
 //!   calling the spawning part: the price of that layout, which the compiler does not
 //!   find by itself (it saves six registers in every call, leaves included).
 
+#![forbid(unsafe_code)]
+
+use clap::Parser;
+use ibis_apps::fib::{fib_seq, Fib};
 use ibis_bench::{report, Figure};
-use satin::apps::fib::{fib_seq, Fib};
 use satin::{Ctx, Job, Satin};
 use std::hint::black_box;
 use std::time::{Duration, Instant};
@@ -94,12 +97,19 @@ fn best<F: FnMut() -> u64>(repeat: usize, mut f: F) -> Duration {
         .unwrap_or_default()
 }
 
-fn arg(args: &[String], name: &str, default: u64) -> u64 {
-    args.iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
+/// Satin micro-benchmark: spawn+sync cost and the fib overhead against rayon.
+#[derive(Parser, Debug)]
+#[command(name = "satin-bench")]
+struct Cli {
+    /// Iterations of the spawn+sync loops.
+    #[arg(long, value_name = "N", default_value_t = 20_000_000)]
+    iters: u64,
+    /// The fib argument.
+    #[arg(long = "fib", value_name = "N", default_value_t = 32)]
+    fib: u32,
+    /// Repetitions (best of for the loops, median for the fib ratios).
+    #[arg(long, value_name = "R", default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..))]
+    repeat: u64,
 }
 
 /// Fib as one function: the base case inside the spawning body (see the module doc).
@@ -121,10 +131,13 @@ impl Job for FibPlain {
 }
 
 fn main() {
-    let args: Vec<String> = std::env::args().collect();
-    let iters = arg(&args, "--iters", 20_000_000);
-    let n = arg(&args, "--fib", 32) as u32;
-    let repeat = arg(&args, "--repeat", 5) as usize;
+    ipl_tools::init_tracing("warn");
+    let Cli {
+        iters,
+        fib: n,
+        repeat,
+    } = Cli::parse();
+    let repeat = usize::try_from(repeat).unwrap_or(usize::MAX);
 
     let satin = Satin::builder().workers(1).build().expect("satin");
     let queued = Satin::builder()

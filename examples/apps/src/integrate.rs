@@ -1,6 +1,6 @@
 //! Adaptive integration of `f(x) = 0.1 * x * sin(x)` with trapezoids.
 
-use crate::{Ctx, Job};
+use satin::{Ctx, Job};
 use serde::{Deserialize, Serialize};
 
 /// The integrand (with [`sine::sin`](super::sine::sin), a libm-accurate sine without
@@ -21,6 +21,8 @@ fn f_lanes<const N: usize>(x: [f64; N]) -> [f64; N] {
     out
 }
 
+// The vector kernels: processor-specific instructions, chosen at run time.
+#[allow(unsafe_code)]
 mod breadth;
 
 use breadth::Block;
@@ -86,7 +88,7 @@ pub fn integrate(a: f64, b: f64, eps: f64) -> f64 {
     integrate_seq(a, b, f(a), f(b), eps)
 }
 
-#[crate::job(name = "satin::apps::integrate::Integrate")]
+#[satin::job(name = "ibis_apps::integrate::Integrate")]
 impl Job for Integrate {
     type Output = f64;
     fn run(self, ctx: &mut Ctx) -> f64 {

@@ -2,7 +2,7 @@
 //! Each level decides one item: a subproblem without it and (if it fits, the weight
 //! pruning) one with it. Levels below [`SPAWN_DEPTH`] spawn both subproblems.
 
-use crate::{Ctx, Job};
+use satin::{Ctx, Job};
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 
@@ -57,7 +57,7 @@ pub struct Knapsack {
     pub cap: u32,
 }
 
-#[crate::job(name = "satin::apps::knapsack::Knapsack")]
+#[satin::job(name = "ibis_apps::knapsack::Knapsack")]
 impl Job for Knapsack {
     type Output = u64;
     fn run(self, ctx: &mut Ctx) -> u64 {

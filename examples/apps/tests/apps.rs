@@ -1,7 +1,7 @@
 //! Every application's Satin version gives the sequential answer with 1 and several
 //! workers.
 
-use satin::apps::{fib, integrate, knapsack, matmul, noverk, nqueens, primes};
+use ibis_apps::{fib, integrate, knapsack, matmul, noverk, nqueens, primes};
 use satin::Satin;
 use std::sync::Arc;
 
@@ -90,5 +90,22 @@ fn matmul_product() {
     let want = matmul::matmul_seq(&a, &b);
     for s in pools() {
         assert_eq!(s.run(matmul::MatMul::new(a.clone(), b.clone())), want.d);
+    }
+}
+
+/// The application jobs are registered (remote-capable) under their stable names.
+#[test]
+fn jobs_are_registered_by_name() {
+    let s = Satin::builder().workers(1).build().unwrap();
+    for name in [
+        "ibis_apps::fib::Fib",
+        "ibis_apps::integrate::Integrate",
+        "ibis_apps::knapsack::Knapsack",
+        "ibis_apps::matmul::MatMul",
+        "ibis_apps::noverk::NOverK",
+        "ibis_apps::nqueens::NQueens",
+        "ibis_apps::primes::Primes",
+    ] {
+        assert!(s.registry().contains(name), "{name}: {:?}", s.registry());
     }
 }

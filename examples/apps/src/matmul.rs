@@ -2,7 +2,7 @@
 //! half-size products spawned, leaves of [`LEAF`]×[`LEAF`] blocks multiplied
 //! sequentially with a kernel that steps 2 rows and 2 columns at a time.
 
-use crate::{Ctx, Job};
+use satin::{Ctx, Job};
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 
@@ -146,7 +146,7 @@ impl MatMul {
     }
 }
 
-#[crate::job(name = "satin::apps::matmul::MatMul")]
+#[satin::job(name = "ibis_apps::matmul::MatMul")]
 impl Job for MatMul {
     type Output = Vec<f64>;
     fn run(self, ctx: &mut Ctx) -> Vec<f64> {

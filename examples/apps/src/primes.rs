@@ -1,7 +1,7 @@
 //! Prime factorization by divide and conquer: every number in `[lo, hi]` is tested
 //! (not a heuristic), the interval is halved recursively down to [`LEAF`] numbers.
 
-use crate::{Ctx, Job};
+use satin::{Ctx, Job};
 use serde::{Deserialize, Serialize};
 
 /// Intervals of at most this many numbers are searched sequentially.
@@ -74,7 +74,7 @@ impl Primes {
     }
 }
 
-#[crate::job(name = "satin::apps::primes::Primes")]
+#[satin::job(name = "ibis_apps::primes::Primes")]
 impl Job for Primes {
     type Output = Vec<u64>;
     fn run(self, ctx: &mut Ctx) -> Vec<u64> {

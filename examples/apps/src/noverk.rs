@@ -1,6 +1,6 @@
 //! n over k by Pascal's recursion: `C(n, k) = C(n-1, k-1) + C(n-1, k)`.
 
-use crate::{Ctx, Job};
+use satin::{Ctx, Job};
 use serde::{Deserialize, Serialize};
 
 /// Below this `n`, recursion is sequential.
@@ -24,7 +24,7 @@ pub struct NOverK {
     pub k: u32,
 }
 
-#[crate::job(name = "satin::apps::noverk::NOverK")]
+#[satin::job(name = "ibis_apps::noverk::NOverK")]
 impl Job for NOverK {
     type Output = u64;
     fn run(self, ctx: &mut Ctx) -> u64 {

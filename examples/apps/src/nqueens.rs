@@ -2,7 +2,7 @@
 //! candidate column is checked against every earlier row (same column or diagonal).
 //! Rows below [`SPAWN_ROWS`] spawn one child per valid column.
 
-use crate::{Ctx, Job};
+use satin::{Ctx, Job};
 use serde::{Deserialize, Serialize};
 
 /// Rows `< SPAWN_ROWS` spawn their children; deeper rows recurse sequentially.
@@ -78,7 +78,7 @@ impl NQueens {
     }
 }
 
-#[crate::job(name = "satin::apps::nqueens::NQueens")]
+#[satin::job(name = "ibis_apps::nqueens::NQueens")]
 impl Job for NQueens {
     type Output = u64;
     fn run(mut self, ctx: &mut Ctx) -> u64 {

@@ -1,6 +1,6 @@
 //! Fibonacci, the worst case for spawn overhead: `fib(n-1)` and `fib(n-2)` spawned.
 
-use crate::{Ctx, Job};
+use satin::{Ctx, Job};
 use serde::{Deserialize, Serialize};
 
 /// The sequential doubly recursive Fibonacci.
@@ -21,7 +21,7 @@ pub struct Fib {
     pub threshold: u32,
 }
 
-#[crate::job(name = "satin::apps::fib::Fib")]
+#[satin::job(name = "ibis_apps::fib::Fib")]
 impl Job for Fib {
     type Output = u64;
     // The base case is tested here, in a function small enough to inline where the

@@ -1,0 +1,473 @@
+//! The command-line driver the Satin application binaries share (`fib`, `nqueens`, ...):
+//! one process, or a member of a pool when started by `ipl-run` ([`satin::launched`]).
+//!
+//! Every application takes its own arguments and the options of [`Options`]:
+//! `ARGS... [--workers N] [--seq] [--check] [--stats] [--policy P] [--report FILE]`.
+//! `--seq` runs the sequential version, `--check` compares the Satin result with the
+//! sequential one (exit status 1 on a mismatch), `--stats` prints the statistics
+//! (always printed on a pool). On a pool only the master prints.
+//!
+//! The command lines are parsed with clap: `--help` prints the usage, and a bad
+//! argument is an error message and exit status 2.
+
+use crate::{fib, integrate, knapsack, matmul, noverk, nqueens, primes};
+use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
+use satin::satin_core::Policy;
+use satin::{Satin, SatinBuilder, SatinError};
+use std::fmt::{Debug, Display};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// The options every application takes.
+#[derive(Args, Debug, Clone, Default)]
+pub struct Options {
+    /// Worker threads per process (default: the number of cores).
+    #[arg(long, value_name = "N")]
+    pub workers: Option<usize>,
+    /// Run the sequential version only.
+    #[arg(long)]
+    pub seq: bool,
+    /// Compare the Satin result with the sequential one (exit status 1 on a mismatch).
+    #[arg(long)]
+    pub check: bool,
+    /// Print the statistics (always printed on a pool).
+    #[arg(long)]
+    pub stats: bool,
+    /// The load-balancing policy on a pool: rs, crs, acrs or cmrs:K (overrides
+    /// `SATIN_POLICY`).
+    #[arg(long, value_name = "POLICY", value_parser = parse_policy)]
+    pub policy: Option<Policy>,
+    /// The process that prints the result also writes a summary to FILE (`key = value`
+    /// lines: `result`, `check`, `processes`, `remote_steal_successes`, `jobs_given`,
+    /// `seconds`), for tests and scripts.
+    #[arg(long, value_name = "FILE")]
+    pub report: Option<PathBuf>,
+}
+
+fn parse_policy(s: &str) -> Result<Policy, SatinError> {
+    satin::dist::parse_policy(s)
+}
+
+impl Options {
+    fn builder(&self) -> SatinBuilder {
+        let mut b = Satin::builder();
+        if let Some(w) = self.workers {
+            b = b.workers(w);
+        }
+        if let Some(p) = self.policy {
+            b = b.policy(p);
+        }
+        b
+    }
+}
+
+/// An application's command line: its own arguments `A` and the common [`Options`].
+#[derive(Parser, Debug, Clone)]
+pub struct Cli<A: Args> {
+    /// The application's arguments.
+    #[command(flatten)]
+    pub app: A,
+    /// The options every application takes.
+    #[command(flatten)]
+    pub options: Options,
+}
+
+/// A Satin application: its arguments (a clap [`Args`] struct) and how to run it.
+pub trait Application: Args {
+    /// The program name.
+    const NAME: &'static str;
+    /// One line about the application (the `--help` text starts with it).
+    const ABOUT: &'static str;
+    /// Runs the application with the common options (see [`drive`]).
+    fn run(&self, options: &Options) -> Result<(), String>;
+}
+
+/// `fib N [--threshold T]`: Fibonacci with every call spawning.
+#[derive(Args, Debug, Clone)]
+pub struct FibArgs {
+    /// The argument.
+    #[arg(default_value_t = 37)]
+    pub n: u32,
+    /// Calls below this N run sequentially (0: every call spawns).
+    #[arg(long, value_name = "T", default_value_t = 0)]
+    pub threshold: u32,
+}
+
+impl Application for FibArgs {
+    const NAME: &'static str = "fib";
+    const ABOUT: &'static str =
+        "Fibonacci with every call spawning (or sequential below --threshold)";
+    fn run(&self, o: &Options) -> Result<(), String> {
+        let (n, threshold) = (self.n, self.threshold);
+        drive(
+            o,
+            &format!("fib({n})"),
+            || fib::fib_seq(n),
+            |s| s.run(fib::Fib { n, threshold }),
+        )
+    }
+}
+
+/// `nqueens N`: the number of ways to place N queens on an N x N board.
+#[derive(Args, Debug, Clone)]
+pub struct NQueensArgs {
+    /// The board size.
+    #[arg(default_value_t = 15)]
+    pub n: usize,
+}
+
+impl Application for NQueensArgs {
+    const NAME: &'static str = "nqueens";
+    const ABOUT: &'static str = "The number of solutions of the N-queens problem";
+    fn run(&self, o: &Options) -> Result<(), String> {
+        let n = self.n;
+        drive(
+            o,
+            &format!("nqueens({n})"),
+            || nqueens::nqueens_seq(n),
+            |s| s.run(nqueens::NQueens::new(n)),
+        )
+    }
+}
+
+/// `integrate A B EPS`: adaptive integration of 0.1 x sin(x) over [A, B].
+#[derive(Args, Debug, Clone)]
+pub struct IntegrateArgs {
+    /// The lower bound.
+    #[arg(default_value_t = 0.0, allow_negative_numbers = true)]
+    pub a: f64,
+    /// The upper bound.
+    #[arg(default_value_t = 100000.0, allow_negative_numbers = true)]
+    pub b: f64,
+    /// The tolerance.
+    #[arg(default_value_t = 1e-6)]
+    pub eps: f64,
+}
+
+impl Application for IntegrateArgs {
+    const NAME: &'static str = "integrate";
+    const ABOUT: &'static str =
+        "Adaptive integration of f(x) = 0.1 x sin(x) over [A, B] to tolerance EPS \
+         (--check compares the bits of the two results)";
+    fn run(&self, o: &Options) -> Result<(), String> {
+        let (a, b, eps) = (self.a, self.b, self.eps);
+        drive(
+            o,
+            &format!("integrate({a}, {b}, {eps})"),
+            || Bits(integrate::integrate(a, b, eps)),
+            |s| Bits(s.run(integrate::Integrate::new(a, b, eps))),
+        )
+    }
+}
+
+/// `knapsack N`: the best value of a 0/1 knapsack of N items.
+#[derive(Args, Debug, Clone)]
+pub struct KnapsackArgs {
+    /// The number of items.
+    #[arg(default_value_t = 32)]
+    pub n: usize,
+}
+
+impl Application for KnapsackArgs {
+    const NAME: &'static str = "knapsack";
+    const ABOUT: &'static str = "The best value of a 0/1 knapsack of N generated items";
+    fn run(&self, o: &Options) -> Result<(), String> {
+        let n = self.n;
+        let (items, cap) = knapsack::instance(n);
+        let shared = Arc::new(items.clone());
+        drive(
+            o,
+            &format!("knapsack({n} items, capacity {cap})"),
+            || knapsack::knapsack_seq(&items, cap),
+            |s| {
+                s.run(knapsack::Knapsack {
+                    items: shared,
+                    i: 0,
+                    cap,
+                })
+            },
+        )
+    }
+}
+
+/// `noverk N K`: the binomial coefficient by Pascal's recursion.
+#[derive(Args, Debug, Clone)]
+pub struct NOverKArgs {
+    /// N.
+    #[arg(default_value_t = 33)]
+    pub n: u32,
+    /// K.
+    #[arg(default_value_t = 16)]
+    pub k: u32,
+}
+
+impl Application for NOverKArgs {
+    const NAME: &'static str = "noverk";
+    const ABOUT: &'static str = "The binomial coefficient N over K by Pascal's recursion";
+    fn run(&self, o: &Options) -> Result<(), String> {
+        let (n, k) = (self.n, self.k);
+        drive(
+            o,
+            &format!("noverk({n}, {k})"),
+            || noverk::noverk_seq(n, k),
+            |s| s.run(noverk::NOverK { n, k }),
+        )
+    }
+}
+
+/// `primes N`: the prime factors of N.
+#[derive(Args, Debug, Clone)]
+pub struct PrimesArgs {
+    /// The number to factorize.
+    #[arg(default_value_t = 1_234_567_890)]
+    pub n: u64,
+}
+
+impl Application for PrimesArgs {
+    const NAME: &'static str = "primes";
+    const ABOUT: &'static str = "The prime factors of N by divide-and-conquer trial division";
+    fn run(&self, o: &Options) -> Result<(), String> {
+        let n = self.n;
+        drive(
+            o,
+            &format!("primes({n})"),
+            || primes::primes_seq(n),
+            |s| s.run(primes::Primes::new(n)),
+        )
+    }
+}
+
+/// `matmul N`: the product of two N x N matrices (N = 64 * 2^k).
+#[derive(Args, Debug, Clone)]
+pub struct MatMulArgs {
+    /// The matrix size, 64 * 2^k.
+    #[arg(default_value_t = 1024, value_parser = matrix_size)]
+    pub n: usize,
+}
+
+fn matrix_size(s: &str) -> Result<usize, String> {
+    let n: usize = s.parse().map_err(|e| format!("{e}"))?;
+    if n >= 64 && n.is_multiple_of(64) && (n / 64).is_power_of_two() {
+        Ok(n)
+    } else {
+        Err(format!("{n} is not 64 * 2^k"))
+    }
+}
+
+impl Application for MatMulArgs {
+    const NAME: &'static str = "matmul";
+    const ABOUT: &'static str =
+        "The product of two random N x N matrices by recursive blocks; prints the sum of \
+         its elements (--check compares its bits)";
+    fn run(&self, o: &Options) -> Result<(), String> {
+        let n = self.n;
+        let a = Arc::new(matmul::Mat::random(n, 1));
+        let b = Arc::new(matmul::Mat::random(n, 2));
+        let sum = |d: &[f64]| Bits(d.iter().sum::<f64>());
+        drive(
+            o,
+            &format!("matmul({n}x{n}) checksum"),
+            || sum(&matmul::matmul_seq(&a, &b).d),
+            |s| sum(&s.run(matmul::MatMul::new(a.clone(), b.clone()))),
+        )
+    }
+}
+
+/// Every application, by name: the command line of `satin-app APP ARGS...`.
+#[derive(Subcommand, Debug, Clone)]
+pub enum App {
+    /// Fibonacci with every call spawning (or sequential below --threshold).
+    Fib(Cli<FibArgs>),
+    /// The number of solutions of the N-queens problem.
+    Nqueens(Cli<NQueensArgs>),
+    /// Adaptive integration of f(x) = 0.1 x sin(x) over [A, B] to tolerance EPS.
+    Integrate(Cli<IntegrateArgs>),
+    /// The best value of a 0/1 knapsack of N generated items.
+    Knapsack(Cli<KnapsackArgs>),
+    /// The binomial coefficient N over K by Pascal's recursion.
+    Noverk(Cli<NOverKArgs>),
+    /// The prime factors of N.
+    Primes(Cli<PrimesArgs>),
+    /// The product of two random N x N matrices.
+    Matmul(Cli<MatMulArgs>),
+}
+
+impl App {
+    /// Runs the application.
+    pub fn run(&self) -> Result<(), String> {
+        fn go<A: Application>(c: &Cli<A>) -> Result<(), String> {
+            c.app.run(&c.options)
+        }
+        match self {
+            App::Fib(c) => go(c),
+            App::Nqueens(c) => go(c),
+            App::Integrate(c) => go(c),
+            App::Knapsack(c) => go(c),
+            App::Noverk(c) => go(c),
+            App::Primes(c) => go(c),
+            App::Matmul(c) => go(c),
+        }
+    }
+}
+
+/// An `f64` result: compared by its bits (the check of `integrate` and `matmul`),
+/// printed with `{}` (the shortest decimal that reads back to the same bits).
+#[derive(Clone, Copy)]
+pub struct Bits(pub f64);
+
+impl PartialEq for Bits {
+    fn eq(&self, o: &Bits) -> bool {
+        self.0.to_bits() == o.0.to_bits()
+    }
+}
+
+impl Display for Bits {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        Display::fmt(&self.0, f)
+    }
+}
+
+impl Debug for Bits {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        Display::fmt(&self.0, f)
+    }
+}
+
+fn err(e: SatinError) -> String {
+    e.to_string()
+}
+
+/// What a Satin run gave: the result and what the report says about it.
+struct Outcome<T> {
+    result: T,
+    processes: usize,
+    steals: u64,
+    given: u64,
+    elapsed: Duration,
+}
+
+/// Runs the sequential version (`--seq`) or the Satin version — in this process, or
+/// on the pool when [`satin::launched`] — and prints the result and the time (on a
+/// pool: the master, with every member's statistics). With `--check` a result that
+/// differs from the sequential one is an error.
+pub fn drive<T: PartialEq + Debug>(
+    o: &Options,
+    what: &str,
+    seq: impl Fn() -> T,
+    par: impl FnOnce(&Satin) -> T,
+) -> Result<(), String> {
+    if o.seq {
+        let t = Instant::now();
+        let r = seq();
+        println!("{what} sequential: result = {r:?}");
+        println!("time: {:.3} s", t.elapsed().as_secs_f64());
+        return Ok(());
+    }
+    let run = if satin::launched() {
+        let pool = o.builder().build_distributed().map_err(err)?;
+        let processes = pool.size();
+        let header = format!(
+            "{} processes in {} clusters x {} workers, {}",
+            pool.size(),
+            pool.clusters(),
+            pool.satin().workers(),
+            pool.policy().name()
+        );
+        let run = pool.run(par).map_err(err)?;
+        let Some(result) = run.result else {
+            return Ok(()); // not the master
+        };
+        println!("{what} satin ({header}): result = {result:?}");
+        let elapsed = run.elapsed.unwrap_or_default();
+        println!("time: {:.3} s", elapsed.as_secs_f64());
+        let (steals, given) = run.stats.as_ref().map_or((0, 0), |s| {
+            (s.total.remote_steal_successes(), s.total.jobs_given)
+        });
+        if let Some(s) = run.stats {
+            print!("{s}");
+        }
+        Outcome {
+            result,
+            processes,
+            steals,
+            given,
+            elapsed,
+        }
+    } else {
+        let satin = o.builder().build().map_err(err)?;
+        let t = Instant::now();
+        let result = par(&satin);
+        let elapsed = t.elapsed();
+        println!(
+            "{what} satin ({} workers): result = {result:?}",
+            satin.workers()
+        );
+        println!("time: {:.3} s", elapsed.as_secs_f64());
+        if o.stats {
+            print!("{}", satin.stats());
+        }
+        Outcome {
+            result,
+            processes: 1,
+            steals: 0,
+            given: 0,
+            elapsed,
+        }
+    };
+    let mut check = "skipped";
+    let mut outcome = Ok(());
+    if o.check {
+        let want = seq();
+        if want == run.result {
+            println!("check: OK (equals the sequential result)");
+            check = "ok";
+        } else {
+            check = "failed";
+            outcome = Err(format!("check: FAILED: sequential result = {want:?}"));
+        }
+    }
+    if let Some(path) = &o.report {
+        let text = format!(
+            "result = {:?}\ncheck = {check}\nprocesses = {}\n\
+             remote_steal_successes = {}\njobs_given = {}\nseconds = {:.6}\n",
+            run.result,
+            run.processes,
+            run.steals,
+            run.given,
+            run.elapsed.as_secs_f64()
+        );
+        std::fs::write(path, text).map_err(|e| format!("writing {}: {e}", path.display()))?;
+    }
+    outcome
+}
+
+/// The exit status of a finished run: success, or the error printed and status 1.
+pub fn exit_status(name: &str, r: Result<(), String>) -> ExitCode {
+    match r {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("{name}: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The `main` of application `A`: parses the process's arguments (`--help` prints the
+/// usage; a bad argument prints an error and exits with status 2), runs it and returns
+/// the exit status (1 for a failure or a failed check).
+pub fn main<A: Application>() -> ExitCode {
+    ipl_tools::init_tracing("warn");
+    let mut cmd = Cli::<A>::command()
+        .name(A::NAME)
+        .bin_name(A::NAME)
+        .about(A::ABOUT);
+    let cli = cmd
+        .try_get_matches_from_mut(std::env::args_os())
+        .and_then(|mut m| Cli::<A>::from_arg_matches_mut(&mut m));
+    match cli {
+        Ok(cli) => exit_status(A::NAME, cli.app.run(&cli.options)),
+        Err(e) => e.format(&mut cmd).exit(),
+    }
+}

@@ -1,0 +1,111 @@
+//! The environment layer of the configuration: the one place that reads the `SATIN_*`
+//! variables. [`SatinBuilder`](crate::SatinBuilder) applies it over the defaults when
+//! it builds, and its own settings over it (unless
+//! [`SatinBuilder::use_env`](crate::SatinBuilder::use_env)`(false)`).
+//!
+//! | variable | setting | values |
+//! |---|---|---|
+//! | `SATIN_INLINE_DEPTH` | [`SatinBuilder::inline_depth`](crate::SatinBuilder::inline_depth) | a number, or `max` / `off` (never inline) |
+//! | `SATIN_POLICY` | [`SatinBuilder::policy`](crate::SatinBuilder::policy) | `rs`, `crs`, `acrs`, `cmrs:K` |
+//! | `SATIN_STEAL_BACKOFF_US` | [`SatinBuilder::steal_backoff`](crate::SatinBuilder::steal_backoff) | microseconds |
+//!
+//! An unset or empty variable leaves the setting alone; a value that does not parse
+//! is a [`SatinError::Config`] naming the variable.
+
+#![forbid(unsafe_code)]
+
+use crate::dist::parse_policy;
+use crate::error::SatinError;
+use crate::runtime::Config;
+use std::time::Duration;
+
+/// Applies the environment's `SATIN_*` variables onto `config`.
+pub(crate) fn apply(config: &mut Config) -> Result<(), SatinError> {
+    apply_from(config, |name| std::env::var(name).ok())
+}
+
+/// [`apply`] with the variables looked up by `var`.
+fn apply_from(config: &mut Config, var: impl Fn(&str) -> Option<String>) -> Result<(), SatinError> {
+    let get = |name: &str| var(name).filter(|v| !v.trim().is_empty());
+    let bad = |name: &str, v: &str, what: &str| SatinError::Config(format!("{name}={v:?}: {what}"));
+    if let Some(v) = get("SATIN_INLINE_DEPTH") {
+        config.inline_depth = match v.trim() {
+            "max" | "off" => usize::MAX,
+            n => n
+                .parse()
+                .map_err(|_| bad("SATIN_INLINE_DEPTH", &v, "not a number, max or off"))?,
+        };
+    }
+    if let Some(v) = get("SATIN_POLICY") {
+        config.dist.policy =
+            parse_policy(&v).map_err(|e| bad("SATIN_POLICY", &v, &e.to_string()))?;
+    }
+    if let Some(v) = get("SATIN_STEAL_BACKOFF_US") {
+        let us: u64 = v
+            .trim()
+            .parse()
+            .map_err(|_| bad("SATIN_STEAL_BACKOFF_US", &v, "not a number of microseconds"))?;
+        config.dist.steal_backoff = Duration::from_micros(us);
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use satin_core::Policy;
+
+    fn with(vars: &[(&str, &str)]) -> Result<Config, SatinError> {
+        let mut c = Config::default();
+        apply_from(&mut c, |name| {
+            vars.iter()
+                .find(|(n, _)| *n == name)
+                .map(|(_, v)| v.to_string())
+        })?;
+        Ok(c)
+    }
+
+    #[test]
+    fn unset_or_empty_variables_leave_the_defaults() {
+        assert_eq!(with(&[]).unwrap(), Config::default());
+        assert_eq!(
+            with(&[("SATIN_POLICY", ""), ("SATIN_INLINE_DEPTH", " ")]).unwrap(),
+            Config::default()
+        );
+    }
+
+    #[test]
+    fn variables_set_their_settings() {
+        let c = with(&[
+            ("SATIN_INLINE_DEPTH", "7"),
+            ("SATIN_POLICY", "rs"),
+            ("SATIN_STEAL_BACKOFF_US", "150"),
+        ])
+        .unwrap();
+        assert_eq!(c.inline_depth, 7);
+        assert_eq!(c.dist.policy, Policy::Rs);
+        assert_eq!(c.dist.steal_backoff, Duration::from_micros(150));
+        assert_eq!(
+            with(&[("SATIN_INLINE_DEPTH", "max")]).unwrap().inline_depth,
+            usize::MAX
+        );
+        assert_eq!(
+            with(&[("SATIN_INLINE_DEPTH", "off")]).unwrap().inline_depth,
+            usize::MAX
+        );
+    }
+
+    #[test]
+    fn a_bad_value_is_an_error_naming_the_variable() {
+        for (name, v) in [
+            ("SATIN_INLINE_DEPTH", "deep"),
+            ("SATIN_POLICY", "fastest"),
+            ("SATIN_STEAL_BACKOFF_US", "-3"),
+        ] {
+            match with(&[(name, v)]) {
+                Err(SatinError::Config(m)) => assert!(m.contains(name), "{m}"),
+                other => panic!("{name}={v}: {other:?}"),
+            }
+        }
+    }
+}

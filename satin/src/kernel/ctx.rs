@@ -1,0 +1,370 @@
+//! The context of the job running on a worker: its private stack of spawned records,
+//! its deque, the inlining threshold, and stealing from the other workers.
+
+use super::frame::Frame;
+use super::record::{JobRef, Record, DONE, LOCAL, PANICKED, PUBLISHED, STOLEN};
+use super::record_pool::RecordPool;
+use crate::runtime::{Injected, Shared};
+use crate::stats::LocalStats;
+use crate::Job;
+use crossbeam_deque::{Steal, Worker};
+use std::marker::PhantomData;
+use std::mem;
+use std::panic::{self, AssertUnwindSafe};
+use std::ptr::{self, NonNull};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Instant;
+
+/// The context of the job running on a worker: gives access to frames (spawn/sync).
+///
+/// Every [`Job::run`] receives `&mut Ctx`; it is not `Send` (a job runs to completion
+/// on one worker thread).
+#[repr(C)] // field order chosen so that counters bumped together are not adjacent
+pub struct Ctx {
+    pub(crate) worker: usize,
+    pub(crate) deque: Worker<JobRef>,
+    /// Spawned records not yet published, oldest at `private_base`. Only this thread
+    /// sees them; all are younger than every record in `deque`.
+    pub(super) private: Vec<JobRef>,
+    /// Index of the oldest unpublished record in `private` (the ones below were
+    /// published; the vector is compacted when it empties).
+    pub(super) private_base: usize,
+    /// Whether another thread may steal from this worker (so one job is kept
+    /// published); refreshed from `Shared` whenever the worker takes outside work.
+    pub(super) thieves: bool,
+    /// Spawns run inline once this many private jobs wait.
+    pub(super) inline_depth: usize,
+    /// `private_base + inline_depth`: spawns run inline while `private.len()` is at
+    /// least this (kept in step with `private_base`, so a spawn tests one field).
+    pub(super) inline_at: usize,
+    pub(crate) shared: Arc<Shared>,
+    pub(super) next_frame_id: u64,
+    rng: u64,
+    pub(super) pool: RecordPool,
+    /// Whether this worker is counted in `Shared::hungry` (it found no work).
+    pub(super) hungry: bool,
+    /// The records of the last synced frame whose results may still be read.
+    pub(super) deferred: *mut Record,
+    pub(crate) stats: LocalStats,
+    _not_send: PhantomData<*const ()>,
+}
+
+impl Ctx {
+    pub(crate) fn new(worker: usize, deque: Worker<JobRef>, shared: Arc<Shared>) -> Ctx {
+        Ctx {
+            worker,
+            deque,
+            private: Vec::with_capacity(64),
+            private_base: 0,
+            thieves: shared.has_thieves(),
+            inline_depth: shared.inline_depth,
+            inline_at: shared.inline_depth,
+            shared,
+            pool: RecordPool::new(),
+            next_frame_id: 1,
+            deferred: ptr::null_mut(),
+            stats: LocalStats::default(),
+            rng: 0x9E37_79B9_7F4A_7C15 ^ ((worker as u64 + 1) << 17),
+            hungry: false,
+            _not_send: PhantomData,
+        }
+    }
+
+    /// Opens a spawn frame: the scope of a group of spawns and their `sync`.
+    ///
+    /// Results of an earlier frame of this context can no longer be read after this
+    /// (the borrow checker enforces it: its [`Synced`] and tickets borrow the context).
+    /// Opening a frame costs nothing: its id is drawn, and the records of the last
+    /// synced frame are recycled, only once it queues a child.
+    #[inline(always)]
+    pub fn frame(&mut self) -> Frame<'_> {
+        Frame {
+            ctx: self,
+            id: 0,
+            head: ptr::null_mut(),
+            outstanding: 0,
+            _brand: PhantomData,
+        }
+    }
+
+    /// The index of the worker thread running this job (0-based).
+    pub fn worker_index(&self) -> usize {
+        self.worker
+    }
+
+    /// Number of worker threads in this Satin instance.
+    pub fn workers(&self) -> usize {
+        self.shared.stealers.len()
+    }
+
+    #[inline(always)]
+    pub(crate) fn release_deferred(&mut self) {
+        let head = mem::replace(&mut self.deferred, ptr::null_mut());
+        self.release_list(head);
+    }
+
+    /// Returns every record of a dead frame's list to the pool, dropping what their
+    /// slots hold.
+    #[inline(always)]
+    pub(super) fn release_list(&mut self, head: *mut Record) {
+        if let Some(head) = NonNull::new(head) {
+            // SAFETY: the list's records belong to a dead frame of this worker (I3).
+            unsafe { self.pool.free_list(head) };
+        }
+    }
+
+    /// Pushes a fresh record onto the private stack; publishes the oldest private
+    /// record if thieves could find nothing on the deque.
+    #[inline(always)]
+    pub(super) fn push_private(&mut self, j: JobRef) {
+        self.private.push(j);
+        if self.thieves && self.deque.is_empty() {
+            self.publish_oldest();
+        }
+    }
+
+    /// Moves the base of the private stack (and the inlining threshold with it).
+    #[inline(always)]
+    fn set_private_base(&mut self, base: usize) {
+        self.private_base = base;
+        self.inline_at = base.saturating_add(self.inline_depth);
+    }
+
+    /// Runs a spawned job at once (enough work is queued for thieves already).
+    #[inline(always)]
+    pub(super) fn run_inline<J: Job>(&mut self, job: J) -> J::Output {
+        self.stats.inlined += 1;
+        if self.thieves && self.deque.is_empty() {
+            self.publish_oldest();
+        }
+        job.run(self)
+    }
+
+    /// Moves the oldest private record to the deque (every deque entry stays older
+    /// than every private one).
+    #[cold]
+    #[inline(never)]
+    fn publish_oldest(&mut self) {
+        if let Some(&j) = self.private.get(self.private_base) {
+            self.set_private_base(self.private_base + 1);
+            publish(&self.deque, j);
+        }
+    }
+
+    /// Publishes every private record, oldest first.
+    pub(super) fn publish_all(&mut self) {
+        for &j in &self.private[self.private_base..] {
+            publish(&self.deque, j);
+        }
+        self.private.clear();
+        self.set_private_base(0);
+    }
+
+    /// Takes the newest own record (private stack first, then the deque) if it belongs
+    /// to frame `frame`; anything else stays where it is.
+    #[inline(always)]
+    pub(super) fn pop_own(&mut self, frame: u64) -> Option<JobRef> {
+        if self.private.len() > self.private_base {
+            let j = *self.private.last()?;
+            // SAFETY: records on our stack are live (I3); frame_id is immutable.
+            if unsafe { (*j.0.as_ptr()).frame_id } != frame {
+                return None;
+            }
+            self.private.pop();
+            if self.thieves && self.deque.is_empty() {
+                self.publish_oldest();
+            }
+            return Some(j);
+        }
+        self.pop_own_deque(frame)
+    }
+
+    /// [`Ctx::pop_own`] once the private stack is empty: from the deque.
+    #[inline(never)]
+    fn pop_own_deque(&mut self, frame: u64) -> Option<JobRef> {
+        self.private.clear();
+        self.set_private_base(0);
+        let j = self.deque.pop()?;
+        // SAFETY: records on our deque are live (I3); frame_id is immutable.
+        if unsafe { (*j.0.as_ptr()).frame_id } == frame {
+            // SAFETY: popped by us: we hold the slot again (I2); it runs here.
+            unsafe { (*j.0.as_ptr()).state.store(LOCAL, Ordering::Relaxed) };
+            Some(j)
+        } else {
+            // Not ours: every remaining child of that frame was stolen.
+            self.deque.push(j);
+            None
+        }
+    }
+
+    /// Takes the newest record of this worker whatever its frame (to help while a
+    /// sync waits).
+    pub(super) fn pop_any(&mut self) -> Option<JobRef> {
+        if self.private.len() > self.private_base {
+            return self.private.pop();
+        }
+        self.private.clear();
+        self.set_private_base(0);
+        let j = self.deque.pop()?;
+        // SAFETY: popped by us: we hold the slot again (I2); it runs here.
+        unsafe { (*j.0.as_ptr()).state.store(LOCAL, Ordering::Relaxed) };
+        Some(j)
+    }
+
+    fn next_rand(&mut self) -> u64 {
+        let mut x = self.rng;
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        self.rng = x;
+        x
+    }
+
+    /// Steals from a random other worker (trying each once), then the injector.
+    pub(crate) fn steal_work(&mut self) -> Option<Injected> {
+        let n = self.shared.stealers.len();
+        let start = Instant::now();
+        let mut found = None;
+        if n > 1 {
+            let first = (self.next_rand() % n as u64) as usize;
+            'victims: for k in 0..n {
+                let v = (first + k) % n;
+                if v == self.worker {
+                    continue;
+                }
+                self.stats.steal_attempts += 1;
+                loop {
+                    match self.shared.stealers[v].steal() {
+                        Steal::Success(j) => {
+                            self.stats.steal_successes += 1;
+                            found = Some(Injected::Record(j));
+                            break 'victims;
+                        }
+                        Steal::Retry => continue,
+                        Steal::Empty => break,
+                    }
+                }
+            }
+        }
+        if found.is_none() {
+            loop {
+                match self.shared.injector.steal() {
+                    Steal::Success(j) => {
+                        found = Some(j);
+                        break;
+                    }
+                    Steal::Retry => continue,
+                    Steal::Empty => break,
+                }
+            }
+        }
+        self.stats.steal_nanos += start.elapsed().as_nanos() as u64;
+        found
+    }
+
+    /// Steals work and runs it; if none is found, counts this worker as hungry and
+    /// returns `false`.
+    pub(crate) fn steal_and_run(&mut self) -> bool {
+        match self.steal_work() {
+            Some(w) => {
+                self.set_hungry(false);
+                self.execute(w);
+                true
+            }
+            None => {
+                self.set_hungry(true);
+                false
+            }
+        }
+    }
+
+    /// Runs work found by the idle loop or by a waiting sync.
+    pub(crate) fn execute(&mut self, w: Injected) {
+        self.thieves = self.shared.has_thieves();
+        match w {
+            Injected::Record(j) => self.execute_stolen(j),
+            Injected::Task(t) => {
+                t(self);
+                self.release_deferred();
+            }
+        }
+    }
+
+    /// Runs a record owned by this worker that was popped from its own deque.
+    #[inline(always)]
+    pub(super) fn run_local(&mut self, j: JobRef) {
+        let r = j.0;
+        // SAFETY: the record is live because its frame is suspended below us on this
+        // thread (I3); the vtable is immutable.
+        let run = unsafe { (*r.as_ptr()).vtable.run };
+        // SAFETY: we popped it from our own stack or deque, so we hold the slot (I2)
+        // and its state is QUEUED or LOCAL, which its frame counts as done once it is
+        // popped; the vtable is the record's own (I5).
+        unsafe { run(r, self) }
+    }
+
+    /// Runs a record that was stolen from another worker or given back by the
+    /// external stealer; a panic is caught and handed to the parent.
+    pub(crate) fn execute_stolen(&mut self, j: JobRef) {
+        let r = j.0;
+        // (A record given back by the external stealer may be picked up by its own
+        // worker while its frame is suspended below on this stack: that is fine.)
+        // SAFETY: crossbeam handed this record to us alone (I2); it stays live until we
+        // store DONE because its frame waits for DONE before releasing it (I3).
+        unsafe { (*r.as_ptr()).state.store(STOLEN, Ordering::Relaxed) };
+        // SAFETY: live as above; the vtable and owner are immutable.
+        let run = unsafe { (*r.as_ptr()).vtable.run };
+        // SAFETY: live as above.
+        let owner = unsafe { (*r.as_ptr()).owner } as usize;
+        let res = panic::catch_unwind(AssertUnwindSafe(|| {
+            // SAFETY: we hold the slot (I2) and the vtable is the record's own (I5).
+            unsafe { run(r, self) }
+        }));
+        self.release_deferred();
+        let done = match res {
+            Ok(()) => DONE,
+            Err(p) => {
+                self.shared.put_panic(r.as_ptr() as usize, p);
+                PANICKED
+            }
+        };
+        self.stats.stolen_executed += 1;
+        self.flush_stats();
+        // SAFETY: live until this store (I3); after it the owner may release the
+        // record, so it is not touched again.
+        unsafe { (*r.as_ptr()).state.store(done, Ordering::Release) };
+        self.shared.wake_worker(owner);
+    }
+
+    /// Marks this worker as having found no work (`true`) or as working again. Only
+    /// transitions touch the shared counter; becoming hungry calls the idle hook (the
+    /// distributed layer's driver), so this costs nothing while work is found.
+    #[inline]
+    pub(crate) fn set_hungry(&mut self, hungry: bool) {
+        if self.hungry != hungry {
+            self.hungry = hungry;
+            self.shared.set_hungry(hungry);
+        }
+    }
+
+    pub(crate) fn flush_stats(&mut self) {
+        let s = mem::take(&mut self.stats);
+        self.shared.stats[self.worker].add(&s);
+    }
+}
+
+/// Marks a record published and pushes it onto the worker's deque.
+#[inline]
+fn publish(deque: &Worker<JobRef>, j: JobRef) {
+    // SAFETY: the record is live and private to this worker (I2) until the push below,
+    // which publishes it with Release semantics.
+    unsafe { (*j.0.as_ptr()).state.store(PUBLISHED, Ordering::Relaxed) };
+    deque.push(j);
+}
+
+impl Drop for Ctx {
+    fn drop(&mut self) {
+        self.release_deferred();
+    }
+}

@@ -1,0 +1,225 @@
+//! The invocation record: one spawned job, its result slot and its state, and the
+//! type-erased operations on it (one static table per job type).
+
+use super::ctx::Ctx;
+use crate::error::SatinError;
+use crate::Job;
+use std::cell::UnsafeCell;
+use std::marker::PhantomData;
+use std::mem::{self, MaybeUninit};
+use std::ptr::{self, NonNull};
+use std::sync::atomic::AtomicU32;
+
+/// Bytes of job/result storage inside an invocation record; larger jobs are boxed.
+pub const INLINE_BYTES: usize = 64;
+
+/// Spawned and never published: it runs (or ran) on the spawning thread.
+pub(super) const QUEUED: u32 = 0;
+/// Published, then popped back from the deque by its own worker.
+pub(super) const LOCAL: u32 = 1;
+/// Taken by a thief (another worker or the external stealer).
+pub(super) const STOLEN: u32 = 2;
+/// Finished by a thief; the owner may read the slot after observing this (Acquire).
+pub(super) const DONE: u32 = 3;
+/// Moved to the worker's deque, where a thief may take it.
+pub(super) const PUBLISHED: u32 = 5;
+/// Done, and its panic payload waits in `Shared::panics` (rare, kept out of the slot
+/// so that slots of plain types need no drop).
+pub(super) const PANICKED: u32 = 4;
+
+/// A serialized job: its registered type name and bytes.
+type WireResult = Option<Result<(&'static str, Vec<u8>), SatinError>>;
+
+/// The state of a job's storage: the parameters before it runs, the result after.
+pub(super) enum Slot<J: Job> {
+    Job(J),
+    Done(J::Output),
+    Empty,
+}
+
+/// Type-erased operations on a record, one static table per job type.
+pub(super) struct VTable {
+    /// Takes the job out of the slot, runs it, stores `Done(output)`; may unwind.
+    pub(super) run: unsafe fn(NonNull<Record>, &mut Ctx),
+    /// Drops whatever the slot holds and frees a boxed slot (`None`: nothing to do).
+    pub(super) release: Option<unsafe fn(NonNull<Record>)>,
+    /// Serializes the job if its type is remote-capable (`None` otherwise).
+    pub(super) to_wire: unsafe fn(NonNull<Record>) -> WireResult,
+    /// Deserializes a result and stores it as `Done` (dropping the job).
+    pub(super) complete_wire: unsafe fn(NonNull<Record>, &[u8]) -> Result<(), SatinError>,
+    /// The registered wire name of the job type.
+    pub(super) name: fn() -> Option<&'static str>,
+}
+
+/// An invocation record (Satin's term): one spawned job, its result slot and state.
+#[repr(C)]
+pub(crate) struct Record {
+    pub(super) state: AtomicU32,
+    /// Index of the worker whose frame spawned it (whose thread waits for it).
+    pub(super) owner: u32,
+    /// Id of the spawning frame, unique per worker.
+    pub(super) frame_id: u64,
+    /// Next record of the same frame (intrusive list, newest first), or of the free
+    /// list.
+    pub(super) next: *mut Record,
+    pub(super) vtable: &'static VTable,
+    pub(super) data: UnsafeCell<MaybeUninit<[u64; INLINE_BYTES / 8]>>,
+}
+
+impl Record {
+    /// A fresh record for a job of type `J` (its slot still to be written with
+    /// [`init_slot`]).
+    #[inline(always)]
+    pub(super) fn new<J: Job>(owner: u32, frame_id: u64, next: *mut Record) -> Record {
+        Record {
+            state: AtomicU32::new(QUEUED),
+            owner,
+            frame_id,
+            next,
+            vtable: &VTableOf::<J>::VT,
+            data: UnsafeCell::new(MaybeUninit::uninit()),
+        }
+    }
+}
+
+/// A pointer to a record as stored in the deques; see I2 for who may touch it.
+#[derive(Clone, Copy)]
+pub(crate) struct JobRef(pub(super) NonNull<Record>);
+
+// SAFETY: a JobRef is only a handle; exactly one thread at a time dereferences the
+// record's slot (I2), the other fields are immutable while it is published or atomic.
+unsafe impl Send for JobRef {}
+
+/// Whether a `Slot<J>` fits the record's inline storage (else it is boxed).
+pub(super) const fn fits_inline<J: Job>() -> bool {
+    mem::size_of::<Slot<J>>() <= INLINE_BYTES && mem::align_of::<Slot<J>>() <= 8
+}
+
+/// The slot of a record holding a `J`.
+///
+/// # Safety
+/// `rec` must be a live record created by `spawn::<J>` (I5) whose slot was written by
+/// [`init_slot`], and the caller must have the slot access right of I2.
+#[inline(always)]
+pub(super) unsafe fn slot<J: Job>(rec: NonNull<Record>) -> *mut Slot<J> {
+    // SAFETY: `rec` is a live record (caller contract); `data` is a field of it, and
+    // `UnsafeCell::get` only forms a pointer.
+    let data = unsafe { (*rec.as_ptr()).data.get() }.cast::<u8>();
+    if fits_inline::<J>() {
+        data.cast::<Slot<J>>()
+    } else {
+        // SAFETY: for a boxed slot `init_slot` wrote a `*mut Slot<J>` at the start of
+        // `data` (8-aligned, INLINE_BYTES long); the caller may read it (I2, I5).
+        unsafe { *data.cast::<*mut Slot<J>>() }
+    }
+}
+
+/// Writes the first slot value of a fresh record.
+///
+/// # Safety
+/// `rec` is a record just taken from the pool and exclusively owned (I1); its slot is
+/// uninitialized.
+#[inline(always)]
+pub(super) unsafe fn init_slot<J: Job>(rec: NonNull<Record>, job: J) {
+    // SAFETY: the record is live and exclusively ours (I1); only a pointer is formed.
+    let data = unsafe { (*rec.as_ptr()).data.get() }.cast::<u8>();
+    if fits_inline::<J>() {
+        // SAFETY: `data` is 8-aligned and INLINE_BYTES long, enough for a `Slot<J>`
+        // (`fits_inline`); nobody else accesses it (I1) and it holds nothing to drop.
+        unsafe { ptr::write(data.cast::<Slot<J>>(), Slot::Job(job)) };
+    } else {
+        let b = Box::into_raw(Box::new(Slot::Job(job)));
+        // SAFETY: a pointer fits in the 8-aligned INLINE_BYTES of `data`; nobody else
+        // accesses it (I1) and it holds nothing to drop.
+        unsafe { ptr::write(data.cast::<*mut Slot<J>>(), b) };
+    }
+}
+
+/// [`VTable::run`] of `J`.
+///
+/// # Safety
+/// The caller popped or stole the record (it has the slot, I2), the record was made
+/// for `J` (I5), and it has not run yet.
+unsafe fn vt_run<J: Job>(rec: NonNull<Record>, ctx: &mut Ctx) {
+    // SAFETY: the caller's contract is `slot`'s.
+    let s = unsafe { slot::<J>(rec) };
+    // SAFETY: we hold the initialized slot (I2); the job is moved out and `Empty` left
+    // in its place, so nothing is dropped twice if `run` unwinds.
+    let job = match unsafe { ptr::replace(s, Slot::Empty) } {
+        Slot::Job(j) => j,
+        _ => unreachable!("a record ran twice"),
+    };
+    let out = job.run(ctx);
+    // SAFETY: still the only accessor (I2); the slot holds `Empty` (nothing to drop).
+    unsafe { ptr::write(s, Slot::Done(out)) };
+}
+
+/// [`VTable::release`] of `J`.
+///
+/// # Safety
+/// Called only by the owner when the record is released (I3), once per spawn, so it
+/// has the slot; the record was made for `J` (I5).
+unsafe fn vt_release<J: Job>(rec: NonNull<Record>) {
+    // SAFETY: the caller's contract is `slot`'s.
+    let s = unsafe { slot::<J>(rec) };
+    if fits_inline::<J>() {
+        // SAFETY: the slot holds a valid `Slot<J>` (job, result or empty) that nothing
+        // reads after the release.
+        unsafe { ptr::drop_in_place(s) };
+    } else {
+        // SAFETY: `s` came from `Box::into_raw` in `init_slot` and is freed only here,
+        // once (the record is released once per spawn, I3).
+        drop(unsafe { Box::from_raw(s) });
+    }
+}
+
+/// [`VTable::to_wire`] of `J`.
+///
+/// # Safety
+/// The external stealer holds the slot (I2) and the record was made for `J` (I5).
+unsafe fn vt_to_wire<J: Job>(rec: NonNull<Record>) -> WireResult {
+    let remote = J::REMOTE?;
+    // SAFETY: the caller's contract is `slot`'s.
+    let s = unsafe { slot::<J>(rec) };
+    // SAFETY: we hold the initialized slot (I2); nobody writes it while we read.
+    match unsafe { &*s } {
+        Slot::Job(j) => Some((remote.encode_job)(j).map(|b| (remote.name, b))),
+        _ => None,
+    }
+}
+
+/// [`VTable::complete_wire`] of `J`.
+///
+/// # Safety
+/// The completer holds the slot until it stores DONE (I2) and the record was made for
+/// `J` (I5).
+unsafe fn vt_complete_wire<J: Job>(rec: NonNull<Record>, bytes: &[u8]) -> Result<(), SatinError> {
+    let remote = J::REMOTE.ok_or(SatinError::NotRemote)?;
+    let out = (remote.decode_output)(bytes)?;
+    // SAFETY: the caller's contract is `slot`'s.
+    let s = unsafe { slot::<J>(rec) };
+    // SAFETY: we hold the initialized slot (I2); the job it holds is dropped here.
+    unsafe { *s = Slot::Done(out) };
+    Ok(())
+}
+
+fn vt_name<J: Job>() -> Option<&'static str> {
+    J::REMOTE.map(|r| r.name)
+}
+
+/// The vtable of the records of `J`.
+pub(super) struct VTableOf<J>(PhantomData<J>);
+
+impl<J: Job> VTableOf<J> {
+    pub(super) const VT: VTable = VTable {
+        run: vt_run::<J>,
+        release: if fits_inline::<J>() && !mem::needs_drop::<Slot<J>>() {
+            None
+        } else {
+            Some(vt_release::<J>)
+        },
+        to_wire: vt_to_wire::<J>,
+        complete_wire: vt_complete_wire::<J>,
+        name: vt_name::<J>,
+    };
+}

@@ -1,0 +1,122 @@
+//! A job taken from a worker's deque by a thread outside the worker pool (the
+//! distributed layer's driver), which sends it to another process and completes it
+//! with the result that comes back.
+
+use super::record::{JobRef, Record, DONE, PANICKED, STOLEN};
+use crate::error::SatinError;
+use crate::runtime::{Injected, Shared};
+use std::ptr::NonNull;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+/// A job taken from a worker's deque (FIFO end) by a thread outside the worker pool,
+/// such as the network thread of the distributed layer.
+///
+/// It must be finished exactly once: [`StolenJob::complete_from_wire`],
+/// [`StolenJob::fail`] or [`StolenJob::give_back`]. Dropping it gives it back.
+pub struct StolenJob {
+    rec: Option<JobRef>,
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for StolenJob {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StolenJob")
+            .field("name", &self.name())
+            .finish()
+    }
+}
+
+impl StolenJob {
+    pub(crate) fn new(j: JobRef, shared: Arc<Shared>) -> Self {
+        // SAFETY: the stealer handed the live record to us alone (I2, I3).
+        unsafe { (*j.0.as_ptr()).state.store(STOLEN, Ordering::Relaxed) };
+        StolenJob {
+            rec: Some(j),
+            shared,
+        }
+    }
+
+    fn rec(&self) -> NonNull<Record> {
+        // An unfinished StolenJob always holds its record; `finish` and `give_back`
+        // consume it.
+        self.rec.expect("StolenJob used after completion").0
+    }
+
+    /// The registered name of the job's type, if it is remote-capable.
+    pub fn name(&self) -> Option<&'static str> {
+        // SAFETY: the record is live while stolen and unfinished (I3).
+        unsafe { ((*self.rec().as_ptr()).vtable.name)() }
+    }
+
+    /// Serializes the job for another process: `(type name, bytes)`, or `None` if the
+    /// job type is not registered as remote-capable or fails to serialize (give it
+    /// back then).
+    pub fn to_wire(&self) -> Option<(&'static str, Vec<u8>)> {
+        let r = self.rec();
+        // SAFETY: the record is live while stolen and unfinished (I3); the vtable is
+        // immutable.
+        let to_wire = unsafe { (*r.as_ptr()).vtable.to_wire };
+        // SAFETY: we hold the slot (I2) and the vtable is the record's own (I5).
+        match unsafe { to_wire(r) } {
+            Some(Ok(w)) => Some(w),
+            _ => None,
+        }
+    }
+
+    /// Finishes the job with a result that came back as bytes (its serialized
+    /// `Output`). On a decoding error the parent's sync panics with that error.
+    pub fn complete_from_wire(mut self, bytes: &[u8]) -> Result<(), SatinError> {
+        let r = self.rec();
+        // SAFETY: the record is live while stolen and unfinished (I3); the vtable is
+        // immutable.
+        let complete = unsafe { (*r.as_ptr()).vtable.complete_wire };
+        // SAFETY: we hold the slot until DONE (I2) and the vtable is the record's own
+        // (I5).
+        let res = unsafe { complete(r, bytes) };
+        match &res {
+            Ok(()) => self.finish(DONE),
+            Err(e) => {
+                self.shared
+                    .put_panic(r.as_ptr() as usize, Box::new(e.to_string()));
+                self.finish(PANICKED);
+            }
+        }
+        res
+    }
+
+    /// Finishes the job with an error: the parent's sync panics with its message.
+    pub fn fail(mut self, err: SatinError) {
+        let r = self.rec();
+        // The job stays in the slot; the parent's release drops it.
+        self.shared
+            .put_panic(r.as_ptr() as usize, Box::new(err.to_string()));
+        self.finish(PANICKED);
+    }
+
+    /// Returns the job to the pool: a local worker will run it.
+    pub fn give_back(mut self) {
+        if let Some(j) = self.rec.take() {
+            self.shared.injector.push(Injected::Record(j));
+        }
+    }
+
+    fn finish(&mut self, state: u32) {
+        if let Some(j) = self.rec.take() {
+            // SAFETY: the record is live until the store below (I3); `owner` is
+            // immutable. It is read first: after the store the owner may free it.
+            let owner = unsafe { (*j.0.as_ptr()).owner } as usize;
+            // SAFETY: live until this store, after which it is not touched again.
+            unsafe { (*j.0.as_ptr()).state.store(state, Ordering::Release) };
+            self.shared.wake_worker(owner);
+        }
+    }
+}
+
+impl Drop for StolenJob {
+    fn drop(&mut self) {
+        if let Some(j) = self.rec.take() {
+            self.shared.injector.push(Injected::Record(j));
+        }
+    }
+}

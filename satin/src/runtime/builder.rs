@@ -1,0 +1,193 @@
+//! Configuring and starting a Satin instance. A setting is taken from the builder if
+//! it was set there, else from the environment layer ([`crate::env`]), else its
+//! default.
+
+use super::shared::Shared;
+use super::worker::worker_main;
+use super::Satin;
+use crate::dist::DistConfig;
+use crate::error::SatinError;
+use crate::kernel::Ctx;
+use crate::wire::JobRegistry;
+use crate::Job;
+use satin_core::Policy;
+use std::time::Duration;
+
+/// The default of [`SatinBuilder::inline_depth`].
+pub const DEFAULT_INLINE_DEPTH: usize = 4;
+
+/// Every setting of a Satin instance, resolved: the defaults, with the environment
+/// layer and the builder's settings applied on top.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Config {
+    /// See [`SatinBuilder::inline_depth`].
+    pub(crate) inline_depth: usize,
+    /// The settings of the distributed layer.
+    pub(crate) dist: DistConfig,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            inline_depth: DEFAULT_INLINE_DEPTH,
+            dist: DistConfig::default(),
+        }
+    }
+}
+
+/// Configures and starts a [`Satin`] instance.
+///
+/// Settings that the environment may also give (`SATIN_INLINE_DEPTH`, `SATIN_POLICY`,
+/// `SATIN_STEAL_BACKOFF_US`, see [`crate::env`]) are taken from the builder when set
+/// here, else from the environment, else from their defaults;
+/// [`SatinBuilder::use_env`]`(false)` ignores the environment.
+#[derive(Debug)]
+pub struct SatinBuilder {
+    workers: Option<usize>,
+    inline_depth: Option<usize>,
+    policy: Option<Policy>,
+    steal_backoff: Option<Duration>,
+    join_timeout: Option<Duration>,
+    end_timeout: Option<Duration>,
+    registry: Option<JobRegistry>,
+    use_env: bool,
+}
+
+impl Default for SatinBuilder {
+    fn default() -> Self {
+        SatinBuilder {
+            workers: None,
+            inline_depth: None,
+            policy: None,
+            steal_backoff: None,
+            join_timeout: None,
+            end_timeout: None,
+            registry: None,
+            use_env: true,
+        }
+    }
+}
+
+impl SatinBuilder {
+    /// Number of worker threads (default: `std::thread::available_parallelism`).
+    pub fn workers(mut self, n: usize) -> Self {
+        self.workers = Some(n.max(1));
+        self
+    }
+
+    /// Adaptive inlining: once a worker holds `depth` spawned jobs that have not
+    /// started, further spawns run at once as plain calls (their tickets carry the
+    /// result) instead of being queued. The queued jobs are the oldest and largest, the
+    /// ones thieves take, so this keeps the parallelism and drops the cost of jobs too
+    /// deep to be stolen. `usize::MAX` queues every spawn. Default:
+    /// [`DEFAULT_INLINE_DEPTH`] (environment: `SATIN_INLINE_DEPTH`).
+    pub fn inline_depth(mut self, depth: usize) -> Self {
+        self.inline_depth = Some(depth);
+        self
+    }
+
+    /// The load-balancing policy between the processes of a pool (default: CRS;
+    /// environment: `SATIN_POLICY`). Used by
+    /// [`SatinBuilder::build_distributed`](crate::SatinBuilder::build_distributed).
+    pub fn policy(mut self, policy: Policy) -> Self {
+        self.policy = Some(policy);
+        self
+    }
+
+    /// The pause after an unsuccessful synchronous steal from another process before
+    /// the next one (default: none; environment: `SATIN_STEAL_BACKOFF_US`).
+    pub fn steal_backoff(mut self, pause: Duration) -> Self {
+        self.steal_backoff = Some(pause);
+        self
+    }
+
+    /// The bound of every wait of joining a pool (see [`DistConfig::join_timeout`]).
+    pub fn join_timeout(mut self, timeout: Duration) -> Self {
+        self.join_timeout = Some(timeout);
+        self
+    }
+
+    /// The bound of every wait of the end of a pool's run (see
+    /// [`DistConfig::end_timeout`]).
+    pub fn end_timeout(mut self, timeout: Duration) -> Self {
+        self.end_timeout = Some(timeout);
+        self
+    }
+
+    /// Whether the environment layer applies (default `true`); with `false` only the
+    /// builder's settings and the defaults count.
+    pub fn use_env(mut self, yes: bool) -> Self {
+        self.use_env = yes;
+        self
+    }
+
+    /// Registers a remote-capable job type explicitly (besides the `#[satin::job]`
+    /// types, which are found automatically).
+    pub fn job<J: Job>(mut self) -> Self {
+        self.registry
+            .get_or_insert_with(JobRegistry::from_inventory)
+            .add::<J>();
+        self
+    }
+
+    /// The resolved settings: the defaults, then the environment layer, then what was
+    /// set on this builder.
+    fn config(&self) -> Result<Config, SatinError> {
+        let mut c = Config::default();
+        if self.use_env {
+            crate::env::apply(&mut c)?;
+        }
+        if let Some(d) = self.inline_depth {
+            c.inline_depth = d;
+        }
+        if let Some(p) = self.policy {
+            c.dist.policy = p;
+        }
+        if let Some(b) = self.steal_backoff {
+            c.dist.steal_backoff = b;
+        }
+        if let Some(t) = self.join_timeout {
+            c.dist.join_timeout = t;
+        }
+        if let Some(t) = self.end_timeout {
+            c.dist.end_timeout = t;
+        }
+        Ok(c)
+    }
+
+    /// Starts the worker threads.
+    pub fn build(self) -> Result<Satin, SatinError> {
+        self.start().map(|(satin, _)| satin)
+    }
+
+    /// Starts the worker threads; also returns the settings of the distributed layer.
+    pub(crate) fn start(self) -> Result<(Satin, DistConfig), SatinError> {
+        let config = self.config()?;
+        let n = self.workers.unwrap_or_else(|| {
+            std::thread::available_parallelism()
+                .map(|n| n.get())
+                .unwrap_or(1)
+        });
+        let registry = self.registry.unwrap_or_else(JobRegistry::from_inventory);
+        let (shared, deques) = Shared::new(n, registry, config.inline_depth);
+        let mut handles = Vec::with_capacity(n);
+        for (i, d) in deques.into_iter().enumerate() {
+            let sh = shared.clone();
+            let h = std::thread::Builder::new()
+                .name(format!("satin-worker-{i}"))
+                .spawn(move || worker_main(Ctx::new(i, d, sh)));
+            match h {
+                Ok(h) => handles.push(h),
+                Err(e) => {
+                    let s = Satin { shared, handles };
+                    drop(s);
+                    return Err(SatinError::Spawn(e.to_string()));
+                }
+            }
+        }
+        let _ = shared
+            .threads
+            .set(handles.iter().map(|h| h.thread().clone()).collect());
+        Ok((Satin { shared, handles }, config.dist))
+    }
+}

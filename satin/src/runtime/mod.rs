@@ -1,0 +1,174 @@
+//! The worker pool of one process: the [`Satin`] handle, its builder, the state the
+//! workers share, their loop, and the stealer for threads outside the pool.
+
+#![forbid(unsafe_code)]
+
+mod builder;
+mod shared;
+mod stealer;
+mod worker;
+
+pub(crate) use builder::Config;
+pub use builder::{SatinBuilder, DEFAULT_INLINE_DEPTH};
+pub(crate) use shared::{Injected, Shared};
+pub use stealer::ExternalStealer;
+
+use crate::error::{panic_message, SatinError};
+use crate::kernel::Ctx;
+use crate::stats::{NetCounters, Stats};
+use crate::wire::{ErasedJob, JobRegistry};
+use crate::Job;
+use std::panic::{self, AssertUnwindSafe};
+use std::sync::atomic::Ordering;
+use std::sync::{mpsc, Arc};
+use std::thread::JoinHandle;
+
+/// The callback of [`Satin::set_idle_hook`].
+type IdleHook = Box<dyn Fn() + Send + Sync>;
+
+/// A Satin instance: a pool of worker threads with work-stealing deques.
+///
+/// Dropping it stops the workers (after the running jobs).
+pub struct Satin {
+    shared: Arc<Shared>,
+    handles: Vec<JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for Satin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Satin")
+            .field("workers", &self.workers())
+            .finish()
+    }
+}
+
+impl Satin {
+    /// A builder; `Satin::builder().workers(2).build()?`.
+    pub fn builder() -> SatinBuilder {
+        SatinBuilder::default()
+    }
+
+    /// Number of worker threads.
+    pub fn workers(&self) -> usize {
+        self.shared.stealers.len()
+    }
+
+    /// Runs a root job on the workers and returns its result.
+    ///
+    /// Must not be called from inside a job. A panic in the job (or in any job it
+    /// spawned) is propagated here, on the calling thread, after the computation has
+    /// been unwound; the pool stays usable. See [`Satin::try_run`].
+    pub fn run<J: Job>(&self, job: J) -> J::Output {
+        match self.run_raw(job) {
+            Ok(v) => v,
+            Err(p) => panic::resume_unwind(p),
+        }
+    }
+
+    /// Like [`Satin::run`], but a panic is returned as [`SatinError::JobPanicked`].
+    pub fn try_run<J: Job>(&self, job: J) -> Result<J::Output, SatinError> {
+        self.run_raw(job)
+            .map_err(|p| SatinError::JobPanicked(panic_message(&*p)))
+    }
+
+    fn run_raw<J: Job>(&self, job: J) -> Result<J::Output, Box<dyn std::any::Any + Send>> {
+        let (tx, rx) = mpsc::sync_channel(1);
+        let shared = self.shared.clone();
+        self.shared
+            .submit(Injected::Task(Box::new(move |ctx: &mut Ctx| {
+                let r = panic::catch_unwind(AssertUnwindSafe(|| job.run(ctx)));
+                ctx.release_deferred();
+                ctx.flush_stats();
+                shared.task_done();
+                let _ = tx.send(r);
+            })));
+        rx.recv().expect("satin: worker pool stopped")
+    }
+
+    /// Runs a job that came from the wire on a worker; `done` receives its serialized
+    /// result (or the error, e.g. [`SatinError::JobPanicked`]) on the worker thread.
+    pub fn execute_wire_job(
+        &self,
+        job: Box<dyn ErasedJob>,
+        done: impl FnOnce(Result<Vec<u8>, SatinError>) + Send + 'static,
+    ) {
+        let shared = self.shared.clone();
+        self.shared
+            .submit(Injected::Task(Box::new(move |ctx: &mut Ctx| {
+                let r = panic::catch_unwind(AssertUnwindSafe(|| job.run_to_wire(ctx)))
+                    .unwrap_or_else(|p| Err(SatinError::JobPanicked(panic_message(&*p))));
+                ctx.release_deferred();
+                ctx.flush_stats();
+                shared.task_done();
+                done(r);
+            })));
+    }
+
+    /// The registry of remote-capable job types.
+    pub fn registry(&self) -> &JobRegistry {
+        &self.shared.registry
+    }
+
+    /// Rebuilds a job from the wire; [`SatinError::UnknownJobType`] for an unknown name.
+    pub fn from_wire(&self, name: &str, bytes: &[u8]) -> Result<Box<dyn ErasedJob>, SatinError> {
+        self.shared.registry.from_wire(name, bytes)
+    }
+
+    /// A handle for a thread outside the pool (the network thread) to steal jobs from
+    /// the FIFO end of the workers' deques without stopping the workers.
+    ///
+    /// From then on the workers keep one job published for it at all times (without a
+    /// stealer a single worker keeps its jobs private). Workers notice this when they
+    /// next take a root job or stolen work, so create the stealer before submitting.
+    pub fn external_stealer(&self) -> ExternalStealer {
+        self.shared.thieves.store(true, Ordering::Relaxed);
+        ExternalStealer::new(self.shared.clone())
+    }
+
+    /// Whether this instance is starving: some worker found no work (it idles, or a
+    /// sync waits for children that run elsewhere) and no deque nor the injector holds
+    /// any. Cheap (a few atomic loads): the distributed layer polls it to decide when
+    /// to steal from other processes.
+    pub fn is_starving(&self) -> bool {
+        self.shared.hungry.load(Ordering::SeqCst) > 0 && !self.shared.has_visible_work()
+    }
+
+    /// Installs a callback run (on the worker thread) each time a worker runs out of
+    /// work, so that a driver waiting for that can wake up instead of polling. It must
+    /// be cheap and must not block. Returns `false` if a hook was already installed.
+    pub fn set_idle_hook(&self, hook: impl Fn() + Send + Sync + 'static) -> bool {
+        self.shared.idle_hook.set(Box::new(hook)).is_ok()
+    }
+
+    /// The counters the distributed layer fills in (messages, bytes, (de)serialization
+    /// time, remote steals).
+    pub fn net_counters(&self) -> &NetCounters {
+        &self.shared.net
+    }
+
+    /// Statistics per worker and total. Print them with `{}` (Java Satin style).
+    pub fn stats(&self) -> Stats {
+        Stats::collect(&self.shared.stats, &self.shared.net)
+    }
+
+    /// Sets all counters to zero.
+    pub fn reset_stats(&self) {
+        for s in &self.shared.stats {
+            s.reset();
+        }
+        self.shared.net.reset();
+    }
+}
+
+impl Drop for Satin {
+    fn drop(&mut self) {
+        {
+            let _g = self.shared.sleep.lock();
+            self.shared.shutdown.store(true, Ordering::SeqCst);
+            self.shared.wake.notify_all();
+        }
+        for h in self.handles.drain(..) {
+            let _ = h.join();
+        }
+    }
+}
