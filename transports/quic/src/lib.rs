@@ -54,8 +54,6 @@
 //! all data sent (closing a QUIC connection discards what is unsent, and `send` returns
 //! once its bytes are queued), then closes every connection (peers report their channels
 //! lost after the last message) and stops the runtime.
-//!
-//! [`baseline`] is a plain quinn (tokio) ping-pong for benchmarks.
 
 mod address;
 mod config;
@@ -63,7 +61,6 @@ mod driver;
 mod endpoint;
 mod engine;
 
-pub mod baseline;
 #[doc(hidden)]
 pub mod tls;
 pub mod wire;
