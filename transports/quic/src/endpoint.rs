@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use ipl_transport_abi::{
     BufferPool, HostSink, TransportCapabilities, TransportError, TransportPlugin,
 };
-use quinn::VarInt;
+use quinn_proto::{IdleTimeout, TransportConfig, VarInt};
 
 use crate::address::Address;
 use crate::config::Config;
@@ -61,9 +61,9 @@ fn shutting_down() -> TransportError {
     TransportError::Closed("quic endpoint is shutting down".into())
 }
 
-fn transport_config(cfg: &Config) -> Result<quinn::TransportConfig, TransportError> {
-    let mut t = quinn::TransportConfig::default();
-    let idle = quinn::IdleTimeout::try_from(cfg.idle_timeout)
+fn transport_config(cfg: &Config) -> Result<TransportConfig, TransportError> {
+    let mut t = TransportConfig::default();
+    let idle = IdleTimeout::try_from(cfg.idle_timeout)
         .map_err(|e| TransportError::InvalidArgument(format!("quic idle timeout: {e}")))?;
     t.max_idle_timeout(Some(idle))
         .keep_alive_interval(Some(cfg.idle_timeout / 4))
