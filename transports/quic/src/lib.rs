@@ -65,8 +65,6 @@ mod engine;
 pub mod tls;
 pub mod wire;
 
-use std::sync::{Mutex, MutexGuard};
-
 pub use address::{Address, UNRELIABLE_SUFFIX};
 pub use config::{DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_MESSAGE};
 pub use endpoint::QuicTransport;
@@ -77,11 +75,6 @@ ipl_transport_abi::declare_plugin!(
     /// The QUIC transport's descriptor, for static linking.
     pub static PLUGIN = QuicTransport;
 );
-
-/// Locks a mutex, ignoring poisoning (no invariant of ours spans a panic).
-pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
 
 /// The README example, compiled and run as a doc test.
 #[cfg(doctest)]
