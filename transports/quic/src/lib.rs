@@ -55,6 +55,8 @@
 //! once its bytes are queued), then closes every connection (peers report their channels
 //! lost after the last message) and stops the background thread.
 
+#![forbid(unsafe_code)]
+
 mod address;
 mod config;
 mod driver;
