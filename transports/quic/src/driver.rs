@@ -23,18 +23,17 @@ use std::net::UdpSocket;
 use std::os::fd::OwnedFd;
 use std::sync::atomic::AtomicUsize;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
 use ipl_transport_abi::HostSink;
 use ipl_transport_kit::{BufferPool, Gate};
+use parking_lot::{Condvar, Mutex, MutexGuard};
 use quinn_proto::Transmit;
 use quinn_udp::{RecvMeta, UdpSocketState};
 use rustix::event::{PollFd, PollFlags};
 
 use crate::engine::{Engine, HostEvent};
-use crate::lock;
 
 /// How long a polling receiver keeps the background thread off the socket after its
 /// last poll: the longest a message that arrives just after the receiver stopped
@@ -139,7 +138,7 @@ impl Driver {
 
     /// The engine's lock.
     pub(crate) fn lock(&self) -> MutexGuard<'_, Locked> {
-        lock(&self.locked)
+        self.locked.lock()
     }
 
     /// Sends one transmit; a full socket buffer waits (briefly) for room.
@@ -187,7 +186,7 @@ impl Driver {
         }
         self.publish(&g.engine);
         if got && self.waiters.load(Ordering::SeqCst) > 0 {
-            *lock(&self.moved) += 1;
+            *self.moved.lock() += 1;
             self.moved_cv.notify_all();
         }
         got
@@ -309,7 +308,7 @@ impl Driver {
         while self.pending.load(Ordering::Acquire) {
             // One deliverer at a time keeps the order; a thread that finds another at
             // it leaves the events to it (it looks again before it lets go).
-            let Ok(mut batch) = self.deliver_lock.try_lock() else {
+            let Some(mut batch) = self.deliver_lock.try_lock() else {
                 return delivered;
             };
             loop {
@@ -349,7 +348,7 @@ impl Driver {
         let now = Instant::now();
         self.lease_until
             .store(self.ns(now + LEASE), Ordering::Relaxed);
-        if let Ok(mut g) = self.locked.try_lock() {
+        if let Some(mut g) = self.locked.try_lock() {
             self.drive(&mut g, now);
         }
         self.deliver()
@@ -384,7 +383,7 @@ impl Driver {
         check: &mut impl FnMut(&mut Engine, Instant) -> Option<R>,
     ) -> Option<R> {
         loop {
-            let seen = *lock(&self.moved);
+            let seen = *self.moved.lock();
             let now = Instant::now();
             let next = {
                 let mut g = self.lock();
@@ -408,11 +407,10 @@ impl Driver {
             for t in [next, deadline].into_iter().flatten() {
                 until = until.min(t);
             }
-            let moved = lock(&self.moved);
+            let mut moved = self.moved.lock();
             if *moved == seen {
-                let _ = self
-                    .moved_cv
-                    .wait_timeout(moved, until.saturating_duration_since(now));
+                self.moved_cv
+                    .wait_for(&mut moved, until.saturating_duration_since(now));
             }
         }
     }

@@ -5,19 +5,19 @@
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::sync::{Arc, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
 use ipl_transport_abi::{HostSink, TransportCapabilities, TransportError, TransportPlugin};
 use ipl_transport_kit::BufferPool;
-use quinn::VarInt;
+use parking_lot::Mutex;
+use quinn_proto::{IdleTimeout, TransportConfig, VarInt};
 
 use crate::address::Address;
 use crate::config::Config;
 use crate::driver::Driver;
 pub use crate::engine::ConnectionStats;
 use crate::engine::{DialState, Engine};
-use crate::lock;
 use crate::tls::PoolTls;
 use crate::wire;
 
@@ -60,9 +60,9 @@ fn shutting_down() -> TransportError {
     TransportError::Closed("quic endpoint is shutting down".into())
 }
 
-fn transport_config(cfg: &Config) -> Result<quinn::TransportConfig, TransportError> {
-    let mut t = quinn::TransportConfig::default();
-    let idle = quinn::IdleTimeout::try_from(cfg.idle_timeout)
+fn transport_config(cfg: &Config) -> Result<TransportConfig, TransportError> {
+    let mut t = TransportConfig::default();
+    let idle = IdleTimeout::try_from(cfg.idle_timeout)
         .map_err(|e| TransportError::InvalidArgument(format!("quic idle timeout: {e}")))?;
     t.max_idle_timeout(Some(idle))
         .keep_alive_interval(Some(cfg.idle_timeout / 4))
@@ -105,7 +105,7 @@ impl QuicTransport {
     #[doc(hidden)]
     pub fn connection_stats(address: &[u8]) -> Option<ConnectionStats> {
         let id = Address::parse(address).ok()?.id;
-        let inner = lock(directory()).get(&id).and_then(Weak::upgrade)?;
+        let inner = directory().lock().get(&id).and_then(Weak::upgrade)?;
         let stats = inner.driver.lock().engine.stats();
         Some(stats)
     }
@@ -234,7 +234,7 @@ impl TransportPlugin for QuicTransport {
             .name("ipl-quic".into())
             .spawn(move || bg.driver.run_background())
             .map_err(|e| TransportError::Unavailable(format!("quic: no thread: {e}")))?;
-        lock(directory()).insert(id, Arc::downgrade(&inner));
+        directory().lock().insert(id, Arc::downgrade(&inner));
         tracing::debug!(
             address = %String::from_utf8_lossy(&inner.address),
             bound = %bound,
@@ -415,12 +415,12 @@ impl TransportPlugin for QuicTransport {
         }
         d.stop.store(true, Ordering::Release);
         d.wake();
-        if let Some(t) = lock(&self.background).take() {
+        if let Some(t) = self.background.lock().take() {
             if t.thread().id() != std::thread::current().id() {
                 let _ = t.join();
             }
         }
-        lock(directory()).remove(&inner.id);
+        directory().lock().remove(&inner.id);
         tracing::debug!(
             endpoint = format_args!("{:016x}", inner.id),
             "quic endpoint shut down"

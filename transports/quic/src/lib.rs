@@ -1,5 +1,5 @@
 //! The QUIC transport: endpoints in other processes and on other hosts, encrypted and
-//! authenticated with TLS 1.3 (quinn + rustls with the `ring` provider), one QUIC
+//! authenticated with TLS 1.3 (quinn-proto + rustls with the `ring` provider), one QUIC
 //! connection per pair of endpoints carrying all their channels.
 //!
 //! **Configuration** (`key=value` lines given to `create`; unknown keys are ignored):
@@ -34,7 +34,7 @@
 //! possibly. A message too large for a datagram goes on the channel's stream. The IPL
 //! chooses this for port types with `communication.unreliable`.
 //!
-//! **Threading** (sans-IO, as quinn-proto under quinn): the protocol state is an
+//! **Threading** (sans-IO, no async runtime): the protocol state is an
 //! `engine` on quinn-proto, moved by a thin `driver` that any thread may run. `send`
 //! writes and transmits on the caller's thread (back-to-back sends of a streaming
 //! connection leave the transmit to the background thread, which batches them); the transport has the `polled`
@@ -53,7 +53,9 @@
 //! channel and finishes its stream, waits up to `linger_ms` until the peers acknowledged
 //! all data sent (closing a QUIC connection discards what is unsent, and `send` returns
 //! once its bytes are queued), then closes every connection (peers report their channels
-//! lost after the last message) and stops the runtime.
+//! lost after the last message) and stops the background thread.
+
+#![forbid(unsafe_code)]
 
 mod address;
 mod config;
@@ -65,8 +67,6 @@ mod engine;
 pub mod tls;
 pub mod wire;
 
-use std::sync::{Mutex, MutexGuard};
-
 pub use address::{Address, UNRELIABLE_SUFFIX};
 pub use config::{DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_MESSAGE};
 pub use endpoint::QuicTransport;
@@ -77,11 +77,6 @@ ipl_transport_abi::declare_plugin!(
     /// The QUIC transport's descriptor, for static linking.
     pub static PLUGIN = QuicTransport;
 );
-
-/// Locks a mutex, ignoring poisoning (no invariant of ours spans a panic).
-pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
 
 /// The README example, compiled and run as a doc test.
 #[cfg(doctest)]

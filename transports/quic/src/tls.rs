@@ -17,6 +17,8 @@ use std::sync::Arc;
 
 use ipl_auth::PoolSecret;
 use ipl_transport_abi::TransportError;
+use quinn_proto::crypto::rustls::{QuicClientConfig, QuicServerConfig};
+use quinn_proto::{ClientConfig, ServerConfig, TransportConfig};
 use rcgen::{
     BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa,
     KeyPair, KeyUsagePurpose, SerialNumber,
@@ -178,37 +180,39 @@ impl PoolTls {
         Ok(cfg)
     }
 
-    /// The quinn server configuration (see [`rustls_server`](Self::rustls_server)).
+    /// The QUIC server configuration (quinn-proto's, which quinn re-exports; see
+    /// [`rustls_server`](Self::rustls_server)).
     pub fn server_config(
         &self,
         me: &Identity,
-        transport: Arc<quinn::TransportConfig>,
-    ) -> Result<quinn::ServerConfig, TransportError> {
-        let crypto = quinn::crypto::rustls::QuicServerConfig::try_from(self.rustls_server(me)?)
+        transport: Arc<TransportConfig>,
+    ) -> Result<ServerConfig, TransportError> {
+        let crypto = QuicServerConfig::try_from(self.rustls_server(me)?)
             .map_err(|e| tls_err("quic server crypto", e))?;
-        let mut cfg = quinn::ServerConfig::with_crypto(Arc::new(crypto));
+        let mut cfg = ServerConfig::with_crypto(Arc::new(crypto));
         cfg.transport_config(transport);
         Ok(cfg)
     }
 
-    /// The quinn client configuration (see [`rustls_client`](Self::rustls_client)).
+    /// The QUIC client configuration (quinn-proto's, which quinn re-exports; see
+    /// [`rustls_client`](Self::rustls_client)).
     pub fn client_config(
         &self,
         me: &Identity,
-        transport: Arc<quinn::TransportConfig>,
-    ) -> Result<quinn::ClientConfig, TransportError> {
+        transport: Arc<TransportConfig>,
+    ) -> Result<ClientConfig, TransportError> {
         quic_client(self.rustls_client(me)?, transport)
     }
 }
 
-/// Wraps a rustls client configuration for quinn.
+/// Wraps a rustls client configuration for QUIC (quinn-proto's configuration, which
+/// quinn re-exports).
 pub fn quic_client(
     cfg: rustls::ClientConfig,
-    transport: Arc<quinn::TransportConfig>,
-) -> Result<quinn::ClientConfig, TransportError> {
-    let crypto = quinn::crypto::rustls::QuicClientConfig::try_from(cfg)
-        .map_err(|e| tls_err("quic client crypto", e))?;
-    let mut cfg = quinn::ClientConfig::new(Arc::new(crypto));
+    transport: Arc<TransportConfig>,
+) -> Result<ClientConfig, TransportError> {
+    let crypto = QuicClientConfig::try_from(cfg).map_err(|e| tls_err("quic client crypto", e))?;
+    let mut cfg = ClientConfig::new(Arc::new(crypto));
     cfg.transport_config(transport);
     Ok(cfg)
 }

@@ -211,21 +211,17 @@ fn unreliable_messages_travel_as_datagrams_on_the_wire() {
         (stream, &b"hi there"[..])
     );
     // And a datagram we send is delivered on the channel.
-    raw.conn
-        .send_datagram(wire::encode_datagram(stream, &[b"from raw"]).into())
+    raw.send_datagram(wire::encode_datagram(stream, &[b"from raw"]).into())
         .unwrap();
     let ev = lb.wait("the datagram", |e| !e.messages.is_empty());
     assert_eq!(ev.messages[0], (at_b, b"from raw".to_vec()));
     drop(ev);
     // Datagrams for unknown channels or without a header are dropped, harmlessly.
-    raw.conn
-        .send_datagram(wire::encode_datagram(stream + 4000, &[b"nobody"]).into())
+    raw.send_datagram(wire::encode_datagram(stream + 4000, &[b"nobody"]).into())
         .unwrap();
-    raw.conn
-        .send_datagram(bytes::Bytes::from_static(b"abc"))
+    raw.send_datagram(bytes::Bytes::from_static(b"abc"))
         .unwrap();
-    raw.conn
-        .send_datagram(wire::encode_datagram(stream, &[b"again"]).into())
+    raw.send_datagram(wire::encode_datagram(stream, &[b"again"]).into())
         .unwrap();
     let ev = lb.wait("the second datagram", |e| e.messages.len() >= 2);
     assert_eq!(ev.messages[1], (at_b, b"again".to_vec()));
