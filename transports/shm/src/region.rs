@@ -8,7 +8,7 @@
 //! side at a time (the producer between its head and the receiver's tail, the
 //! receiver between the tail and the published head).
 
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::sync::atomic::AtomicU64;
 
 /// An access outside the region (a bug in the caller, reported rather than done).
@@ -71,21 +71,19 @@ impl Region {
                 "empty mapping",
             ));
         }
-        // SAFETY: a fresh mapping chosen by the kernel (no address hint), of a file
-        // descriptor we own; the result is checked for MAP_FAILED.
+        use rustix::mm::{MapFlags, ProtFlags};
+        // SAFETY: a fresh mapping placed by the kernel (no address hint), so it replaces
+        // nothing of ours, of a file descriptor we own; rustix checks the result.
         let p = unsafe {
-            libc::mmap(
+            rustix::mm::mmap(
                 std::ptr::null_mut(),
                 size,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                fd.as_raw_fd(),
+                ProtFlags::READ | ProtFlags::WRITE,
+                MapFlags::SHARED,
+                fd,
                 0,
             )
-        };
-        if p == libc::MAP_FAILED {
-            return Err(std::io::Error::last_os_error());
-        }
+        }?;
         Ok(Region {
             base: p.cast(),
             size,
@@ -181,7 +179,7 @@ impl Drop for Region {
         if let Backing::Mapped = self.backing {
             // SAFETY: base/size describe a mapping made by `map` and never unmapped
             // before; nothing borrows it any more (every user holds an Arc<Region>).
-            unsafe { libc::munmap(self.base.cast(), self.size) };
+            let _ = unsafe { rustix::mm::munmap(self.base.cast(), self.size) };
         }
     }
 }

@@ -18,7 +18,9 @@
 //!   reclaiming space.
 
 use std::sync::atomic::{fence, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
 
 use crate::buffer::CtxCache;
 use crate::consumer::{Completion, Consumer, RingError};
@@ -318,11 +320,7 @@ impl RxShared {
 
     /// Releases consumed slot `seq`; reclaims space and wakes a waiting sender.
     pub fn release(&self, seq: u64) {
-        let moved = self
-            .reclaimer
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .release(seq);
+        let moved = self.reclaimer.lock().release(seq);
         if let Some(tail) = moved {
             self.publish_tail(tail);
         }
@@ -330,10 +328,7 @@ impl RxShared {
 
     /// Bytes consumed and not reclaimed.
     pub fn held(&self) -> u64 {
-        self.reclaimer
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .held()
+        self.reclaimer.lock().held()
     }
 
     fn publish_tail(&self, tail: u64) {
@@ -430,7 +425,7 @@ impl RingRx {
             return Ok(None);
         };
         s.read.store(self.consumer.read(), Ordering::Release);
-        let mut rec = s.reclaimer.lock().unwrap_or_else(|p| p.into_inner());
+        let mut rec = s.reclaimer.lock();
         let held = rec.held();
         let payload = matches!(c.kind, Kind::Data | Kind::Frag | Kind::FragEnd);
         let in_place = c.kind == Kind::Data && in_place(&c, held);
