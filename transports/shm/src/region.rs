@@ -16,9 +16,9 @@
 //! **What it cannot do, and why:**
 //! - *Make us access memory outside the segment.* The mapping is exactly the size
 //!   announced, of a memfd sealed against shrinking (checked before mapping, see
-//!   `sys::sealed_size`), so no access can fault. Every
-//!   offset comes from our own private state (the consumer's read position, the
-//!   producer's head) reduced modulo the ring capacity; every length from the ring is
+//!   `sys::sealed_size`), so no access can fault. Every offset comes from our own
+//!   private state (the consumer's read position, the producer's head) reduced
+//!   modulo the ring capacity; every length from the ring is
 //!   checked against the end of the ring and the credits before it is used
 //!   ([`Consumer::take`](crate::consumer::Consumer::take)), every tail against our head
 //!   ([`Producer::check_tail`](crate::producer::Producer::check_tail)), and the region
@@ -38,9 +38,10 @@
 //!   ([`Region::read`], [`Region::append_to`]) is loaded with relaxed atomic loads a
 //!   word at a time, or for large copies on x86-64 with one `rep movsb`, which the
 //!   compiler must take as such loads (`bulk_copy`). A racing write yields some
-//!   bytes, never undefined behaviour; the bytes are then checked like any input. Our own writes go only into ranges the
-//!   credits give us (one plain copy per message on send), and we never read those
-//!   back except atomically: a peer that reads them early only harms itself.
+//!   bytes, never undefined behaviour; the bytes are then checked like any input.
+//!   Our own writes go only into ranges the credits give us (one plain copy per
+//!   message on send), and we never read those back except atomically: a peer that
+//!   reads them early only harms itself.
 //!
 //! **The one place trust is extended: payloads handed out in place.** A message within
 //! the zero-copy window is given to the host as a buffer that points into the ring
