@@ -84,8 +84,8 @@ unsafe extern "C" fn release_slot(ctx: *mut c_void) {
     // release exactly once per buffer (ABI contract), so it is reclaimed once.
     let mut ctx = unsafe { Box::from_raw(ctx.cast::<ReleaseCtx>()) };
     if let Some(shared) = ctx.shared.take() {
-        // No panic can cross the boundary: `release` handles lock poisoning and only
-        // does arithmetic, atomics and a non-blocking socket write.
+        // No panic can cross the boundary: `release` takes a lock that cannot be
+        // poisoned and only does arithmetic, atomics and a non-blocking socket write.
         let seq = ctx.seq;
         let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| shared.release(seq)));
         // Dropping `shared` after this may free the ring, and with it the cache: the
@@ -115,8 +115,9 @@ pub(crate) fn in_place(
         release_ctx: ctx.cast(),
     };
     // SAFETY: ptr..ptr+len lies in a slot that the reclaimer holds until `seq` is
-    // released, so the producer cannot overwrite it (no credits for it) and the
-    // mapping stays alive through the Arc in the context; `release_slot` is callable
+    // released, so the producer has no credits for it (a peer that writes it anyway is
+    // the one case the trust model in `region.rs` leaves to the pool's authentication),
+    // and the mapping stays alive through the Arc in the context; `release_slot` is callable
     // from any thread and after the endpoint is gone (it touches only the context),
     // and the context is released once: by the host, or by the PluginBuffer's drop.
     unsafe { PluginBuffer::from_raw(buf) }

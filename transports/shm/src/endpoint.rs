@@ -3,14 +3,16 @@
 //! and the endpoint thread that sleeps when nobody polls.
 
 use std::collections::HashMap;
-use std::os::fd::OwnedFd;
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::linux::net::SocketAddrExt;
 use std::os::unix::net::{SocketAddr as UnixAddr, UnixListener, UnixStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, RwLock, TryLockError};
+use std::sync::Arc;
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
+
+use parking_lot::{Mutex, RwLock};
+use rustix::event::{PollFd, PollFlags};
 
 use ipl_transport_abi::ffi::CloseCode;
 use ipl_transport_abi::{
@@ -27,7 +29,7 @@ use crate::handshake;
 use crate::layout::Kind;
 use crate::link::{Link, Pacing, RxState};
 use crate::park::Parking;
-use crate::{lock, read_lock, sys, write_lock};
+use crate::sys;
 
 /// Bit 63 of a wire channel id: set when the sender of the slot is the side that
 /// opened the channel (as in the tcp transport), so the two directions never collide.
@@ -99,14 +101,14 @@ impl Inner {
     }
 
     fn register(&self, link: &Arc<Link>) -> Result<(), TransportError> {
-        let mut by_peer = lock(&self.by_peer);
+        let mut by_peer = self.by_peer.lock();
         if self.stopping.load(Ordering::SeqCst) {
             return Err(TransportError::Closed(
                 "shm endpoint is shutting down".into(),
             ));
         }
         by_peer.insert(link.peer_id, link.clone());
-        let mut links = write_lock(&self.links);
+        let mut links = self.links.write();
         let mut v: Vec<Arc<Link>> = links.iter().cloned().collect();
         v.push(link.clone());
         *links = v.into();
@@ -123,7 +125,7 @@ impl Inner {
     }
 
     fn existing(&self, id: u64) -> Option<Arc<Link>> {
-        let l = lock(&self.by_peer).get(&id).cloned()?;
+        let l = self.by_peer.lock().get(&id).cloned()?;
         (l.is_alive() && l.chans.is_open()).then_some(l)
     }
 
@@ -163,7 +165,7 @@ impl Inner {
             self.id,
             handshake_max_cap(&self.cfg),
         );
-        lock(&self.handshakes).pending.remove(&token);
+        self.handshakes.lock().pending.remove(&token);
         match result {
             Ok(est) => {
                 match Link::new(self.next_serial.fetch_add(1, Ordering::Relaxed), est, false) {
@@ -200,7 +202,7 @@ impl Inner {
                 continue;
             }
             let token = self.next_serial.fetch_add(1, Ordering::Relaxed);
-            let mut hs = lock(&self.handshakes);
+            let mut hs = self.handshakes.lock();
             if hs.stopped {
                 return;
             }
@@ -232,10 +234,8 @@ impl Inner {
     /// (still under the ring's lock, so nothing later of the channel overtakes it), and
     /// the consumption stops there.
     fn consume(&self, link: &Arc<Link>, mut want: Option<(u64, &mut ChannelSink<'_>)>) -> usize {
-        let mut rx = match link.rx.try_lock() {
-            Ok(g) => g,
-            Err(TryLockError::Poisoned(p)) => p.into_inner(),
-            Err(TryLockError::WouldBlock) => return 0,
+        let Some(mut rx) = link.rx.try_lock() else {
+            return 0;
         };
         let mut n = 0;
         let mut taken_since_publish = 0u32;
@@ -389,14 +389,14 @@ impl Inner {
         link.kill();
         let chans = link.chans.take();
         {
-            let mut by_peer = lock(&self.by_peer);
+            let mut by_peer = self.by_peer.lock();
             if by_peer
                 .get(&link.peer_id)
                 .is_some_and(|l| Arc::ptr_eq(l, link))
             {
                 by_peer.remove(&link.peer_id);
             }
-            let mut links = write_lock(&self.links);
+            let mut links = self.links.write();
             if links.iter().any(|l| Arc::ptr_eq(l, link)) {
                 let v: Vec<Arc<Link>> = links
                     .iter()
@@ -448,10 +448,9 @@ impl Inner {
     /// notices dead peers. See the crate documentation for the wait protocol.
     fn run(self: Arc<Self>, listener: UnixListener) {
         sys::set_timer_slack(1_000);
-        let mut fds: Vec<libc::pollfd> = Vec::new();
         let mut spins = 0u32;
         while !self.stopping.load(Ordering::SeqCst) {
-            let links = read_lock(&self.links).clone();
+            let links = self.links.read().clone();
             let (n, busy) = self.progress_all(&links);
             if n > 0 {
                 continue;
@@ -487,11 +486,7 @@ impl Inner {
                     continue;
                 }
             }
-            poll_set(
-                &mut fds,
-                &[self.ctl.as_raw_fd(), listener.as_raw_fd()],
-                &links,
-            );
+            let mut fds = poll_set(&[self.ctl.as_fd(), listener.as_fd()], &links);
             let ready = sys::poll(&mut fds, Some(timeout.unwrap_or(self.cfg.idle_check)));
             self.endpoint_asleep.store(false, Ordering::SeqCst);
             if announce {
@@ -508,14 +503,14 @@ impl Inner {
                     continue;
                 }
             }
-            if fds[0].revents != 0 {
+            if !fds[0].revents().is_empty() {
                 sys::eventfd_drain(&self.ctl);
             }
-            if fds[1].revents != 0 {
+            if !fds[1].revents().is_empty() {
                 self.accept_all(&listener);
             }
             for (l, p) in links.iter().zip(&fds[2..]) {
-                if p.revents == 0 {
+                if p.revents().is_empty() {
                     continue;
                 }
                 if l.drain_socket() {
@@ -546,25 +541,25 @@ fn handshake_max_cap(cfg: &Config) -> usize {
     cfg.ring_size.max(crate::config::DEFAULT_RING_SIZE)
 }
 
-/// Fills `fds` with what a sleeping thread polls for input: `own` descriptors first,
-/// then the connection socket of each link, in the order of `links`.
-fn poll_set(fds: &mut Vec<libc::pollfd>, own: &[RawFd], links: &[Arc<Link>]) {
-    fds.clear();
-    let socks = links.iter().map(|l| l.sock.as_raw_fd());
-    for fd in own.iter().copied().chain(socks) {
-        fds.push(libc::pollfd {
-            fd,
-            events: libc::POLLIN,
-            revents: 0,
-        });
-    }
+/// What a sleeping thread polls for input: `own` descriptors first, then the
+/// connection socket of each link, in the order of `links`. (Built at each sleep: the
+/// sleep is a system call anyway.)
+fn poll_set<'a>(own: &[BorrowedFd<'a>], links: &'a [Arc<Link>]) -> Vec<PollFd<'a>> {
+    let socks = links.iter().map(|l| l.sock.as_fd());
+    own.iter()
+        .copied()
+        .chain(socks)
+        .map(|fd| PollFd::from_borrowed_fd(fd, PollFlags::IN))
+        .collect()
 }
 
 impl ShmTransport {
     /// Test hook: whether `ptr` lies inside a segment mapped by this endpoint.
     #[doc(hidden)]
     pub fn maps(&self, ptr: *const u8) -> bool {
-        read_lock(&self.inner.links)
+        self.inner
+            .links
+            .read()
             .iter()
             .any(|l| l.region.contains(ptr))
     }
@@ -575,10 +570,7 @@ impl ShmTransport {
     fn take_from(&self, want: Option<(u64, &mut ChannelSink<'_>)>) -> usize {
         let inner = &*self.inner;
         // One look at each ring under the read lock (a few loads when nothing arrived).
-        if !read_lock(&inner.links)
-            .iter()
-            .any(|l| l.rx_shared.has_pending())
-        {
+        if !inner.links.read().iter().any(|l| l.rx_shared.has_pending()) {
             return 0;
         }
         let mut delivered = 0;
@@ -595,7 +587,7 @@ impl ShmTransport {
         // The rings with something pending are consumed from a snapshot of the list,
         // outside the lock (a host callback may lead to `link_lost`, which takes the
         // write lock).
-        let links = Arc::clone(&*read_lock(&inner.links));
+        let links = Arc::clone(&*inner.links.read());
         delivered + inner.progress_all(&links).0
     }
 }
@@ -749,15 +741,14 @@ impl TransportPlugin for ShmTransport {
                 return false;
             }
         };
-        let links = Arc::clone(&*read_lock(&inner.links));
+        let links = Arc::clone(&*inner.links.read());
         for l in links.iter() {
             l.rx_shared.set_sleeping(true);
         }
         if links.iter().any(|l| l.rx_shared.has_pending()) {
             return true;
         }
-        let mut fds = Vec::with_capacity(1 + links.len());
-        poll_set(&mut fds, &[parked.fd()], &links);
+        let mut fds = poll_set(&[parked.fd()], &links);
         if let Err(e) = sys::poll(&mut fds, Some(timeout)) {
             tracing::debug!("shm: poll of a parked thread failed: {e}");
         }
@@ -766,7 +757,7 @@ impl TransportPlugin for ShmTransport {
         // endpoint thread, which reports the link lost.
         let mut drained = false;
         for (l, p) in links.iter().zip(&fds[1..]) {
-            if p.revents & libc::POLLIN != 0 && l.drain_socket() {
+            if p.revents().contains(PollFlags::IN) && l.drain_socket() {
                 l.notify_credits();
                 drained = true;
             }
@@ -794,13 +785,13 @@ impl TransportPlugin for ShmTransport {
         inner.gate.close();
         sys::eventfd_signal(&inner.ctl);
         let me = thread::current().id();
-        if let Some(t) = lock(&self.thread).take() {
+        if let Some(t) = self.thread.lock().take() {
             if t.thread().id() != me {
                 let _ = t.join();
             }
         }
         let threads = {
-            let mut hs = lock(&inner.handshakes);
+            let mut hs = inner.handshakes.lock();
             hs.stopped = true;
             for s in hs.pending.values() {
                 let _ = s.shutdown(std::net::Shutdown::Both);
@@ -814,13 +805,13 @@ impl TransportPlugin for ShmTransport {
             }
         }
         let links: Vec<Arc<Link>> = {
-            let _by_peer = lock(&inner.by_peer);
-            let mut l = write_lock(&inner.links);
+            let _by_peer = inner.by_peer.lock();
+            let mut l = inner.links.write();
             let v = l.iter().cloned().collect();
             *l = Arc::from(Vec::new());
             v
         };
-        lock(&inner.by_peer).clear();
+        inner.by_peer.lock().clear();
         inner.channels.clear();
         // Peers see the socket close and report their channels lost. Mappings stay
         // alive while the host holds buffers that point into them.

@@ -29,7 +29,7 @@
 //! when it finds the flag set, and (with `shm.wait=spin_block`, the default) only
 //! after giving a polling receiver `shm.spin_us` to take the slot itself (the IPL's
 //! receive spin). `spin` (the thread never sleeps) and `block` (wake at once) are the
-//! alternatives, measured in the README.
+//! alternatives.
 //!
 //! **Flow control**: a sender without credits spins for `shm.spin_us`, then sets a
 //! "waiting" flag and sleeps until the receiver's release wakes it (or the peer dies,
@@ -42,13 +42,15 @@
 //! **Failures**: the peer's death closes its socket; the endpoint thread sees it,
 //! delivers what the peer published before, and reports every channel lost. Every
 //! index and header read from the ring is checked; a violation ends the connection.
+//! What a peer that ignores the protocol can and cannot do is the trust model, written
+//! down in [`region`] (the module that maps the peer's memory).
 //! Segments are memfds: when both processes are gone, nothing is left (no file in
 //! `/dev/shm`).
 //!
 //! **Configuration** (`key=value`): `secret=` (required), `pool=`,
 //! `shm.ring_size=` (bytes per ring, power of two, default 8 MiB), `max_message=`
 //! (default 1 GiB), `shm.wait=spin|spin_block|block`, `shm.spin_us=` (default 10),
-//! `shm.send_timeout_ms=` (default 60000).
+//! `shm.send_timeout_ms=` (default 60000), `shm.idle_check_ms=` (default 1000).
 //!
 //! The benchmarks (`ibis-bench`) compare this transport with a plain spinning
 //! shared-memory ping-pong (the raw limit) and with its own rings driven between two
@@ -85,27 +87,12 @@ pub mod bench_internals {
     pub use crate::ring::{Cursor, RingPlace, RingRx, RingTx};
 }
 
-use std::sync::{Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
-
 pub use endpoint::{ShmTransport, OPENED_BY_SENDER};
 
 ipl_transport_abi::declare_plugin!(
     /// The shm transport's descriptor, for static linking.
     pub static PLUGIN = ShmTransport;
 );
-
-/// Locks a mutex, ignoring poisoning (no invariant of ours spans a panic).
-pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-pub(crate) fn read_lock<T>(l: &RwLock<T>) -> RwLockReadGuard<'_, T> {
-    l.read().unwrap_or_else(|p| p.into_inner())
-}
-
-pub(crate) fn write_lock<T>(l: &RwLock<T>) -> RwLockWriteGuard<'_, T> {
-    l.write().unwrap_or_else(|p| p.into_inner())
-}
 
 /// The README example, compiled and run as a doc test.
 #[cfg(doctest)]

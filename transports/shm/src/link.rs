@@ -5,7 +5,9 @@
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::Arc;
+
+use parking_lot::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use ipl_transport_abi::TransportError;
@@ -16,7 +18,6 @@ use crate::chan_map::ChanHasher;
 use crate::consumer::Completion;
 use crate::handshake::Established;
 use crate::layout::Kind;
-use crate::lock;
 use crate::region::Region;
 use crate::ring::{Cursor, DriverError, RingPlace, RingRx, RingTx, RxShared, Taken};
 
@@ -138,7 +139,7 @@ impl Link {
 
     /// Wakes senders waiting for credits.
     pub fn notify_credits(&self) {
-        let _g = lock(&self.credit.0);
+        let _g = self.credit.0.lock();
         self.credit.1.notify_all();
     }
 
@@ -172,7 +173,7 @@ impl Link {
         // The clock is read only once a slot has to wait (a read costs about 50 ns on
         // a virtual machine, as much as the rest of an uncontended send).
         let mut deadline = None;
-        let mut tx = lock(&self.tx);
+        let mut tx = self.tx.lock();
         let mut cur = Cursor::new(slices);
         let max = tx.max_slot_payload() as usize;
         if total <= max {
@@ -243,9 +244,9 @@ impl Link {
                 announced = true;
                 continue;
             }
-            let g = lock(&self.credit.0);
+            let mut g = self.credit.0.lock();
             let nap = (deadline - now).min(Duration::from_millis(10));
-            let _ = self.credit.1.wait_timeout(g, nap);
+            self.credit.1.wait_for(&mut g, nap);
             waiting = false;
         };
         if announced {

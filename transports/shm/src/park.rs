@@ -15,11 +15,13 @@
 
 use std::cell::Cell;
 use std::io;
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
-use crate::{lock, sys};
+use parking_lot::Mutex;
+
+use crate::sys;
 
 thread_local! {
     /// The endpoint (its `Parking`'s id) and the interrupt count this thread saw when
@@ -68,12 +70,12 @@ impl Parking {
     /// Registers the calling thread as parked. `None` when an interrupt came since the
     /// thread was last parked here: the caller returns at once instead of sleeping.
     pub(crate) fn park(&self) -> io::Result<Option<Parked<'_>>> {
-        let spare = lock(&self.fds).spare.pop();
+        let spare = self.fds.lock().spare.pop();
         let fd = match spare {
             Some(fd) => fd,
             None => Arc::new(sys::eventfd()?),
         };
-        lock(&self.fds).waiting.push(Arc::clone(&fd));
+        self.fds.lock().waiting.push(Arc::clone(&fd));
         let parked = Parked { parking: self, fd };
         // SeqCst: pairs with the count in `interrupt` (see the module documentation).
         let now = self.interrupts.load(Ordering::SeqCst);
@@ -88,7 +90,7 @@ impl Parking {
     /// uses this endpoint return at once.
     pub(crate) fn interrupt(&self) {
         self.interrupts.fetch_add(1, Ordering::SeqCst);
-        for fd in &lock(&self.fds).waiting {
+        for fd in &self.fds.lock().waiting {
             sys::eventfd_signal(fd);
         }
     }
@@ -96,14 +98,14 @@ impl Parking {
     /// Threads parked now (for tests).
     #[cfg(test)]
     fn parked(&self) -> usize {
-        lock(&self.fds).waiting.len()
+        self.fds.lock().waiting.len()
     }
 }
 
 impl Parked<'_> {
     /// The eventfd to poll with the sockets.
-    pub(crate) fn fd(&self) -> RawFd {
-        self.fd.as_raw_fd()
+    pub(crate) fn fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
     }
 }
 
@@ -111,7 +113,7 @@ impl Drop for Parked<'_> {
     fn drop(&mut self) {
         let p = self.parking;
         sys::eventfd_drain(&self.fd);
-        let mut fds = lock(&p.fds);
+        let mut fds = p.fds.lock();
         fds.waiting.retain(|f| !Arc::ptr_eq(f, &self.fd));
         fds.spare.push(Arc::clone(&self.fd));
         drop(fds);
@@ -149,11 +151,10 @@ mod tests {
                     let _ = p.park().unwrap(); // the first returns at once
                     let parked = p.park().unwrap().expect("parks");
                     tx.send(()).unwrap();
-                    let mut fds = [libc::pollfd {
-                        fd: parked.fd(),
-                        events: libc::POLLIN,
-                        revents: 0,
-                    }];
+                    let mut fds = [rustix::event::PollFd::from_borrowed_fd(
+                        parked.fd(),
+                        rustix::event::PollFlags::IN,
+                    )];
                     // Bounded: an interrupt that never comes fails the assertion below.
                     let n = sys::poll(&mut fds, Some(std::time::Duration::from_secs(60)));
                     n.unwrap()
@@ -172,6 +173,6 @@ mod tests {
         }
         assert_eq!(p.parked(), 0);
         // The eventfds are kept for reuse, reset.
-        assert_eq!(lock(&p.fds).spare.len(), 2);
+        assert_eq!(p.fds.lock().spare.len(), 2);
     }
 }

@@ -18,7 +18,9 @@
 //!   reclaiming space.
 
 use std::sync::atomic::{fence, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
 
 use crate::buffer::CtxCache;
 use crate::consumer::{Completion, Consumer, RingError};
@@ -92,9 +94,12 @@ impl<'a> Cursor<'a> {
         while at < len && self.idx < self.slices.len() {
             let s = &self.slices[self.idx][self.off..];
             let n = s.len().min(len - at);
-            // SAFETY: at + n <= len, so the destination range is within the one the
-            // caller vouches for; the source is a live slice of n bytes.
-            unsafe { std::ptr::copy_nonoverlapping(s.as_ptr(), dst.add(at), n) };
+            // at + n <= len: inside the range the caller vouches for.
+            let to = dst.wrapping_add(at);
+            // SAFETY: `to..to + n` lies within `dst..dst + len` (at + n <= len), which the
+            // caller guarantees writable and disjoint from the slices; the source is a
+            // live slice of at least n bytes.
+            unsafe { std::ptr::copy_nonoverlapping(s.as_ptr(), to, n) };
             at += n;
             self.off += n;
             if self.off == self.slices[self.idx].len() {
@@ -111,8 +116,10 @@ impl<'a> Cursor<'a> {
 /// `data + off..data + off + 8` must be in a live mapping, 8-aligned, for the lifetime
 /// the caller uses the reference.
 unsafe fn word_at<'a>(data: *mut u8, off: usize) -> &'a AtomicU64 {
-    // SAFETY: the caller's promise.
-    unsafe { &*data.add(off).cast::<AtomicU64>() }
+    let p = data.wrapping_add(off).cast::<AtomicU64>();
+    // SAFETY: the caller guarantees that `p` is in a live mapping, 8-aligned, for the
+    // lifetime of the reference; any bit pattern is a valid AtomicU64.
+    unsafe { &*p }
 }
 
 // SAFETY: the only field that is not Send is `data`, a pointer into the mapping that the
@@ -201,24 +208,28 @@ impl RingTx {
         let at = ring_offset(plan.pos, cap) as usize;
         let next = ring_offset(plan.new_head, cap) as usize;
         let [first, second] = SlotHeader { len, kind, channel }.words();
-        // SAFETY (each `word_at` and the copy in this function): `data` points to the
-        // `cap`-byte data area (checked in `new`, kept mapped by `region`, 8-aligned).
-        // The plan keeps every slot inside the area: slots start at multiples of 16
-        // below `cap` (a power of two, at least 64 KiB) and end at most at `cap`, so the
-        // header words at `at` and `at + 8`, the payload at `at + 16..at + 16 + len`, the
-        // padding's header at the old head's offset, and the header word at `next` (the
-        // offset after the slot, or 0) are in bounds and 8-aligned. The credits give
-        // this range to the producer alone until a first word publishes it; the words
-        // the peer also reads are accessed atomically.
-        unsafe {
-            // The header after this slot reads "nothing yet" before this one can be
-            // seen (the credits kept it free).
-            word_at(self.data, next).store(0, Ordering::Relaxed);
-            payload.copy_to(self.data.add(at + HEADER_LEN), len as usize);
-            word_at(self.data, at + 8).store(second, Ordering::Relaxed);
-        }
+        // Where each access below lands: `data` points to the `cap`-byte data area
+        // (checked in `new`, kept mapped by `region`, 8-aligned). The plan keeps every
+        // slot inside the area: slots start at multiples of 16 below `cap` (a power of
+        // two, at least 64 KiB) and end at most at `cap`, so the header words at `at` and
+        // `at + 8`, the payload at `at + 16..at + 16 + len`, the padding's header at the
+        // old head's offset, and the header word at `next` (the offset after the slot,
+        // or 0) are in bounds and 8-aligned. The credits give this range to the producer
+        // alone until a first word publishes it; the words the peer also reads are
+        // accessed atomically.
+        //
+        // The header after this slot reads "nothing yet" before this one can be seen
+        // (the credits kept it free).
+        // SAFETY: `next` is an 8-aligned offset in the data area (see above).
+        unsafe { word_at(self.data, next) }.store(0, Ordering::Relaxed);
+        let payload_at = self.data.wrapping_add(at + HEADER_LEN);
+        // SAFETY: `at + 16..at + 16 + len` lies in the data area (see above), ours alone
+        // until published, and cannot overlap the sender's slices (our mapping).
+        unsafe { payload.copy_to(payload_at, len as usize) };
+        // SAFETY: `at + 8` is an 8-aligned offset in the data area (see above).
+        unsafe { word_at(self.data, at + 8) }.store(second, Ordering::Relaxed);
         match plan.pad {
-            // SAFETY: as above.
+            // SAFETY: `at` is an 8-aligned offset in the data area (see above).
             None => unsafe { word_at(self.data, at) }.store(first, Ordering::SeqCst),
             Some((pos, pad_len)) => {
                 // The slot first, then the padding that leads the receiver to it.
@@ -229,12 +240,13 @@ impl RingTx {
                 }
                 .words();
                 let p = ring_offset(pos, cap) as usize;
-                // SAFETY: as above.
-                unsafe {
-                    word_at(self.data, at).store(first, Ordering::Release);
-                    word_at(self.data, p + 8).store(pad_second, Ordering::Relaxed);
-                    word_at(self.data, p).store(pad_first, Ordering::SeqCst);
-                }
+                // SAFETY: `at` is an 8-aligned offset in the data area (see above).
+                unsafe { word_at(self.data, at) }.store(first, Ordering::Release);
+                // SAFETY: `p` (the old head's offset) and `p + 8` are 8-aligned offsets
+                // in the data area (see above).
+                unsafe { word_at(self.data, p + 8) }.store(pad_second, Ordering::Relaxed);
+                // SAFETY: as the line above.
+                unsafe { word_at(self.data, p) }.store(pad_first, Ordering::SeqCst);
             }
         }
         self.producer.commit(&plan);
@@ -318,11 +330,7 @@ impl RxShared {
 
     /// Releases consumed slot `seq`; reclaims space and wakes a waiting sender.
     pub fn release(&self, seq: u64) {
-        let moved = self
-            .reclaimer
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .release(seq);
+        let moved = self.reclaimer.lock().release(seq);
         if let Some(tail) = moved {
             self.publish_tail(tail);
         }
@@ -422,7 +430,7 @@ impl RingRx {
             return Ok(None);
         };
         s.read.store(self.consumer.read(), Ordering::Release);
-        let mut rec = s.reclaimer.lock().unwrap_or_else(|p| p.into_inner());
+        let mut rec = s.reclaimer.lock();
         let held = rec.held();
         let payload = matches!(c.kind, Kind::Data | Kind::Frag | Kind::FragEnd);
         let in_place = c.kind == Kind::Data && in_place(&c, held);
