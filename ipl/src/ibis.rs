@@ -3,7 +3,9 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
+use std::sync::{Arc, OnceLock, Weak};
+
+use parking_lot::{Condvar, Mutex};
 use std::time::Duration;
 
 use ipl_auth::PoolSecret;
@@ -29,10 +31,6 @@ use crate::send_port::{OutLink, SendPort, SendPortDisconnectUpcall};
 
 /// A channel of one of the instance's transports: (transport slot, channel id).
 pub(crate) type ChannelKey = (usize, u64);
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
 
 enum Role {
     /// A channel a peer opened to us; bound to a receive port once connected.
@@ -124,23 +122,23 @@ impl IbisShared {
             inst.connect(address, timeout)?
         };
         let key = (slot, ch);
-        lock(&self.routes).insert(key, Role::Outgoing(link));
+        self.routes.lock().insert(key, Role::Outgoing(link));
         Ok(key)
     }
 
     pub(crate) fn close_channel(&self, key: ChannelKey) {
-        lock(&self.routes).remove(&key);
+        self.routes.lock().remove(&key);
         if let Ok(inst) = self.instance(key.0) {
             inst.close_channel(key.1);
         }
     }
 
     pub(crate) fn remove_receive_port(&self, name: &str) {
-        lock(&self.receive_ports).remove(name);
+        self.receive_ports.lock().remove(name);
     }
 
     pub(crate) fn remove_send_port(&self, name: &str) {
-        lock(&self.send_ports).remove(name);
+        self.send_ports.lock().remove(name);
     }
 
     /// The slots of the transports eligible for a port type, best first.
@@ -155,12 +153,12 @@ impl IbisShared {
     // ---- transport events -------------------------------------------------------
 
     fn on_opened(&self, key: ChannelKey) {
-        lock(&self.routes).insert(key, Role::Incoming(None));
+        self.routes.lock().insert(key, Role::Incoming(None));
     }
 
     /// A data message: to the receive port its channel is connected to.
     fn on_data(&self, key: ChannelKey, seq: u64, buf: ReceivedBuffer) {
-        let port = match lock(&self.routes).get(&key) {
+        let port = match self.routes.lock().get(&key) {
             Some(Role::Incoming(Some(p))) => Some(Arc::clone(p)),
             _ => None,
         };
@@ -191,13 +189,13 @@ impl IbisShared {
                 receiver,
                 port_type,
             }) => {
-                let port = lock(&self.receive_ports).get(&receiver).cloned();
+                let port = self.receive_ports.lock().get(&receiver).cloned();
                 let answer = match port {
                     None => Some(Control::Reject(RejectReason::NoSuchPort)),
                     Some(p) => {
                         let answer = p.connect_request(key, &sender, &port_type);
                         if !matches!(answer, Some(Control::Reject(_))) {
-                            if let Some(Role::Incoming(slot)) = lock(&self.routes).get_mut(&key) {
+                            if let Some(Role::Incoming(slot)) = self.routes.lock().get_mut(&key) {
                                 *slot = Some(p);
                             }
                         }
@@ -209,7 +207,7 @@ impl IbisShared {
                 }
             }
             Frame::Control(c @ (Control::Accept { .. } | Control::Reject(_))) => {
-                let link = match lock(&self.routes).get(&key) {
+                let link = match self.routes.lock().get(&key) {
                     Some(Role::Outgoing(l)) => Some(Arc::clone(l)),
                     _ => None,
                 };
@@ -218,7 +216,7 @@ impl IbisShared {
                 }
             }
             Frame::Control(Control::Credit { bytes }) => {
-                let link = match lock(&self.routes).get(&key) {
+                let link = match self.routes.lock().get(&key) {
                     Some(Role::Outgoing(l)) => Some(Arc::clone(l)),
                     _ => None,
                 };
@@ -227,7 +225,7 @@ impl IbisShared {
                 }
             }
             Frame::Control(Control::Disconnect) => {
-                let port = match lock(&self.routes).get_mut(&key) {
+                let port = match self.routes.lock().get_mut(&key) {
                     Some(Role::Incoming(p)) => p.take(),
                     _ => None,
                 };
@@ -244,7 +242,7 @@ impl IbisShared {
             ChannelClosed::Lost(s) => Disconnect::Lost(s),
             ChannelClosed::Locally => Disconnect::Local,
         };
-        let role = lock(&self.routes).remove(&key);
+        let role = self.routes.lock().remove(&key);
         tracing::debug!(
             ?key,
             ?why,
@@ -270,7 +268,7 @@ impl IbisShared {
             return;
         }
         if graceful {
-            let keys: Vec<ChannelKey> = lock(&self.routes).keys().copied().collect();
+            let keys: Vec<ChannelKey> = self.routes.lock().keys().copied().collect();
             for k in keys {
                 if let Ok(inst) = self.instance(k.0) {
                     inst.close_channel(k.1);
@@ -278,7 +276,7 @@ impl IbisShared {
             }
         }
         for s in &self.slots {
-            let inst = lock(&s.instance).take();
+            let inst = s.instance.lock().take();
             drop(inst);
         }
     }
@@ -289,7 +287,7 @@ impl IbisShared {
 struct Router {
     slot: usize,
     state: Mutex<RouterState>,
-    ready: std::sync::Condvar,
+    ready: Condvar,
     /// The instance once built (set with `state` becoming `Ready`): every event after
     /// that finds it without taking the lock.
     built: OnceLock<Weak<IbisShared>>,
@@ -309,13 +307,13 @@ impl Router {
         Arc::new(Router {
             slot,
             state: Mutex::new(RouterState::Pending),
-            ready: std::sync::Condvar::new(),
+            ready: Condvar::new(),
             built: OnceLock::new(),
         })
     }
 
     fn settle(&self, to: RouterState) {
-        let mut st = lock(&self.state);
+        let mut st = self.state.lock();
         if matches!(*st, RouterState::Pending) {
             if let RouterState::Ready(w) = &to {
                 let _ = self.built.set(w.clone());
@@ -329,18 +327,14 @@ impl Router {
         if let Some(w) = self.built.get() {
             return w.upgrade();
         }
-        let mut st = lock(&self.state);
+        let mut st = self.state.lock();
         loop {
             match &*st {
                 RouterState::Ready(w) => return w.upgrade(),
                 RouterState::Failed => return None,
                 RouterState::Pending => {
                     // Bounded: the builder settles every router before it returns.
-                    let (g, timeout) = self
-                        .ready
-                        .wait_timeout(st, Duration::from_secs(30))
-                        .unwrap_or_else(|p| p.into_inner());
-                    st = g;
+                    let timeout = self.ready.wait_for(&mut st, Duration::from_secs(30));
                     if timeout.timed_out() {
                         return None;
                     }
@@ -438,7 +432,7 @@ static REGISTERED: Mutex<Vec<&'static ipl_transport_abi::ffi::PluginDescriptor>>
 /// assert_eq!(ipl::static_plugins().iter().filter(|p| p.name() == "inproc").count(), 1);
 /// ```
 pub fn register_static_plugin(desc: &'static ipl_transport_abi::ffi::PluginDescriptor) {
-    let mut r = lock(&REGISTERED);
+    let mut r = REGISTERED.lock();
     if !r.iter().any(|d| std::ptr::eq(*d, desc)) {
         r.push(desc);
     }
@@ -449,7 +443,7 @@ pub fn register_static_plugin(desc: &'static ipl_transport_abi::ffi::PluginDescr
 pub fn static_plugins() -> Vec<Plugin> {
     let mut descs: Vec<&'static ipl_transport_abi::ffi::PluginDescriptor> =
         vec![&ipl_transport_inproc::PLUGIN, &ipl_transport_tcp::PLUGIN];
-    descs.extend(lock(&REGISTERED).iter().copied());
+    descs.extend(REGISTERED.lock().iter().copied());
     let mut plugins: Vec<Plugin> = Vec::new();
     for p in descs
         .into_iter()
@@ -805,7 +799,7 @@ impl ReceivePortBuilder<'_> {
             self.connect_upcall,
         ));
         {
-            let mut ports = lock(&sh.receive_ports);
+            let mut ports = sh.receive_ports.lock();
             if ports.contains_key(&self.name) {
                 return Err(IplError::DuplicatePortName(self.name));
             }
@@ -889,7 +883,7 @@ impl Ibis {
             return Err(IplError::Ended);
         }
         let slots = sh.slots_for(t)?;
-        if !lock(&sh.send_ports).insert(name.to_string()) {
+        if !sh.send_ports.lock().insert(name.to_string()) {
             return Err(IplError::DuplicatePortName(name.to_string()));
         }
         let ident = SendPortIdentifier {

@@ -4,7 +4,9 @@
 use std::collections::VecDeque;
 use std::future::poll_fn;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Weak};
+
+use parking_lot::{Condvar, Mutex};
 use std::task::{Poll, Waker};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -156,10 +158,6 @@ fn waited(slept: bool, start: Option<Instant>, last: Option<Instant>) -> Duratio
     }
 }
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
 impl PortShared {
     pub(crate) fn new(
         ident: ReceivePortIdentifier,
@@ -257,7 +255,7 @@ impl PortShared {
             }));
         }
         {
-            let st = lock(&self.state);
+            let st = self.state.lock();
             if st.closed {
                 return Some(Control::Reject(RejectReason::Closed));
             }
@@ -274,7 +272,7 @@ impl PortShared {
                 return Some(Control::Reject(RejectReason::Refused));
             }
         }
-        let mut st = lock(&self.state);
+        let mut st = self.state.lock();
         if st.closed {
             return Some(Control::Reject(RejectReason::Closed));
         }
@@ -299,7 +297,7 @@ impl PortShared {
 
     /// A data message arrived on a connection of this port.
     pub(crate) fn deliver(&self, key: ChannelKey, seq: u64, buf: ReceivedBuffer) {
-        let mut st = lock(&self.state);
+        let mut st = self.state.lock();
         let Some(origin) = st.connections.get(&key).cloned() else {
             tracing::warn!(port = %self.ident, "data on an unknown connection dropped");
             return;
@@ -319,7 +317,7 @@ impl PortShared {
     /// A connection ended (Disconnect, or the channel closed or was lost).
     pub(crate) fn connection_ended(&self, key: ChannelKey, why: Disconnect) {
         let origin = {
-            let mut st = lock(&self.state);
+            let mut st = self.state.lock();
             st.finished.remove(&key);
             let origin = st.connections.remove(&key).or_else(|| {
                 let i = st.pending.iter().position(|(k, _)| *k == key)?;
@@ -342,7 +340,7 @@ impl PortShared {
     /// The outstanding message was finished: deliver the next, accept waiting connects.
     pub(crate) fn message_finished(&self, from: ChannelKey, cost: u64) {
         let (pending, credit) = {
-            let mut st = lock(&self.state);
+            let mut st = self.state.lock();
             st.outstanding = false;
             // Flow control: return credits in batches of half the window. A connection
             // has an entry in `finished` from its first finished message until it ends
@@ -429,7 +427,7 @@ impl PortShared {
         out: &mut Option<ReadMessage>,
     ) {
         if let (None, Some(seq)) = (&out, protocol::data_seq(&buf)) {
-            let mut st = lock(&self.state);
+            let mut st = self.state.lock();
             if !st.closed && !st.outstanding && st.queue.is_empty() {
                 if let Some(origin) = st.connections.get(&key).cloned() {
                     let inc = Incoming {
@@ -575,7 +573,7 @@ impl PortShared {
         } else {
             None
         };
-        let mut st = lock(&self.state);
+        let mut st = self.state.lock();
         loop {
             if let Some(r) = self.take_locked(&mut st) {
                 adapt(true, waited(slept, start, now));
@@ -601,7 +599,7 @@ impl PortShared {
                 if !t.wait(nap) {
                     // The transport cannot park threads: sleep on the port from now on.
                     park_on = None;
-                    st = lock(&self.state);
+                    st = self.state.lock();
                     st.parked -= 1;
                     continue;
                 }
@@ -616,7 +614,7 @@ impl PortShared {
                         t.progress();
                     }
                 }
-                st = lock(&self.state);
+                st = self.state.lock();
                 st.parked -= 1;
                 if let Some(m) = taken {
                     drop(st);
@@ -628,7 +626,7 @@ impl PortShared {
             match timeout {
                 None => {
                     st.sleepers += 1;
-                    st = self.cond.wait(st).unwrap_or_else(|p| p.into_inner());
+                    self.cond.wait(&mut st);
                     st.sleepers -= 1;
                 }
                 Some(t) => {
@@ -638,11 +636,7 @@ impl PortShared {
                         return Ok(None);
                     }
                     st.sleepers += 1;
-                    st = self
-                        .cond
-                        .wait_timeout(st, t - waited)
-                        .map(|(g, _)| g)
-                        .unwrap_or_else(|p| p.into_inner().0);
+                    self.cond.wait_for(&mut st, t - waited);
                     st.sleepers -= 1;
                 }
             }
@@ -687,18 +681,20 @@ impl ReceivePort {
 
     /// Starts accepting connections.
     pub fn enable_connections(&self) {
-        let mut st = lock(&self.shared.state);
+        let mut st = self.shared.state.lock();
         st.enabled = true;
     }
 
     /// Stops accepting new connections (existing ones stay).
     pub fn disable_connections(&self) {
-        lock(&self.shared.state).enabled = false;
+        self.shared.state.lock().enabled = false;
     }
 
     /// The send ports connected now.
     pub fn connected_to(&self) -> Vec<SendPortIdentifier> {
-        lock(&self.shared.state)
+        self.shared
+            .state
+            .lock()
             .connections
             .values()
             .map(|o| (**o).clone())
@@ -708,12 +704,12 @@ impl ReceivePort {
     /// Messages that arrived and wait to be received (bounded per connection by the
     /// flow-control window).
     pub fn queued(&self) -> usize {
-        lock(&self.shared.state).queue.len()
+        self.shared.state.lock().queue.len()
     }
 
     /// Connections lost (not closed in an orderly way) since the last call.
     pub fn lost_connections(&self) -> Vec<(SendPortIdentifier, Disconnect)> {
-        std::mem::take(&mut lock(&self.shared.state).lost)
+        std::mem::take(&mut self.shared.state.lock().lost)
     }
 
     fn need(&self, c: PortCapabilities, name: &'static str) -> Result<()> {
@@ -750,7 +746,7 @@ impl ReceivePort {
                 return Ok(None);
             }
         }
-        let mut st = lock(&self.shared.state);
+        let mut st = self.shared.state.lock();
         self.shared.take_locked(&mut st).transpose()
     }
 
@@ -759,7 +755,7 @@ impl ReceivePort {
     pub async fn receive_async(&self) -> Result<ReadMessage> {
         self.need(PortCapabilities::RECEIVE_EXPLICIT, "receive.explicit")?;
         poll_fn(|cx| {
-            let mut st = lock(&self.shared.state);
+            let mut st = self.shared.state.lock();
             match self.shared.take_locked(&mut st) {
                 Some(r) => Poll::Ready(r),
                 None => {
@@ -780,11 +776,11 @@ impl ReceivePort {
             PortCapabilities::RECEIVE_AUTO_UPCALLS,
             "receive.autoupcalls",
         )?;
-        let mut th = lock(&self.upcall_thread);
+        let mut th = self.upcall_thread.lock();
         if th.is_some() {
             return Ok(());
         }
-        let Some(mut handler) = lock(&self.upcall).take() else {
+        let Some(mut handler) = self.upcall.lock().take() else {
             return Err(IplError::InvalidPortType(
                 "receive port was created without a message upcall".into(),
             ));
@@ -810,7 +806,7 @@ impl ReceivePort {
     /// [`IplError::PortClosed`].
     pub fn close(&self, timeout: Option<Duration>) -> usize {
         let deadline = timeout.map(|t| Instant::now() + t);
-        let mut st = lock(&self.shared.state);
+        let mut st = self.shared.state.lock();
         st.enabled = false;
         while !st.connections.is_empty() {
             let now = Instant::now();
@@ -818,17 +814,12 @@ impl ReceivePort {
                 Some(d) if now >= d => break,
                 Some(d) => {
                     st.sleepers += 1;
-                    st = self
-                        .shared
-                        .cond
-                        .wait_timeout(st, d - now)
-                        .map(|(g, _)| g)
-                        .unwrap_or_else(|p| p.into_inner().0);
+                    self.shared.cond.wait_for(&mut st, d - now);
                     st.sleepers -= 1;
                 }
                 None => {
                     st.sleepers += 1;
-                    st = self.shared.cond.wait(st).unwrap_or_else(|p| p.into_inner());
+                    self.shared.cond.wait(&mut st);
                     st.sleepers -= 1;
                 }
             }
@@ -854,7 +845,7 @@ impl ReceivePort {
                 up.lost_connection(&self.shared.ident, origin, &Disconnect::Local);
             }
         }
-        if let Some(h) = lock(&self.upcall_thread).take() {
+        if let Some(h) = self.upcall_thread.lock().take() {
             if h.thread().id() != std::thread::current().id() {
                 let _ = h.join();
             }
@@ -865,7 +856,7 @@ impl ReceivePort {
 
 impl Drop for ReceivePort {
     fn drop(&mut self) {
-        if !lock(&self.shared.state).closed {
+        if !self.shared.state.lock().closed {
             self.close(Some(Duration::ZERO));
         }
     }
