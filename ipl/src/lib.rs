@@ -54,6 +54,7 @@
 
 pub mod capabilities;
 mod channel_map;
+pub mod config;
 pub mod error;
 mod ibis;
 pub mod identifiers;

@@ -106,6 +106,11 @@ pub(crate) struct PortShared {
     /// Mirrors "a receive would return now" (a message is deliverable, or the port is
     /// closed), so that poll and the spin phase of receive need not take the lock.
     ready: AtomicBool,
+    /// The longest poll budget of a blocking receive, unless learned from round trips
+    /// (the instance's `spin` option; zero: never poll).
+    spin: Duration,
+    /// The flow-control window of the port's connections, in bytes.
+    window: u64,
     /// The current poll budget of a blocking receive, in ns (adaptive, see `next`).
     spin_ns: std::sync::atomic::AtomicU64,
     /// The transports with receiver-driven progress that this port's connections came
@@ -128,25 +133,9 @@ pub(crate) struct PortShared {
     connect_upcall: Option<Box<dyn ReceivePortConnectUpcall>>,
 }
 
-/// How long a blocking receive polls before it sleeps (the thesis's "poll for about two
-/// latencies, then yield"): waking a sleeping thread costs 11-12 us on this kind of
-/// machine, more than a whole in-process round trip. `IPL_SPIN_US` overrides it; 0
-/// switches polling and its learning off, so that a receiver sleeps at once (for a
-/// machine with more busy threads than CPUs, and to measure blocking).
 /// The longest poll a port learns from the waits it sees (see `next`); a message that
 /// comes later than this halves the budget instead.
 const LEARN_LIMIT: Duration = Duration::from_micros(200);
-
-fn spin_budget() -> Duration {
-    static SPIN: std::sync::OnceLock<Duration> = std::sync::OnceLock::new();
-    *SPIN.get_or_init(|| {
-        let us = std::env::var("IPL_SPIN_US")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(50u64);
-        Duration::from_micros(us)
-    })
-}
 
 /// How long a receive waited: from the first clock reading (`start`; none: it did not
 /// wait) to now if it slept, else to the poll loop's last reading.
@@ -164,6 +153,8 @@ impl PortShared {
         port_type: PortType,
         ibis: Weak<IbisShared>,
         transports: Vec<Option<Weak<TransportInstance>>>,
+        spin: Duration,
+        window: u64,
         connect_upcall: Option<Box<dyn ReceivePortConnectUpcall>>,
     ) -> Self {
         PortShared {
@@ -173,7 +164,9 @@ impl PortShared {
             state: Mutex::new(PortState::default()),
             cond: Condvar::new(),
             ready: AtomicBool::new(false),
-            spin_ns: std::sync::atomic::AtomicU64::new(spin_budget().as_nanos() as u64),
+            spin,
+            window,
+            spin_ns: std::sync::atomic::AtomicU64::new(spin.as_nanos() as u64),
             polled: std::sync::atomic::AtomicU64::new(0),
             transports,
             direct_slot: std::sync::atomic::AtomicUsize::new(usize::MAX),
@@ -345,7 +338,7 @@ impl PortShared {
             // Flow control: return credits in batches of half the window. A connection
             // has an entry in `finished` from its first finished message until it ends
             // (`connection_ended` removes both), so the common case is one lookup.
-            let half = protocol::window() / 2;
+            let half = self.window / 2;
             let state = &mut *st;
             let credit = match state.finished.get_mut(&from) {
                 Some(n) => {
@@ -452,13 +445,13 @@ impl PortShared {
     /// that first reading.
     fn next(self: &Arc<Self>, timeout: Option<Duration>) -> Result<Option<ReadMessage>> {
         // Poll (yielding the CPU between polls) for an adaptive budget before sleeping.
-        // When a message comes within IPL_SPIN_US, the budget goes back to it; when an
+        // When a message comes within the `spin` budget, the budget goes back to it; when an
         // answer to this thread's own send comes within LEARN_LIMIT, the next budget is
         // twice this wait: "poll for about two latencies" of a round trip. Otherwise
         // (later, or not at all) the budget halves, so a port whose messages come far
         // apart (a stream, an idle server) soon stops taking CPU that senders and
         // transport threads need.
-        let max = spin_budget();
+        let max = self.spin;
         // This thread sent something since its last receive: it probably waits for the
         // answer, whose delay (a round trip) is worth learning. A thread that only
         // receives (a stream) keeps the configured budget, and sleeps sooner, leaving
@@ -472,7 +465,7 @@ impl PortShared {
         // A message the transport handed to this thread directly.
         let mut taken: Option<ReadMessage> = None;
         let budget = Duration::from_nanos(self.spin_ns.load(Ordering::Relaxed));
-        // A zero budget (`IPL_SPIN_US=0`) does not poll at all: the receiver sleeps at once.
+        // A zero budget (`spin` zero, `IPL_SPIN_US=0`) does not poll at all: the receiver sleeps at once.
         if !budget.is_zero() && !self.ready.load(Ordering::Acquire) {
             // Reads the clock; false once the poll budget (or the timeout) is spent.
             let mut keep_polling = || {

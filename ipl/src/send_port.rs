@@ -41,6 +41,8 @@ pub(crate) struct OutLink {
     credits: AtomicU64,
     /// Mirrors `state.lost.is_some()`, for the lock-free check of every send.
     is_lost: AtomicBool,
+    /// The flow-control window: the credits a sender starts with.
+    window: u64,
 }
 
 #[derive(Default)]
@@ -50,13 +52,14 @@ struct LinkState {
 }
 
 impl OutLink {
-    pub(crate) fn new() -> Arc<Self> {
+    pub(crate) fn new(window: u64) -> Arc<Self> {
         Arc::new(OutLink {
             state: Mutex::new(LinkState::default()),
             cond: Condvar::new(),
             port: Mutex::new(None),
             credits: AtomicU64::new(0),
             is_lost: AtomicBool::new(false),
+            window,
         })
     }
 
@@ -64,7 +67,7 @@ impl OutLink {
     pub(crate) fn reply(&self, c: Control) {
         let mut st = self.state.lock();
         if matches!(c, Control::Accept { .. }) {
-            self.credits.store(protocol::window(), Ordering::Release);
+            self.credits.store(self.window, Ordering::Release);
         }
         st.reply = Some(c);
         drop(st);
@@ -90,7 +93,7 @@ impl OutLink {
     fn try_take_credit(&self, cost: u64) -> bool {
         self.credits
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |c| {
-                (c >= cost || c >= protocol::window()).then(|| c.saturating_sub(cost))
+                (c >= cost || c >= self.window).then(|| c.saturating_sub(cost))
             })
             .is_ok()
     }
@@ -310,7 +313,7 @@ impl SendPort {
                 reasons.push(format!("{tname}: the member has no address"));
                 continue;
             };
-            let link = OutLink::new();
+            let link = OutLink::new(self.ibis.window);
             *link.port.lock() = Some(Arc::downgrade(&self.shared));
             let left = deadline.saturating_duration_since(Instant::now());
             match self.ibis.open_channel(

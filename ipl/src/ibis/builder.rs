@@ -16,9 +16,11 @@ use super::plugins::default_plugins;
 use super::router::{PendingRouters, Router, RouterState};
 use super::{Ibis, IbisShared, Slot};
 use crate::capabilities::IbisCapabilities;
+use crate::config;
 use crate::error::{IplError, Result};
 use crate::negotiate;
 use crate::port_type::PortType;
+use crate::protocol;
 
 /// Builds an [`Ibis`] instance: the pool to join, the capabilities it needs, the port
 /// types it will use (each negotiated to a transport), and the transports to choose from.
@@ -31,6 +33,8 @@ pub struct IbisBuilder {
     port_types: Vec<PortType>,
     plugins: Vec<Plugin>,
     prefer: Option<String>,
+    spin: Option<Duration>,
+    window_bytes: Option<u64>,
     registry: Option<Arc<dyn RegistryBackend>>,
     pool_size: Option<usize>,
     transport_config: String,
@@ -47,6 +51,8 @@ impl Default for IbisBuilder {
             port_types: Vec::new(),
             plugins: Vec::new(),
             prefer: None,
+            spin: None,
+            window_bytes: None,
             registry: None,
             pool_size: None,
             transport_config: String::new(),
@@ -101,10 +107,30 @@ impl IbisBuilder {
         self
     }
 
-    /// Prefers the transport with this name (also settable with `IPL_TRANSPORT`); it is
-    /// an error if it lacks a requested capability.
+    /// Prefers the transport with this name (default: `IPL_TRANSPORT`, else the best
+    /// one); it is an error if it lacks a requested capability.
     pub fn prefer_transport(mut self, name: impl Into<String>) -> Self {
         self.prefer = Some(name.into());
+        self
+    }
+
+    /// How long a blocking receive on this instance's ports polls for a message before
+    /// it sleeps (default: `IPL_SPIN_US`, else [`DEFAULT_SPIN`](crate::config::DEFAULT_SPIN)).
+    /// The budget adapts to the waits a port sees, up to this much (more for a round
+    /// trip that takes longer). Zero switches polling off: a receiver sleeps at once,
+    /// which suits a machine with more busy threads than CPUs.
+    pub fn spin(mut self, budget: Duration) -> Self {
+        self.spin = Some(budget);
+        self
+    }
+
+    /// The flow-control window of this instance's connections: the bytes of messages a
+    /// sender may have on one connection that the receiver has not finished yet (default:
+    /// `IPL_WINDOW_BYTES`, else [`WINDOW`](crate::protocol::WINDOW)). At least
+    /// `2 * `[`MIN_COST`](crate::protocol::MIN_COST), or `build` fails. Every member of
+    /// a pool must use the same window.
+    pub fn window_bytes(mut self, bytes: u64) -> Self {
+        self.window_bytes = Some(bytes);
         self
     }
 
@@ -132,29 +158,29 @@ impl IbisBuilder {
     /// network) and `IPL_RANK` (the member's name). Variables that are not set leave the
     /// builder as it is.
     pub fn from_env(mut self) -> Result<Self> {
-        let var = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
-        if let Some(p) = var("IPL_POOL") {
+        let env = config::Launch::from_env();
+        if let Some(p) = env.pool {
             self.pool = p;
         }
-        if let Some(n) = var("IPL_POOL_SIZE") {
+        if let Some(n) = env.pool_size {
             let n: usize = n.parse().map_err(|_| {
                 IplError::InvalidPortType(format!("IPL_POOL_SIZE={n:?} is not a number"))
             })?;
             self.pool_size = Some(n);
             self.capabilities |= IbisCapabilities::CLOSED_WORLD;
         }
-        if let Some(c) = var("IPL_CLUSTER") {
+        if let Some(c) = env.cluster {
             self.cluster = c;
         }
-        if let Some(r) = var("IPL_RANK") {
+        if let Some(r) = env.rank {
             self.name = Some(format!("member-{r}"));
         }
-        if var(ipl_auth::SECRET_ENV).is_some() {
+        if env.secret {
             self.secret = Some(PoolSecret::from_env().map_err(|e| {
                 IplError::Registry(ipl_registry::RegistryError::Refused(e.to_string()))
             })?);
         }
-        if let Some(addr) = var("IPL_REGISTRY") {
+        if let Some(addr) = env.registry {
             let secret = self.secret.clone().ok_or_else(|| {
                 IplError::Registry(ipl_registry::RegistryError::Refused(format!(
                     "IPL_REGISTRY is set but {} is not",
@@ -197,7 +223,20 @@ impl IbisBuilder {
         } else {
             self.plugins
         };
-        let prefer = self.prefer.or_else(|| std::env::var("IPL_TRANSPORT").ok());
+        // The environment layer: what the builder was not told.
+        let env = config::Tuning::from_env();
+        let spin = self.spin.or(env.spin).unwrap_or(config::DEFAULT_SPIN);
+        let window = match self.window_bytes {
+            Some(w) if w < 2 * protocol::MIN_COST => {
+                return Err(IplError::InvalidConfig(format!(
+                    "window_bytes({w}) is below the least window, {} bytes",
+                    2 * protocol::MIN_COST
+                )))
+            }
+            Some(w) => w,
+            None => env.window_bytes.unwrap_or(protocol::WINDOW),
+        };
+        let prefer = self.prefer.or(env.transport);
         let chosen = negotiate::choose_all(&plugins, &self.port_types, prefer.as_deref())?;
         let mut wanted: Vec<usize> = chosen.iter().flat_map(|(_, i)| i.iter().copied()).collect();
         wanted.sort_unstable();
@@ -301,6 +340,8 @@ impl IbisBuilder {
             receive_ports: Mutex::new(HashMap::new()),
             send_ports: Mutex::new(HashSet::new()),
             ended: AtomicBool::new(false),
+            spin,
+            window,
         });
         for r in &routers.0 {
             r.settle(RouterState::Ready(Arc::downgrade(&shared)));

@@ -54,6 +54,10 @@ pub(crate) struct IbisShared {
     receive_ports: Mutex<HashMap<String, Arc<PortShared>>>,
     send_ports: Mutex<HashSet<String>>,
     ended: AtomicBool,
+    /// The poll budget of a blocking receive on this instance's ports.
+    pub(crate) spin: Duration,
+    /// The flow-control window of this instance's connections, in bytes.
+    pub(crate) window: u64,
 }
 
 impl IbisShared {
@@ -227,6 +231,8 @@ impl ReceivePortBuilder<'_> {
             t,
             Arc::downgrade(sh),
             sh.polled_transports(),
+            sh.spin,
+            sh.window,
             self.connect_upcall,
         ));
         {
