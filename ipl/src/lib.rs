@@ -52,6 +52,8 @@
 //! # Ok::<(), ipl::IplError>(())
 //! ```
 
+#![forbid(unsafe_code)]
+
 pub mod capabilities;
 mod channel_map;
 pub mod config;
