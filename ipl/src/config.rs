@@ -56,14 +56,28 @@ pub const RANK: &str = "IPL_RANK";
 /// The variable giving the registry server's address.
 pub const REGISTRY: &str = "IPL_REGISTRY";
 
-/// A variable's value, if it is set and not empty.
-fn var(name: &str) -> Option<String> {
-    std::env::var(name).ok().filter(|v| !v.is_empty())
+/// Where the variables are read from: the process environment, or a table in tests.
+trait Source {
+    /// A variable's value, if it is set and not empty.
+    fn var(&self, name: &str) -> Option<String>;
+
+    /// A numeric variable's value; a value that is not a number is ignored with a
+    /// warning.
+    fn number(&self, name: &str) -> Option<u64> {
+        number(name, self.var(name)?)
+    }
 }
 
-/// A numeric variable's value; a value that is not a number is ignored with a warning.
-fn number(name: &str) -> Option<u64> {
-    let v = var(name)?;
+/// The process environment.
+struct Environment;
+
+impl Source for Environment {
+    fn var(&self, name: &str) -> Option<String> {
+        std::env::var(name).ok().filter(|v| !v.is_empty())
+    }
+}
+
+fn number(name: &str, v: String) -> Option<u64> {
     match v.trim().parse() {
         Ok(n) => Some(n),
         Err(_) => {
@@ -87,17 +101,25 @@ pub(crate) struct Tuning {
 impl Tuning {
     /// Reads `IPL_TRANSPORT`, `IPL_SPIN_US` and `IPL_WINDOW_BYTES`.
     pub(crate) fn from_env() -> Self {
+        Self::read(&Environment)
+    }
+
+    fn read(src: &impl Source) -> Self {
         Tuning {
-            transport: var(TRANSPORT),
-            spin: number(SPIN_US).map(Duration::from_micros),
-            window_bytes: window_from_env(),
+            transport: src.var(TRANSPORT),
+            spin: src.number(SPIN_US).map(Duration::from_micros),
+            window_bytes: window(src),
         }
     }
 }
 
 /// `IPL_WINDOW_BYTES`, if set to a usable window.
 pub(crate) fn window_from_env() -> Option<u64> {
-    let w = number(WINDOW_BYTES)?;
+    window(&Environment)
+}
+
+fn window(src: &impl Source) -> Option<u64> {
+    let w = src.number(WINDOW_BYTES)?;
     if w >= 2 * MIN_COST {
         Some(w)
     } else {
@@ -132,13 +154,75 @@ pub(crate) struct Launch {
 impl Launch {
     /// Reads the launcher's variables.
     pub(crate) fn from_env() -> Self {
+        Self::read(&Environment)
+    }
+
+    fn read(src: &impl Source) -> Self {
         Launch {
-            pool: var(POOL),
-            pool_size: var(POOL_SIZE),
-            cluster: var(CLUSTER),
-            rank: var(RANK),
-            secret: var(ipl_auth::SECRET_ENV).is_some(),
-            registry: var(REGISTRY),
+            pool: src.var(POOL),
+            pool_size: src.var(POOL_SIZE),
+            cluster: src.var(CLUSTER),
+            rank: src.var(RANK),
+            secret: src.var(ipl_auth::SECRET_ENV).is_some(),
+            registry: src.var(REGISTRY),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A fixed set of variables.
+    struct Table(&'static [(&'static str, &'static str)]);
+
+    impl Source for Table {
+        fn var(&self, name: &str) -> Option<String> {
+            let v = self.0.iter().find(|(k, _)| *k == name)?.1;
+            (!v.is_empty()).then(|| v.to_owned())
+        }
+    }
+
+    #[test]
+    fn spin_zero_switches_polling_off_and_values_parse() {
+        let t = Tuning::read(&Table(&[
+            ("IPL_SPIN_US", "0"),
+            ("IPL_WINDOW_BYTES", "1048576"),
+            ("IPL_TRANSPORT", "shm"),
+        ]));
+        assert_eq!(t.spin, Some(Duration::ZERO));
+        assert_eq!(t.window_bytes, Some(1 << 20));
+        assert_eq!(t.transport.as_deref(), Some("shm"));
+        let t = Tuning::read(&Table(&[("IPL_SPIN_US", "120")]));
+        assert_eq!(t.spin, Some(Duration::from_micros(120)));
+    }
+
+    #[test]
+    fn unset_empty_and_unusable_values_leave_the_option_alone() {
+        assert_eq!(Tuning::read(&Table(&[])), Tuning::default());
+        let t = Tuning::read(&Table(&[
+            ("IPL_SPIN_US", "fast"),
+            ("IPL_WINDOW_BYTES", "100"),
+            ("IPL_TRANSPORT", ""),
+        ]));
+        assert_eq!(t, Tuning::default());
+    }
+
+    #[test]
+    fn the_launcher_variables_are_read() {
+        let l = Launch::read(&Table(&[
+            ("IPL_POOL", "p"),
+            ("IPL_POOL_SIZE", "4"),
+            ("IPL_CLUSTER", "c"),
+            ("IPL_RANK", "2"),
+            ("IPL_POOL_SECRET", "00"),
+            ("IPL_REGISTRY", "127.0.0.1:1"),
+        ]));
+        assert_eq!(l.pool.as_deref(), Some("p"));
+        assert_eq!(l.pool_size.as_deref(), Some("4"));
+        assert_eq!(l.cluster.as_deref(), Some("c"));
+        assert_eq!(l.rank.as_deref(), Some("2"));
+        assert!(l.secret);
+        assert_eq!(l.registry.as_deref(), Some("127.0.0.1:1"));
     }
 }
