@@ -18,14 +18,7 @@ fn a_slow_receiver_bounds_the_queue_and_the_sender_waits() {
             | P::COMMUNICATION_FIFO,
     )
     .unwrap();
-    let reg = EmbeddedRegistry::new();
-    let p = pool("flow");
-    let a = ibis(&reg, &p, &[t]);
-    let b = ibis(&reg, &p, &[t]);
-    let rp = b.create_receive_port(&t, "in").unwrap();
-    rp.enable_connections();
-    let mut sp = a.create_send_port(&t, "out").unwrap();
-    sp.connect(rp.identifier(), LONG).unwrap();
+    let (_a, _b, rp, mut sp) = connected_pair("flow", t);
     const MSG: usize = 1 << 20;
     const COUNT: usize = 200; // 200 MiB: three times the default 64 MiB window
     let sender = std::thread::spawn(move || {
