@@ -156,7 +156,7 @@ impl IbisBuilder {
     /// `IPL_POOL`, `IPL_POOL_SIZE` (closed world when set), `IPL_CLUSTER`,
     /// `IPL_POOL_SECRET`, `IPL_REGISTRY` (the registry server's address: joins over the
     /// network) and `IPL_RANK` (the member's name). Variables that are not set leave the
-    /// builder as it is.
+    /// builder as it is; [`config`](crate::config) lists every variable the IPL reads.
     pub fn from_env(mut self) -> Result<Self> {
         let env = config::Launch::from_env();
         if let Some(p) = env.pool {
