@@ -1,53 +1,112 @@
 //! The capability vocabulary: what an Ibis instance and a port type may ask for.
+//!
+//! Both sets are [`bitflags`]: the usual set operations (`|`, `&`, `-`, `contains`,
+//! `intersects`, `iter`), plus the textual name of each capability (the Java IPL's,
+//! e.g. `receive.poll`), which `from_name`, `iter_names`, [`names`](PortCapabilities::names)
+//! and `Display` use.
 
 use std::fmt;
 
-macro_rules! capability_set {
-    (
-        $(#[$meta:meta])* $name:ident : $repr:ty {
-            $( $(#[$cm:meta])* $cap:ident = $bit:expr, $text:literal; )*
-        }
-    ) => {
-        $(#[$meta])*
-        #[derive(Clone, Copy, PartialEq, Eq, Hash, Default, serde::Serialize, serde::Deserialize)]
-        pub struct $name(pub $repr);
+/// Capabilities of a port type (the Java IPL's `PortType` capabilities). A port type
+/// is a set of these; only ports of equal types connect.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Default, serde::Serialize, serde::Deserialize)]
+pub struct PortCapabilities(pub u32);
 
+bitflags::bitflags! {
+    impl PortCapabilities: u32 {
+        /// One send port connects to one receive port.
+        #[bitflags(flag_name = "connection.onetoone")]
+        const CONNECTION_ONE_TO_ONE = 1 << 0;
+        /// One send port may connect to several receive ports (multicast).
+        #[bitflags(flag_name = "connection.onetomany")]
+        const CONNECTION_ONE_TO_MANY = 1 << 1;
+        /// Several send ports may connect to one receive port.
+        #[bitflags(flag_name = "connection.manytoone")]
+        const CONNECTION_MANY_TO_ONE = 1 << 2;
+        /// Several to several.
+        #[bitflags(flag_name = "connection.manytomany")]
+        const CONNECTION_MANY_TO_MANY = 1 << 3;
+        /// New-connection and lost-connection upcalls.
+        #[bitflags(flag_name = "connection.upcalls")]
+        const CONNECTION_UPCALLS = 1 << 4;
+        /// Blocking explicit receive.
+        #[bitflags(flag_name = "receive.explicit")]
+        const RECEIVE_EXPLICIT = 1 << 5;
+        /// Non-blocking poll for a message.
+        #[bitflags(flag_name = "receive.poll")]
+        const RECEIVE_POLL = 1 << 6;
+        /// Explicit receive with a timeout.
+        #[bitflags(flag_name = "receive.timeout")]
+        const RECEIVE_TIMEOUT = 1 << 7;
+        /// Messages delivered by upcalls, without polling.
+        #[bitflags(flag_name = "receive.autoupcalls")]
+        const RECEIVE_AUTO_UPCALLS = 1 << 8;
+        /// Messages of one connection arrive in the order sent.
+        #[bitflags(flag_name = "communication.fifo")]
+        const COMMUNICATION_FIFO = 1 << 9;
+        /// Messages carry a per-send-port sequence number.
+        #[bitflags(flag_name = "communication.numbered")]
+        const COMMUNICATION_NUMBERED = 1 << 10;
+        /// No message is lost while the connection lives.
+        #[bitflags(flag_name = "communication.reliable")]
+        const COMMUNICATION_RELIABLE = 1 << 11;
+        /// Messages may be lost (datagram transports); needs a transport that offers it.
+        #[bitflags(flag_name = "communication.unreliable")]
+        const COMMUNICATION_UNRELIABLE = 1 << 12;
+        /// Only raw bytes may be written.
+        #[bitflags(flag_name = "serialization.byte")]
+        const SERIALIZATION_BYTE = 1 << 13;
+        /// Primitives and primitive arrays.
+        #[bitflags(flag_name = "serialization.data")]
+        const SERIALIZATION_DATA = 1 << 14;
+        /// serde objects as well.
+        #[bitflags(flag_name = "serialization.object")]
+        const SERIALIZATION_OBJECT = 1 << 15;
+        /// Traffic must be encrypted.
+        #[bitflags(flag_name = "communication.encrypted")]
+        const COMMUNICATION_ENCRYPTED = 1 << 16;
+    }
+}
+
+/// Capabilities of an Ibis instance: what it needs from the registry.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Default, serde::Serialize, serde::Deserialize)]
+pub struct IbisCapabilities(pub u32);
+
+bitflags::bitflags! {
+    impl IbisCapabilities: u32 {
+        /// Join, leave and died events.
+        #[bitflags(flag_name = "membership")]
+        const MEMBERSHIP = 1 << 0;
+        /// Membership events in the same order at every member.
+        #[bitflags(flag_name = "membership.totallyordered")]
+        const MEMBERSHIP_TOTALLY_ORDERED = 1 << 1;
+        /// Elections.
+        #[bitflags(flag_name = "elections")]
+        const ELECTIONS = 1 << 2;
+        /// Signals to members.
+        #[bitflags(flag_name = "signals")]
+        const SIGNALS = 1 << 3;
+        /// The pool has a fixed size and closes when all have joined.
+        #[bitflags(flag_name = "closedworld")]
+        const CLOSED_WORLD = 1 << 4;
+        /// Members may join and leave while the pool runs.
+        #[bitflags(flag_name = "malleable")]
+        const MALLEABLE = 1 << 5;
+        /// The pool can be terminated.
+        #[bitflags(flag_name = "termination")]
+        const TERMINATION = 1 << 6;
+    }
+}
+
+/// The text forms of a capability set: `Debug` as `Type{a, b}`, `Display` as `a,b`, and
+/// `names()`, all with the capabilities' textual names in bit order.
+macro_rules! textual {
+    ($($name:ident),*) => {$(
         impl $name {
-            $( $(#[$cm])* pub const $cap: Self = Self(1 << $bit); )*
-
-            /// Every capability with its name, in bit order.
-            pub const ALL: &'static [(Self, &'static str)] = &[ $( (Self::$cap, $text), )* ];
-
-            /// The empty set.
-            pub const fn empty() -> Self { Self(0) }
-
-            /// The union of two sets.
-            pub const fn union(self, other: Self) -> Self { Self(self.0 | other.0) }
-
-            /// Whether every capability in `other` is in `self`.
-            pub const fn contains(self, other: Self) -> bool { self.0 & other.0 == other.0 }
-
-            /// Whether the two sets share a capability.
-            pub const fn intersects(self, other: Self) -> bool { self.0 & other.0 != 0 }
-
-            /// The names of the capabilities in the set.
+            /// The textual names of the capabilities in the set, in bit order.
             pub fn names(self) -> Vec<&'static str> {
-                Self::ALL.iter().filter(|(c, _)| self.contains(*c)).map(|(_, n)| *n).collect()
+                self.iter_names().map(|(n, _)| n).collect()
             }
-
-            /// Looks a capability up by its name.
-            pub fn from_name(name: &str) -> Option<Self> {
-                Self::ALL.iter().find(|(_, n)| *n == name).map(|(c, _)| *c)
-            }
-        }
-
-        impl std::ops::BitOr for $name {
-            type Output = Self;
-            fn bitor(self, rhs: Self) -> Self { self.union(rhs) }
-        }
-
-        impl std::ops::BitOrAssign for $name {
-            fn bitor_assign(&mut self, rhs: Self) { *self = self.union(rhs) }
         }
 
         impl fmt::Debug for $name {
@@ -61,69 +120,10 @@ macro_rules! capability_set {
                 f.write_str(&self.names().join(","))
             }
         }
-    };
+    )*};
 }
 
-capability_set! {
-    /// Capabilities of a port type (the Java IPL's `PortType` capabilities). A port type
-    /// is a set of these; only ports of equal types connect.
-    PortCapabilities: u32 {
-        /// One send port connects to one receive port.
-        CONNECTION_ONE_TO_ONE = 0, "connection.onetoone";
-        /// One send port may connect to several receive ports (multicast).
-        CONNECTION_ONE_TO_MANY = 1, "connection.onetomany";
-        /// Several send ports may connect to one receive port.
-        CONNECTION_MANY_TO_ONE = 2, "connection.manytoone";
-        /// Several to several.
-        CONNECTION_MANY_TO_MANY = 3, "connection.manytomany";
-        /// New-connection and lost-connection upcalls.
-        CONNECTION_UPCALLS = 4, "connection.upcalls";
-        /// Blocking explicit receive.
-        RECEIVE_EXPLICIT = 5, "receive.explicit";
-        /// Non-blocking poll for a message.
-        RECEIVE_POLL = 6, "receive.poll";
-        /// Explicit receive with a timeout.
-        RECEIVE_TIMEOUT = 7, "receive.timeout";
-        /// Messages delivered by upcalls, without polling.
-        RECEIVE_AUTO_UPCALLS = 8, "receive.autoupcalls";
-        /// Messages of one connection arrive in the order sent.
-        COMMUNICATION_FIFO = 9, "communication.fifo";
-        /// Messages carry a per-send-port sequence number.
-        COMMUNICATION_NUMBERED = 10, "communication.numbered";
-        /// No message is lost while the connection lives.
-        COMMUNICATION_RELIABLE = 11, "communication.reliable";
-        /// Messages may be lost (datagram transports); needs a transport that offers it.
-        COMMUNICATION_UNRELIABLE = 12, "communication.unreliable";
-        /// Only raw bytes may be written.
-        SERIALIZATION_BYTE = 13, "serialization.byte";
-        /// Primitives and primitive arrays.
-        SERIALIZATION_DATA = 14, "serialization.data";
-        /// serde objects as well.
-        SERIALIZATION_OBJECT = 15, "serialization.object";
-        /// Traffic must be encrypted.
-        COMMUNICATION_ENCRYPTED = 16, "communication.encrypted";
-    }
-}
-
-capability_set! {
-    /// Capabilities of an Ibis instance: what it needs from the registry.
-    IbisCapabilities: u32 {
-        /// Join, leave and died events.
-        MEMBERSHIP = 0, "membership";
-        /// Membership events in the same order at every member.
-        MEMBERSHIP_TOTALLY_ORDERED = 1, "membership.totallyordered";
-        /// Elections.
-        ELECTIONS = 2, "elections";
-        /// Signals to members.
-        SIGNALS = 3, "signals";
-        /// The pool has a fixed size and closes when all have joined.
-        CLOSED_WORLD = 4, "closedworld";
-        /// Members may join and leave while the pool runs.
-        MALLEABLE = 5, "malleable";
-        /// The pool can be terminated.
-        TERMINATION = 6, "termination";
-    }
-}
+textual!(PortCapabilities, IbisCapabilities);
 
 impl PortCapabilities {
     /// The connection patterns.
@@ -151,5 +151,37 @@ impl PortCapabilities {
     /// Whether a receive port of this type may accept several senders.
     pub fn allows_many_senders(self) -> bool {
         self.intersects(Self::CONNECTION_MANY_TO_ONE.union(Self::CONNECTION_MANY_TO_MANY))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn textual_names_parse_and_print() {
+        type P = PortCapabilities;
+        assert_eq!(P::from_name("receive.poll"), Some(P::RECEIVE_POLL));
+        assert_eq!(P::from_name("RECEIVE_POLL"), None);
+        assert_eq!(
+            IbisCapabilities::from_name("closedworld"),
+            Some(IbisCapabilities::CLOSED_WORLD)
+        );
+        let c = P::SERIALIZATION_DATA | P::CONNECTION_ONE_TO_ONE;
+        assert_eq!(c.names(), vec!["connection.onetoone", "serialization.data"]);
+        assert_eq!(c.to_string(), "connection.onetoone,serialization.data");
+        assert_eq!(
+            format!("{c:?}"),
+            "PortCapabilities{connection.onetoone, serialization.data}"
+        );
+    }
+
+    #[test]
+    fn the_wire_form_is_the_bits() {
+        // A port type travels in the connect handshake: its encoding is the u32 itself.
+        let c = PortCapabilities::RECEIVE_POLL | PortCapabilities::CONNECTION_ONE_TO_ONE;
+        let bytes = postcard::to_stdvec(&c).unwrap();
+        assert_eq!(bytes, postcard::to_stdvec(&c.bits()).unwrap());
+        assert_eq!(postcard::from_bytes::<PortCapabilities>(&bytes).unwrap(), c);
     }
 }

@@ -11,6 +11,9 @@ pub enum IplError {
     /// A port type's capability set is inconsistent.
     #[error("invalid port type: {0}")]
     InvalidPortType(String),
+    /// A builder option or an environment variable has a value that cannot be used.
+    #[error("invalid configuration: {0}")]
+    InvalidConfig(String),
     /// No available transport provides a capability the port type asks for.
     #[error("no transport provides capability {capability} (needed: {needed}; {detail})")]
     CapabilityUnavailable {

@@ -52,8 +52,11 @@
 //! # Ok::<(), ipl::IplError>(())
 //! ```
 
+#![forbid(unsafe_code)]
+
 pub mod capabilities;
 mod channel_map;
+pub mod config;
 pub mod error;
 mod ibis;
 pub mod identifiers;

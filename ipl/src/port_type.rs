@@ -9,8 +9,7 @@ use crate::capabilities::PortCapabilities;
 use crate::error::IplError;
 
 /// The type of a send or receive port: a set of [`PortCapabilities`]. Only ports of equal
-/// types connect. Create one with [`PortType::new`] or [`PortType::builder`]-style
-/// chaining from a capability set.
+/// types connect. Create one with [`PortType::new`] from a capability set.
 ///
 /// ```
 /// use ipl::{PortType, PortCapabilities as P};

@@ -101,16 +101,11 @@ pub enum Control {
 /// not finished yet, so that the receive side's queue is bounded per connection (each
 /// message costs its frame size, at least [`MIN_COST`]). A message larger than the whole
 /// window may go when nothing else is in flight. The receiver returns credits once half
-/// the window is finished. `IPL_WINDOW_BYTES` overrides it; a pool must agree on it.
+/// the window is finished. This is the window of an instance whose builder sets none
+/// ([`IbisBuilder::window_bytes`](crate::IbisBuilder::window_bytes)): `IPL_WINDOW_BYTES`
+/// if set (see [`config`](crate::config)), else [`WINDOW`]. A pool must agree on it.
 pub fn window() -> u64 {
-    static W: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
-    *W.get_or_init(|| {
-        std::env::var("IPL_WINDOW_BYTES")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .filter(|w: &u64| *w >= 2 * MIN_COST)
-            .unwrap_or(WINDOW)
-    })
+    crate::config::window_from_env().unwrap_or(WINDOW)
 }
 
 /// The default window: 64 MiB.

@@ -4,7 +4,9 @@
 use std::collections::VecDeque;
 use std::future::poll_fn;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Weak};
+
+use parking_lot::{Condvar, Mutex};
 use std::task::{Poll, Waker};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -104,6 +106,11 @@ pub(crate) struct PortShared {
     /// Mirrors "a receive would return now" (a message is deliverable, or the port is
     /// closed), so that poll and the spin phase of receive need not take the lock.
     ready: AtomicBool,
+    /// The longest poll budget of a blocking receive, unless learned from round trips
+    /// (the instance's `spin` option; zero: never poll).
+    spin: Duration,
+    /// The flow-control window of the port's connections, in bytes.
+    window: u64,
     /// The current poll budget of a blocking receive, in ns (adaptive, see `next`).
     spin_ns: std::sync::atomic::AtomicU64,
     /// The transports with receiver-driven progress that this port's connections came
@@ -126,25 +133,9 @@ pub(crate) struct PortShared {
     connect_upcall: Option<Box<dyn ReceivePortConnectUpcall>>,
 }
 
-/// How long a blocking receive polls before it sleeps (the thesis's "poll for about two
-/// latencies, then yield"): waking a sleeping thread costs 11-12 us on this kind of
-/// machine, more than a whole in-process round trip. `IPL_SPIN_US` overrides it; 0
-/// switches polling and its learning off, so that a receiver sleeps at once (for a
-/// machine with more busy threads than CPUs, and to measure blocking).
 /// The longest poll a port learns from the waits it sees (see `next`); a message that
 /// comes later than this halves the budget instead.
 const LEARN_LIMIT: Duration = Duration::from_micros(200);
-
-fn spin_budget() -> Duration {
-    static SPIN: std::sync::OnceLock<Duration> = std::sync::OnceLock::new();
-    *SPIN.get_or_init(|| {
-        let us = std::env::var("IPL_SPIN_US")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(50u64);
-        Duration::from_micros(us)
-    })
-}
 
 /// How long a receive waited: from the first clock reading (`start`; none: it did not
 /// wait) to now if it slept, else to the poll loop's last reading.
@@ -156,16 +147,14 @@ fn waited(slept: bool, start: Option<Instant>, last: Option<Instant>) -> Duratio
     }
 }
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
 impl PortShared {
     pub(crate) fn new(
         ident: ReceivePortIdentifier,
         port_type: PortType,
         ibis: Weak<IbisShared>,
         transports: Vec<Option<Weak<TransportInstance>>>,
+        spin: Duration,
+        window: u64,
         connect_upcall: Option<Box<dyn ReceivePortConnectUpcall>>,
     ) -> Self {
         PortShared {
@@ -175,7 +164,9 @@ impl PortShared {
             state: Mutex::new(PortState::default()),
             cond: Condvar::new(),
             ready: AtomicBool::new(false),
-            spin_ns: std::sync::atomic::AtomicU64::new(spin_budget().as_nanos() as u64),
+            spin,
+            window,
+            spin_ns: std::sync::atomic::AtomicU64::new(spin.as_nanos() as u64),
             polled: std::sync::atomic::AtomicU64::new(0),
             transports,
             direct_slot: std::sync::atomic::AtomicUsize::new(usize::MAX),
@@ -257,7 +248,7 @@ impl PortShared {
             }));
         }
         {
-            let st = lock(&self.state);
+            let st = self.state.lock();
             if st.closed {
                 return Some(Control::Reject(RejectReason::Closed));
             }
@@ -274,7 +265,7 @@ impl PortShared {
                 return Some(Control::Reject(RejectReason::Refused));
             }
         }
-        let mut st = lock(&self.state);
+        let mut st = self.state.lock();
         if st.closed {
             return Some(Control::Reject(RejectReason::Closed));
         }
@@ -299,7 +290,7 @@ impl PortShared {
 
     /// A data message arrived on a connection of this port.
     pub(crate) fn deliver(&self, key: ChannelKey, seq: u64, buf: ReceivedBuffer) {
-        let mut st = lock(&self.state);
+        let mut st = self.state.lock();
         let Some(origin) = st.connections.get(&key).cloned() else {
             tracing::warn!(port = %self.ident, "data on an unknown connection dropped");
             return;
@@ -319,7 +310,7 @@ impl PortShared {
     /// A connection ended (Disconnect, or the channel closed or was lost).
     pub(crate) fn connection_ended(&self, key: ChannelKey, why: Disconnect) {
         let origin = {
-            let mut st = lock(&self.state);
+            let mut st = self.state.lock();
             st.finished.remove(&key);
             let origin = st.connections.remove(&key).or_else(|| {
                 let i = st.pending.iter().position(|(k, _)| *k == key)?;
@@ -342,12 +333,12 @@ impl PortShared {
     /// The outstanding message was finished: deliver the next, accept waiting connects.
     pub(crate) fn message_finished(&self, from: ChannelKey, cost: u64) {
         let (pending, credit) = {
-            let mut st = lock(&self.state);
+            let mut st = self.state.lock();
             st.outstanding = false;
             // Flow control: return credits in batches of half the window. A connection
             // has an entry in `finished` from its first finished message until it ends
             // (`connection_ended` removes both), so the common case is one lookup.
-            let half = protocol::window() / 2;
+            let half = self.window / 2;
             let state = &mut *st;
             let credit = match state.finished.get_mut(&from) {
                 Some(n) => {
@@ -429,7 +420,7 @@ impl PortShared {
         out: &mut Option<ReadMessage>,
     ) {
         if let (None, Some(seq)) = (&out, protocol::data_seq(&buf)) {
-            let mut st = lock(&self.state);
+            let mut st = self.state.lock();
             if !st.closed && !st.outstanding && st.queue.is_empty() {
                 if let Some(origin) = st.connections.get(&key).cloned() {
                     let inc = Incoming {
@@ -454,13 +445,13 @@ impl PortShared {
     /// that first reading.
     fn next(self: &Arc<Self>, timeout: Option<Duration>) -> Result<Option<ReadMessage>> {
         // Poll (yielding the CPU between polls) for an adaptive budget before sleeping.
-        // When a message comes within IPL_SPIN_US, the budget goes back to it; when an
+        // When a message comes within the `spin` budget, the budget goes back to it; when an
         // answer to this thread's own send comes within LEARN_LIMIT, the next budget is
         // twice this wait: "poll for about two latencies" of a round trip. Otherwise
         // (later, or not at all) the budget halves, so a port whose messages come far
         // apart (a stream, an idle server) soon stops taking CPU that senders and
         // transport threads need.
-        let max = spin_budget();
+        let max = self.spin;
         // This thread sent something since its last receive: it probably waits for the
         // answer, whose delay (a round trip) is worth learning. A thread that only
         // receives (a stream) keeps the configured budget, and sleeps sooner, leaving
@@ -474,7 +465,7 @@ impl PortShared {
         // A message the transport handed to this thread directly.
         let mut taken: Option<ReadMessage> = None;
         let budget = Duration::from_nanos(self.spin_ns.load(Ordering::Relaxed));
-        // A zero budget (`IPL_SPIN_US=0`) does not poll at all: the receiver sleeps at once.
+        // A zero budget (`spin` zero, `IPL_SPIN_US=0`) does not poll at all: the receiver sleeps at once.
         if !budget.is_zero() && !self.ready.load(Ordering::Acquire) {
             // Reads the clock; false once the poll budget (or the timeout) is spent.
             let mut keep_polling = || {
@@ -575,7 +566,7 @@ impl PortShared {
         } else {
             None
         };
-        let mut st = lock(&self.state);
+        let mut st = self.state.lock();
         loop {
             if let Some(r) = self.take_locked(&mut st) {
                 adapt(true, waited(slept, start, now));
@@ -601,7 +592,7 @@ impl PortShared {
                 if !t.wait(nap) {
                     // The transport cannot park threads: sleep on the port from now on.
                     park_on = None;
-                    st = lock(&self.state);
+                    st = self.state.lock();
                     st.parked -= 1;
                     continue;
                 }
@@ -616,7 +607,7 @@ impl PortShared {
                         t.progress();
                     }
                 }
-                st = lock(&self.state);
+                st = self.state.lock();
                 st.parked -= 1;
                 if let Some(m) = taken {
                     drop(st);
@@ -628,7 +619,7 @@ impl PortShared {
             match timeout {
                 None => {
                     st.sleepers += 1;
-                    st = self.cond.wait(st).unwrap_or_else(|p| p.into_inner());
+                    self.cond.wait(&mut st);
                     st.sleepers -= 1;
                 }
                 Some(t) => {
@@ -638,11 +629,7 @@ impl PortShared {
                         return Ok(None);
                     }
                     st.sleepers += 1;
-                    st = self
-                        .cond
-                        .wait_timeout(st, t - waited)
-                        .map(|(g, _)| g)
-                        .unwrap_or_else(|p| p.into_inner().0);
+                    self.cond.wait_for(&mut st, t - waited);
                     st.sleepers -= 1;
                 }
             }
@@ -687,18 +674,20 @@ impl ReceivePort {
 
     /// Starts accepting connections.
     pub fn enable_connections(&self) {
-        let mut st = lock(&self.shared.state);
+        let mut st = self.shared.state.lock();
         st.enabled = true;
     }
 
     /// Stops accepting new connections (existing ones stay).
     pub fn disable_connections(&self) {
-        lock(&self.shared.state).enabled = false;
+        self.shared.state.lock().enabled = false;
     }
 
     /// The send ports connected now.
     pub fn connected_to(&self) -> Vec<SendPortIdentifier> {
-        lock(&self.shared.state)
+        self.shared
+            .state
+            .lock()
             .connections
             .values()
             .map(|o| (**o).clone())
@@ -708,12 +697,12 @@ impl ReceivePort {
     /// Messages that arrived and wait to be received (bounded per connection by the
     /// flow-control window).
     pub fn queued(&self) -> usize {
-        lock(&self.shared.state).queue.len()
+        self.shared.state.lock().queue.len()
     }
 
     /// Connections lost (not closed in an orderly way) since the last call.
     pub fn lost_connections(&self) -> Vec<(SendPortIdentifier, Disconnect)> {
-        std::mem::take(&mut lock(&self.shared.state).lost)
+        std::mem::take(&mut self.shared.state.lock().lost)
     }
 
     fn need(&self, c: PortCapabilities, name: &'static str) -> Result<()> {
@@ -750,7 +739,7 @@ impl ReceivePort {
                 return Ok(None);
             }
         }
-        let mut st = lock(&self.shared.state);
+        let mut st = self.shared.state.lock();
         self.shared.take_locked(&mut st).transpose()
     }
 
@@ -759,7 +748,7 @@ impl ReceivePort {
     pub async fn receive_async(&self) -> Result<ReadMessage> {
         self.need(PortCapabilities::RECEIVE_EXPLICIT, "receive.explicit")?;
         poll_fn(|cx| {
-            let mut st = lock(&self.shared.state);
+            let mut st = self.shared.state.lock();
             match self.shared.take_locked(&mut st) {
                 Some(r) => Poll::Ready(r),
                 None => {
@@ -780,11 +769,11 @@ impl ReceivePort {
             PortCapabilities::RECEIVE_AUTO_UPCALLS,
             "receive.autoupcalls",
         )?;
-        let mut th = lock(&self.upcall_thread);
+        let mut th = self.upcall_thread.lock();
         if th.is_some() {
             return Ok(());
         }
-        let Some(mut handler) = lock(&self.upcall).take() else {
+        let Some(mut handler) = self.upcall.lock().take() else {
             return Err(IplError::InvalidPortType(
                 "receive port was created without a message upcall".into(),
             ));
@@ -810,7 +799,7 @@ impl ReceivePort {
     /// [`IplError::PortClosed`].
     pub fn close(&self, timeout: Option<Duration>) -> usize {
         let deadline = timeout.map(|t| Instant::now() + t);
-        let mut st = lock(&self.shared.state);
+        let mut st = self.shared.state.lock();
         st.enabled = false;
         while !st.connections.is_empty() {
             let now = Instant::now();
@@ -818,17 +807,12 @@ impl ReceivePort {
                 Some(d) if now >= d => break,
                 Some(d) => {
                     st.sleepers += 1;
-                    st = self
-                        .shared
-                        .cond
-                        .wait_timeout(st, d - now)
-                        .map(|(g, _)| g)
-                        .unwrap_or_else(|p| p.into_inner().0);
+                    self.shared.cond.wait_for(&mut st, d - now);
                     st.sleepers -= 1;
                 }
                 None => {
                     st.sleepers += 1;
-                    st = self.shared.cond.wait(st).unwrap_or_else(|p| p.into_inner());
+                    self.shared.cond.wait(&mut st);
                     st.sleepers -= 1;
                 }
             }
@@ -854,7 +838,7 @@ impl ReceivePort {
                 up.lost_connection(&self.shared.ident, origin, &Disconnect::Local);
             }
         }
-        if let Some(h) = lock(&self.upcall_thread).take() {
+        if let Some(h) = self.upcall_thread.lock().take() {
             if h.thread().id() != std::thread::current().id() {
                 let _ = h.join();
             }
@@ -865,7 +849,7 @@ impl ReceivePort {
 
 impl Drop for ReceivePort {
     fn drop(&mut self) {
-        if !lock(&self.shared.state).closed {
+        if !self.shared.state.lock().closed {
             self.close(Some(Duration::ZERO));
         }
     }

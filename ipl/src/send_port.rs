@@ -1,7 +1,9 @@
 //! Send ports: connect to one or many receive ports, write messages, multicast.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::Arc;
+
+use parking_lot::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use ipl_registry::IbisIdentifier;
@@ -15,10 +17,6 @@ use crate::message::WriteMessage;
 use crate::port_type::PortType;
 use crate::protocol::{self, Control};
 use crate::receive_port::Disconnect;
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
 
 /// Disconnect upcall of a send port (needs `connection.upcalls`): a connection to a
 /// receive port was lost. Called from the transport's threads.
@@ -43,6 +41,8 @@ pub(crate) struct OutLink {
     credits: AtomicU64,
     /// Mirrors `state.lost.is_some()`, for the lock-free check of every send.
     is_lost: AtomicBool,
+    /// The flow-control window: the credits a sender starts with.
+    window: u64,
 }
 
 #[derive(Default)]
@@ -52,21 +52,22 @@ struct LinkState {
 }
 
 impl OutLink {
-    pub(crate) fn new() -> Arc<Self> {
+    pub(crate) fn new(window: u64) -> Arc<Self> {
         Arc::new(OutLink {
             state: Mutex::new(LinkState::default()),
             cond: Condvar::new(),
             port: Mutex::new(None),
             credits: AtomicU64::new(0),
             is_lost: AtomicBool::new(false),
+            window,
         })
     }
 
     /// The receiver answered the handshake.
     pub(crate) fn reply(&self, c: Control) {
-        let mut st = lock(&self.state);
+        let mut st = self.state.lock();
         if matches!(c, Control::Accept { .. }) {
-            self.credits.store(protocol::window(), Ordering::Release);
+            self.credits.store(self.window, Ordering::Release);
         }
         st.reply = Some(c);
         drop(st);
@@ -83,7 +84,7 @@ impl OutLink {
         // A sender that found too few credits checks again under the lock before it
         // waits: taking the lock here means it either sees these credits or waits
         // already and gets the notification.
-        drop(lock(&self.state));
+        drop(self.state.lock());
         self.cond.notify_all();
     }
 
@@ -92,7 +93,7 @@ impl OutLink {
     fn try_take_credit(&self, cost: u64) -> bool {
         self.credits
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |c| {
-                (c >= cost || c >= protocol::window()).then(|| c.saturating_sub(cost))
+                (c >= cost || c >= self.window).then(|| c.saturating_sub(cost))
             })
             .is_ok()
     }
@@ -106,7 +107,7 @@ impl OutLink {
         if self.try_take_credit(cost) {
             return true;
         }
-        let mut st = lock(&self.state);
+        let mut st = self.state.lock();
         loop {
             if st.lost.is_some() {
                 return false;
@@ -114,18 +115,14 @@ impl OutLink {
             if self.try_take_credit(cost) {
                 return true;
             }
-            st = self
-                .cond
-                .wait_timeout(st, Duration::from_millis(100))
-                .map(|(g, _)| g)
-                .unwrap_or_else(|p| p.into_inner().0);
+            self.cond.wait_for(&mut st, Duration::from_millis(100));
         }
     }
 
     /// The channel closed or was lost.
     pub(crate) fn lost(&self, key: ChannelKey, why: Disconnect) {
         {
-            let mut st = lock(&self.state);
+            let mut st = self.state.lock();
             st.lost = Some(match &why {
                 Disconnect::Lost(s) => s.clone(),
                 Disconnect::Closed => "closed by the receiver".into(),
@@ -134,14 +131,14 @@ impl OutLink {
             self.is_lost.store(true, Ordering::Release);
         }
         self.cond.notify_all();
-        let port = lock(&self.port).as_ref().and_then(|w| w.upgrade());
+        let port = self.port.lock().as_ref().and_then(|w| w.upgrade());
         if let Some(port) = port {
             port.connection_lost(key, why);
         }
     }
 
     fn wait_reply(&self, deadline: Instant) -> std::result::Result<Control, Option<String>> {
-        let mut st = lock(&self.state);
+        let mut st = self.state.lock();
         loop {
             if let Some(r) = st.reply.take() {
                 return Ok(r);
@@ -153,11 +150,7 @@ impl OutLink {
             if now >= deadline {
                 return Err(None);
             }
-            st = self
-                .cond
-                .wait_timeout(st, deadline - now)
-                .map(|(g, _)| g)
-                .unwrap_or_else(|p| p.into_inner().0);
+            self.cond.wait_for(&mut st, deadline - now);
         }
     }
 }
@@ -186,17 +179,17 @@ impl SendShared {
             // Removal and the note for the next `finish` happen under the same lock as a
             // sender's snapshot, so every loss is reported by exactly one finish: the
             // first one whose snapshot no longer contains the connection.
-            let mut c = lock(&self.connections);
+            let mut c = self.connections.lock();
             let i = c.iter().position(|c| c.key == key);
             let r = i.map(|i| c.remove(i).receiver);
             if let Some(r) = &r {
-                lock(&self.unreported).push((key, r.clone()));
+                self.unreported.lock().push((key, r.clone()));
                 self.losses.fetch_add(1, Ordering::Release);
             }
             r
         };
         if let Some(r) = receiver {
-            lock(&self.lost).push((r.clone(), why.clone()));
+            self.lost.lock().push((r.clone(), why.clone()));
             if let Some(up) = &self.upcall {
                 up.lost_connection(&self.ident, &r, &why);
             }
@@ -271,7 +264,9 @@ impl SendPort {
 
     /// The receive ports this port is connected to.
     pub fn connected_to(&self) -> Vec<ReceivePortIdentifier> {
-        lock(&self.shared.connections)
+        self.shared
+            .connections
+            .lock()
             .iter()
             .map(|c| c.receiver.clone())
             .collect()
@@ -279,7 +274,7 @@ impl SendPort {
 
     /// Connections lost since the last call.
     pub fn lost_connections(&self) -> Vec<(ReceivePortIdentifier, Disconnect)> {
-        std::mem::take(&mut lock(&self.shared.lost))
+        std::mem::take(&mut self.shared.lost.lock())
     }
 
     /// Connects to the receive port named `name` on member `ibis`, waiting up to
@@ -304,7 +299,7 @@ impl SendPort {
         if self.closed {
             return Err(IplError::PortClosed);
         }
-        let n = lock(&self.shared.connections).len();
+        let n = self.shared.connections.lock().len();
         if n > 0 && !self.port_type.capabilities().allows_many_receivers() {
             return Err(IplError::AlreadyConnected);
         }
@@ -318,8 +313,8 @@ impl SendPort {
                 reasons.push(format!("{tname}: the member has no address"));
                 continue;
             };
-            let link = OutLink::new();
-            *lock(&link.port) = Some(Arc::downgrade(&self.shared));
+            let link = OutLink::new(self.ibis.window);
+            *link.port.lock() = Some(Arc::downgrade(&self.shared));
             let left = deadline.saturating_duration_since(Instant::now());
             match self.ibis.open_channel(
                 slot,
@@ -360,7 +355,7 @@ impl SendPort {
             match link.wait_reply(deadline) {
                 Ok(Control::Accept { .. }) => {
                     self.keys_at = None;
-                    lock(&self.shared.connections).push(Connection {
+                    self.shared.connections.lock().push(Connection {
                         key,
                         receiver: target.clone(),
                         link: Arc::clone(&link),
@@ -410,7 +405,7 @@ impl SendPort {
     pub fn disconnect(&mut self, target: &ReceivePortIdentifier) -> Result<()> {
         self.keys_at = None;
         let conn = {
-            let mut c = lock(&self.shared.connections);
+            let mut c = self.shared.connections.lock();
             let i = c
                 .iter()
                 .position(|c| &c.receiver == target)
@@ -462,13 +457,13 @@ impl SendPort {
         let mut lost: Vec<ReceivePortIdentifier> = Vec::new();
         let losses = self.shared.losses.load(Ordering::Acquire);
         if self.keys_at != Some(losses) {
-            let conns = lock(&self.shared.connections);
+            let conns = self.shared.connections.lock();
             self.keys.clear();
             self.keys
                 .extend(conns.iter().map(|c| (c.key, Arc::clone(&c.link))));
             // Bumped under this lock only: the snapshot matches this count.
             self.keys_at = Some(self.shared.losses.load(Ordering::Acquire));
-            lost = std::mem::take(&mut *lock(&self.shared.unreported))
+            lost = std::mem::take(&mut *self.shared.unreported.lock())
                 .into_iter()
                 .map(|(_, r)| r)
                 .collect();
@@ -496,7 +491,7 @@ impl SendPort {
                 self.ibis.close_channel(*key);
             }
             // These failed now: report them with this message, not the next one.
-            let mut un = lock(&self.shared.unreported);
+            let mut un = self.shared.unreported.lock();
             un.retain(|(k, r)| {
                 let now = failed.iter().any(|(f, _)| f == k);
                 if now {
@@ -523,7 +518,7 @@ impl SendPort {
         self.closed = true;
         self.keys_at = None;
         self.keys.clear();
-        let conns: Vec<Connection> = std::mem::take(&mut *lock(&self.shared.connections));
+        let conns: Vec<Connection> = std::mem::take(&mut *self.shared.connections.lock());
         for c in conns {
             self.goodbye(c.key);
         }

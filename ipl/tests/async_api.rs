@@ -5,7 +5,7 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{ibis, pool, simple, LONG};
+use common::*;
 use ipl::{EmbeddedRegistry, IplError};
 
 #[test]
@@ -50,13 +50,7 @@ fn receive_async_gets_a_message_sent_later() {
 #[test]
 fn dropped_receive_async_takes_no_message() {
     let t = simple();
-    let reg = EmbeddedRegistry::new();
-    let p = pool("asyncdrop");
-    let a = ibis(&reg, &p, &[t]);
-    let rp = a.create_receive_port(&t, "in").unwrap();
-    rp.enable_connections();
-    let mut sp = a.create_send_port(&t, "out").unwrap();
-    sp.connect(rp.identifier(), LONG).unwrap();
+    let (_a, rp, mut sp) = connected_loop("asyncdrop", t);
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

@@ -5,7 +5,7 @@ mod common;
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{ibis, pool, simple, ty, LONG};
+use common::*;
 use ipl::{
     Disconnect, EmbeddedRegistry, IplError, PortCapabilities as P, ReceivePortConnectUpcall,
     ReceivePortIdentifier, SendPortIdentifier,
@@ -14,14 +14,7 @@ use ipl::{
 #[test]
 fn send_port_close_delivers_earlier_messages_first() {
     let t = simple();
-    let reg = EmbeddedRegistry::new();
-    let p = pool("sclose");
-    let a = ibis(&reg, &p, &[t]);
-    let b = ibis(&reg, &p, &[t]);
-    let rp = b.create_receive_port(&t, "in").unwrap();
-    rp.enable_connections();
-    let mut sp = a.create_send_port(&t, "out").unwrap();
-    sp.connect(rp.identifier(), LONG).unwrap();
+    let (a, _b, rp, mut sp) = connected_pair("sclose", t);
     let data: Vec<u64> = (0..10_000).collect();
     for i in 0..100u64 {
         let mut m = sp.new_message().unwrap();
@@ -100,14 +93,7 @@ fn receive_port_close_forces_after_timeout_and_counts_discarded() {
 #[test]
 fn receive_port_close_returns_early_when_senders_leave() {
     let t = simple();
-    let reg = EmbeddedRegistry::new();
-    let p = pool("rclose2");
-    let a = ibis(&reg, &p, &[t]);
-    let b = ibis(&reg, &p, &[t]);
-    let rp = b.create_receive_port(&t, "in").unwrap();
-    rp.enable_connections();
-    let mut sp = a.create_send_port(&t, "out").unwrap();
-    sp.connect(rp.identifier(), LONG).unwrap();
+    let (_a, _b, rp, mut sp) = connected_pair("rclose2", t);
     let closer = std::thread::spawn(move || {
         std::thread::sleep(Duration::from_millis(30));
         sp.close();

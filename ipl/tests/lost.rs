@@ -4,7 +4,7 @@ mod common;
 
 use std::sync::{mpsc, Mutex};
 
-use common::{ibis, pool, ty, LONG};
+use common::{connect, ibis, pool, ty, LONG};
 use ipl::{
     Disconnect, EmbeddedRegistry, IplError, PortCapabilities as P, ReceivePortIdentifier,
     SendPortDisconnectUpcall, SendPortIdentifier,
@@ -95,10 +95,7 @@ fn only_receiver_lost_then_finish_names_it() {
     let p = pool("sendlost1");
     let a = ibis(&reg, &p, &[t]);
     let b = ibis(&reg, &p, &[t]);
-    let rp = b.create_receive_port(&t, "in").unwrap();
-    rp.enable_connections();
-    let mut sp = a.create_send_port(&t, "out").unwrap();
-    sp.connect(rp.identifier(), LONG).unwrap();
+    let (rp, mut sp) = connect(&a, &b, t, "in", "out");
     let victim = rp.identifier().clone();
     b.abort();
     let mut m = sp.new_message().unwrap();

@@ -6,7 +6,7 @@ mod common;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::{ibis, pool, ty, wait_for, LONG};
+use common::{connected_pair_named, ibis, pool, ty, wait_for, LONG};
 use ipl::protocol::{self, Control, Frame, RejectReason};
 use ipl::{EmbeddedRegistry, IplError, PortCapabilities as P, SendPortIdentifier};
 use ipl_transport_abi::{ChannelClosed, ReceivedBuffer, TransportEvents};
@@ -30,14 +30,7 @@ impl TransportEvents for Raw {
 #[test]
 fn garbage_does_not_disturb_a_working_connection() {
     let t = ty(P::CONNECTION_MANY_TO_ONE | P::RECEIVE_TIMEOUT | P::SERIALIZATION_DATA);
-    let reg = EmbeddedRegistry::new();
-    let p = pool("garbage");
-    let server = ibis(&reg, &p, &[t]);
-    let client = ibis(&reg, &p, &[t]);
-    let rp = server.create_receive_port(&t, "in").unwrap();
-    rp.enable_connections();
-    let mut sp = client.create_send_port(&t, "good").unwrap();
-    sp.connect(rp.identifier(), LONG).unwrap();
+    let (_client, server, rp, mut sp) = connected_pair_named("garbage", t, "in", "good");
 
     let events = Arc::new(Raw::default());
     let plugin = ipl::static_plugins().into_iter().next().expect("inproc");

@@ -5,7 +5,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{ibis, pool, simple, ty, LONG};
+use common::*;
 use ipl::{EmbeddedRegistry, IplError, PortCapabilities as P};
 
 #[test]
@@ -14,14 +14,7 @@ fn thousand_messages_arrive_in_order_with_sequence_numbers() {
         | P::RECEIVE_TIMEOUT
         | P::SERIALIZATION_DATA
         | P::COMMUNICATION_NUMBERED);
-    let reg = EmbeddedRegistry::new();
-    let p = pool("fifo");
-    let a = ibis(&reg, &p, &[t]);
-    let b = ibis(&reg, &p, &[t]);
-    let rp = b.create_receive_port(&t, "in").unwrap();
-    rp.enable_connections();
-    let mut sp = a.create_send_port(&t, "out").unwrap();
-    sp.connect(rp.identifier(), LONG).unwrap();
+    let (_a, _b, rp, mut sp) = connected_pair("fifo", t);
 
     let sender = std::thread::spawn(move || {
         for i in 0..1000u32 {
@@ -44,13 +37,7 @@ fn thousand_messages_arrive_in_order_with_sequence_numbers() {
 #[test]
 fn sequence_number_needs_communication_numbered() {
     let t = simple();
-    let reg = EmbeddedRegistry::new();
-    let p = pool("unnumbered");
-    let a = ibis(&reg, &p, &[t]);
-    let rp = a.create_receive_port(&t, "in").unwrap();
-    rp.enable_connections();
-    let mut sp = a.create_send_port(&t, "out").unwrap();
-    sp.connect(rp.identifier(), LONG).unwrap();
+    let (_a, rp, mut sp) = connected_loop("unnumbered", t);
     sp.new_message().unwrap().finish().unwrap();
     let m = rp.receive_timeout(LONG).unwrap();
     match m.sequence_number() {
@@ -62,14 +49,7 @@ fn sequence_number_needs_communication_numbered() {
 #[test]
 fn explicit_receive_poll_and_timeout() {
     let t = simple();
-    let reg = EmbeddedRegistry::new();
-    let p = pool("modes");
-    let a = ibis(&reg, &p, &[t]);
-    let b = ibis(&reg, &p, &[t]);
-    let rp = b.create_receive_port(&t, "in").unwrap();
-    rp.enable_connections();
-    let mut sp = a.create_send_port(&t, "out").unwrap();
-    sp.connect(rp.identifier(), LONG).unwrap();
+    let (_a, _b, rp, mut sp) = connected_pair("modes", t);
 
     // Poll: nothing yet.
     assert!(rp.poll().unwrap().is_none());
@@ -109,13 +89,7 @@ fn explicit_receive_poll_and_timeout() {
 #[test]
 fn next_message_only_after_finish() {
     let t = simple();
-    let reg = EmbeddedRegistry::new();
-    let p = pool("finish");
-    let a = ibis(&reg, &p, &[t]);
-    let rp = a.create_receive_port(&t, "in").unwrap();
-    rp.enable_connections();
-    let mut sp = a.create_send_port(&t, "out").unwrap();
-    sp.connect(rp.identifier(), LONG).unwrap();
+    let (_a, rp, mut sp) = connected_loop("finish", t);
     for i in 0..2 {
         let mut m = sp.new_message().unwrap();
         m.write_i32(i).unwrap();

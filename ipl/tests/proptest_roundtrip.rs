@@ -3,8 +3,8 @@
 
 mod common;
 
-use common::{ibis, pool, ty, LONG};
-use ipl::{EmbeddedRegistry, PortCapabilities as P, PortType, ReadMessage, WriteMessage};
+use common::*;
+use ipl::{PortCapabilities as P, PortType, ReadMessage, WriteMessage};
 use proptest::prelude::*;
 
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -139,14 +139,7 @@ fn check(r: &mut ReadMessage, op: &Op) -> Result<(), TestCaseError> {
 /// Sends each op list as one message through a fresh pair of ports of type `t` and
 /// checks every value reads back equal.
 fn round_trip(t: PortType, msgs: &[Vec<Op>]) -> Result<(), TestCaseError> {
-    let reg = EmbeddedRegistry::new();
-    let p = pool("prop");
-    let a = ibis(&reg, &p, &[t]);
-    let b = ibis(&reg, &p, &[t]);
-    let rp = b.create_receive_port(&t, "in").unwrap();
-    rp.enable_connections();
-    let mut sp = a.create_send_port(&t, "out").unwrap();
-    sp.connect(rp.identifier(), LONG).unwrap();
+    let (_a, _b, rp, mut sp) = connected_pair("prop", t);
     for ops in msgs {
         let mut m = sp.new_message().unwrap();
         for op in ops {
@@ -188,13 +181,7 @@ proptest! {
 fn borrowed_arrays_round_trip() {
     // write_array borrows: exercise the zero-copy path with arrays of every size class.
     let t = ty(P::CONNECTION_ONE_TO_ONE | P::RECEIVE_TIMEOUT | P::SERIALIZATION_DATA);
-    let reg = EmbeddedRegistry::new();
-    let p = pool("borrowed");
-    let a = ibis(&reg, &p, &[t]);
-    let rp = a.create_receive_port(&t, "in").unwrap();
-    rp.enable_connections();
-    let mut sp = a.create_send_port(&t, "out").unwrap();
-    sp.connect(rp.identifier(), LONG).unwrap();
+    let (_a, rp, mut sp) = connected_loop("borrowed", t);
     let arrays: Vec<Vec<i64>> = [0usize, 1, 7, 64, 1000, 100_000]
         .iter()
         .map(|&n| (0..n as i64).map(|i| i * 31 - 5).collect())

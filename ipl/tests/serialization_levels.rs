@@ -5,25 +5,11 @@ mod common;
 
 use std::borrow::Cow;
 
-use common::{ibis, pool, ty, LONG};
-use ipl::{EmbeddedRegistry, Ibis, IplError, Level, PortCapabilities as P, PortType};
-use ipl::{ReceivePort, SendPort};
+use common::*;
+use ipl::{IplError, Level, PortCapabilities as P, PortType};
 
 fn level_type(level: P) -> PortType {
     ty(P::CONNECTION_ONE_TO_ONE | P::RECEIVE_TIMEOUT | level)
-}
-
-/// Two instances and a connected pair of ports of type `t`.
-fn pair(name: &str, t: PortType) -> (Ibis, Ibis, SendPort, ReceivePort) {
-    let reg = EmbeddedRegistry::new();
-    let p = pool(name);
-    let a = ibis(&reg, &p, &[t]);
-    let b = ibis(&reg, &p, &[t]);
-    let rp = b.create_receive_port(&t, "in").unwrap();
-    rp.enable_connections();
-    let mut sp = a.create_send_port(&t, "out").unwrap();
-    sp.connect(rp.identifier(), LONG).unwrap();
-    (a, b, sp, rp)
 }
 
 fn assert_level(r: Result<(), IplError>, allowed: Level, needed: Level) {
@@ -48,7 +34,7 @@ struct Body {
 
 #[test]
 fn data_level_refuses_objects() {
-    let (_a, _b, mut sp, rp) = pair("lvl-data", level_type(P::SERIALIZATION_DATA));
+    let (_a, _b, rp, mut sp) = connected_pair("lvl-data", level_type(P::SERIALIZATION_DATA));
     let mut m = sp.new_message().unwrap();
     assert_level(m.write_object(&5u32), Level::Data, Level::Object);
     m.write_i32(3).unwrap();
@@ -66,7 +52,7 @@ fn data_level_refuses_objects() {
 
 #[test]
 fn byte_level_refuses_primitives() {
-    let (_a, _b, mut sp, rp) = pair("lvl-byte", level_type(P::SERIALIZATION_BYTE));
+    let (_a, _b, rp, mut sp) = connected_pair("lvl-byte", level_type(P::SERIALIZATION_BYTE));
     let mut m = sp.new_message().unwrap();
     assert_level(m.write_i32(1), Level::Byte, Level::Data);
     assert_level(m.write_array(&[1u8, 2][..]), Level::Byte, Level::Data);
@@ -88,7 +74,7 @@ fn byte_level_refuses_primitives() {
 
 #[test]
 fn object_level_round_trips_structs_and_primitives() {
-    let (_a, _b, mut sp, rp) = pair("lvl-obj", level_type(P::SERIALIZATION_OBJECT));
+    let (_a, _b, rp, mut sp) = connected_pair("lvl-obj", level_type(P::SERIALIZATION_OBJECT));
     let child = Body {
         name: "moon".into(),
         pos: (1.0, 2.0, -3.5),
@@ -119,7 +105,7 @@ fn object_level_round_trips_structs_and_primitives() {
 
 #[test]
 fn large_arrays_arrive_intact() {
-    let (_a, _b, mut sp, rp) = pair("lvl-array", level_type(P::SERIALIZATION_DATA));
+    let (_a, _b, rp, mut sp) = connected_pair("lvl-array", level_type(P::SERIALIZATION_DATA));
     let big: Vec<f64> = (0..1_000_000).map(|i| f64::from(i) * 0.5 - 7.25).collect();
     let small: Vec<i16> = vec![-1, 2, -3];
     let ints: Vec<u32> = (0..10_000).collect();

@@ -3,6 +3,8 @@
 //! exercises one IPL capability across processes, checks the outcome itself, and exits
 //! 0 on success. The tests in `tests/` launch pools of it and assert on the exit codes.
 
+#![forbid(unsafe_code)]
+
 /// Scenarios `ipl-pool-check` knows.
 pub const SCENARIOS: &[&str] = &["rpc", "multicast", "manytoone", "election", "kill"];
 

@@ -2,15 +2,15 @@
 //! - a receive port takes its one connection's messages straight from the ring (`take`)
 //!   while the endpoint's own thread may deliver others into the port's queue: whatever
 //!   path each message takes, every sender's messages come out in order, once;
-//! - with polling switched off (`IPL_SPIN_US=0`), a receiver sleeps in the transport
-//!   (`wait`) and is woken by the sender's wake-up itself, racing the endpoint's thread
-//!   for the message; every message still comes through, and closing the port releases
-//!   a receiver that sleeps there.
+//! - with polling switched off (`IbisBuilder::spin` zero, what `IPL_SPIN_US=0` sets),
+//!   a receiver sleeps in the transport (`wait`) and is woken by the sender's wake-up
+//!   itself, racing the endpoint's thread for the message; every message still comes
+//!   through, and closing the port releases a receiver that sleeps there.
 
-use std::process::Command;
+use std::sync::Arc;
 use std::time::Duration;
 
-use ipl::{EmbeddedRegistry, Ibis, PortCapabilities as P, PortType};
+use ipl::{EmbeddedRegistry, Ibis, IbisBuilder, PortCapabilities as P, PortType};
 use ipl_auth::PoolSecret;
 
 const WAIT: Duration = Duration::from_secs(30);
@@ -28,8 +28,18 @@ fn port_type() -> PortType {
 }
 
 fn member(reg: &EmbeddedRegistry, secret: &PoolSecret, t: PortType) -> Ibis {
+    member_with(reg, secret, t, |b| b)
+}
+
+/// A member over shm, its builder first passed through `more`.
+fn member_with(
+    reg: &EmbeddedRegistry,
+    secret: &PoolSecret,
+    t: PortType,
+    more: impl FnOnce(IbisBuilder) -> IbisBuilder,
+) -> Ibis {
     ipl::register_static_plugin(&ipl_transport_shm::PLUGIN);
-    Ibis::builder()
+    let b = Ibis::builder()
         .pool("shm-direct")
         .registry(reg)
         .secret(secret.clone())
@@ -37,9 +47,8 @@ fn member(reg: &EmbeddedRegistry, secret: &PoolSecret, t: PortType) -> Ibis {
         // The endpoint thread is woken at once for every message a sleeping receiver
         // misses, so it competes with the receiver's own takes.
         .transport_config("shm.wait=block")
-        .port_type(t)
-        .build()
-        .unwrap()
+        .port_type(t);
+    more(b).build().unwrap()
 }
 
 #[test]
@@ -99,47 +108,17 @@ fn one_connection_then_two_keep_each_senders_order_whichever_path_delivers() {
     assert_eq!(rp.queued(), 0);
 }
 
-/// Set for the child process of the test below.
-const CHILD: &str = "IBIS_TEST_NO_POLL_CHILD";
-
 #[test]
 fn without_polling_a_sleeping_receiver_gets_every_message_and_is_released_by_close() {
-    // The poll budget is read once per process: the ping-pong runs in a child.
-    let out = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "ping_pong_without_polling",
-            "--ignored",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env("IPL_SPIN_US", "0")
-        .env(CHILD, "1")
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(stdout.contains("ping-pong done: 200"), "{stdout}");
-    assert!(stdout.contains("released by close"), "{stdout}");
-}
-
-#[test]
-#[ignore = "helper: run by the test above with IPL_SPIN_US=0"]
-fn ping_pong_without_polling() {
-    if std::env::var(CHILD).is_err() {
-        return;
-    }
     let t = port_type();
     let secret = PoolSecret::generate().unwrap();
     let reg = EmbeddedRegistry::new();
-    let a = member(&reg, &secret, t);
-    let b = member(&reg, &secret, t);
+    // Polling switched off, as `IPL_SPIN_US=0` does: a receiver sleeps at once.
+    let no_poll = |b: IbisBuilder| b.spin(Duration::ZERO);
+    let a = member_with(&reg, &secret, t, no_poll);
+    let b = member_with(&reg, &secret, t, no_poll);
     let a_in = a.create_receive_port(&t, "a-in").unwrap();
-    let b_in = b.create_receive_port(&t, "b-in").unwrap();
+    let b_in = Arc::new(b.create_receive_port(&t, "b-in").unwrap());
     a_in.enable_connections();
     b_in.enable_connections();
     const N: u64 = 200;
@@ -167,26 +146,24 @@ fn ping_pong_without_polling() {
             m.finish();
         }
     });
-    println!("ping-pong done: {N}");
 
-    // A receiver that sleeps without a timeout is released by closing the port.
+    // A receiver that sleeps without a timeout is released by closing the port. It
+    // runs in a thread of its own (not a scoped one), so that a receiver that hangs
+    // fails the test below instead of blocking it.
     let (done_tx, done_rx) = std::sync::mpsc::channel();
-    std::thread::scope(|sc| {
-        sc.spawn(|| {
-            let r = b_in.receive().map(|_| ());
-            done_tx.send(r).unwrap();
-        });
-        // Time to fall asleep; the close must release it whether it sleeps yet or not.
-        std::thread::sleep(Duration::from_millis(200));
-        b_in.close(Some(Duration::ZERO));
-        match done_rx.recv_timeout(WAIT) {
-            Ok(Err(ipl::IplError::PortClosed)) => println!("released by close"),
-            Ok(other) => panic!("receive after close: {other:?}"),
-            Err(_) => {
-                // The receiver hangs: fail the test instead of waiting for it.
-                eprintln!("a receiver sleeping in the transport was not released by close");
-                std::process::exit(1);
-            }
-        }
-    });
+    let receiver = {
+        let b_in = Arc::clone(&b_in);
+        std::thread::spawn(move || {
+            let _ = done_tx.send(b_in.receive().map(|_| ()));
+        })
+    };
+    // Time to fall asleep; the close must release it whether it sleeps yet or not.
+    std::thread::sleep(Duration::from_millis(200));
+    b_in.close(Some(Duration::ZERO));
+    match done_rx.recv_timeout(WAIT) {
+        Ok(Err(ipl::IplError::PortClosed)) => {}
+        Ok(other) => panic!("receive after close: {other:?}"),
+        Err(_) => panic!("a receiver sleeping in the transport was not released by close"),
+    }
+    receiver.join().unwrap();
 }

@@ -30,6 +30,8 @@
 //! assert!(initiator.on_challenge(&challenge).is_err());
 //! ```
 
+#![forbid(unsafe_code)]
+
 use std::fmt;
 
 use hmac::{Hmac, Mac};

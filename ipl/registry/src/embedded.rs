@@ -1,7 +1,9 @@
 //! [`EmbeddedRegistry`]: the in-process registry driver.
 
 use std::collections::BTreeSet;
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::sync::Arc;
+
+use parking_lot::{Condvar, Mutex};
 use std::task::{Poll, Waker};
 use std::time::Instant;
 
@@ -44,7 +46,7 @@ struct State {
 
 impl std::fmt::Debug for EmbeddedRegistry {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let st = self.lock();
+        let st = self.inner.state.lock();
         f.debug_struct("EmbeddedRegistry")
             .field(
                 "pools",
@@ -69,19 +71,12 @@ impl EmbeddedRegistry {
 
     /// Runs `f` on the core under the lock (read-only), e.g. for inspection in tests.
     pub fn with_core<R>(&self, f: impl FnOnce(&RegistryCore) -> R) -> R {
-        f(&self.lock().core)
-    }
-
-    fn lock(&self) -> MutexGuard<'_, State> {
-        self.inner
-            .state
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
+        f(&self.inner.state.lock().core)
     }
 
     /// Runs a mutating operation and wakes all waiters.
     fn mutate<R>(&self, f: impl FnOnce(&mut State) -> Result<R>) -> Result<R> {
-        let mut st = self.lock();
+        let mut st = self.inner.state.lock();
         let r = f(&mut st);
         st.version += 1;
         let wakers = std::mem::take(&mut st.wakers);
@@ -141,7 +136,7 @@ impl RegistryBackend for EmbeddedRegistry {
         me: &IbisIdentifier,
         election: &str,
     ) -> Result<Option<IbisIdentifier>> {
-        let st = self.lock();
+        let st = self.inner.state.lock();
         Ok(st.core.member_pool(me)?.election_result(election))
     }
 
@@ -181,44 +176,39 @@ impl RegistryBackend for EmbeddedRegistry {
 
     fn take_events(&self, me: &IbisIdentifier) -> Result<Vec<(Seq, Event)>> {
         // Taking events changes nothing others can observe: no version bump.
-        self.lock().core.take_events(me)
+        self.inner.state.lock().core.take_events(me)
     }
 
     fn members(&self, me: &IbisIdentifier) -> Result<Vec<IbisIdentifier>> {
-        Ok(self.lock().core.member_pool(me)?.members())
+        Ok(self.inner.state.lock().core.member_pool(me)?.members())
     }
 
     fn pool_status(&self, me: &IbisIdentifier) -> Result<PoolStatus> {
-        Ok(self.lock().core.member_pool(me)?.status())
+        Ok(self.inner.state.lock().core.member_pool(me)?.status())
     }
 
     fn version(&self) -> u64 {
-        self.lock().version
+        self.inner.state.lock().version
     }
 
     fn wait_for_change(&self, seen: u64, deadline: Option<Instant>) -> Result<u64> {
-        let st = self.lock();
-        let st = match deadline {
+        let mut st = self.inner.state.lock();
+        match deadline {
             None => self
                 .inner
                 .changed
-                .wait_while(st, |st| st.version == seen)
-                .unwrap_or_else(PoisonError::into_inner),
+                .wait_while(&mut st, |st| st.version == seen),
             Some(d) => {
                 self.inner
                     .changed
-                    .wait_timeout_while(st, d.saturating_duration_since(Instant::now()), |st| {
-                        st.version == seen
-                    })
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .0
+                    .wait_while_until(&mut st, |st| st.version == seen, d);
             }
-        };
+        }
         Ok(st.version)
     }
 
     fn poll_change(&self, seen: u64, waker: &Waker) -> Poll<Result<u64>> {
-        let mut st = self.lock();
+        let mut st = self.inner.state.lock();
         if st.version != seen {
             return Poll::Ready(Ok(st.version));
         }

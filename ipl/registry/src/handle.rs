@@ -5,7 +5,9 @@ use std::future::Future;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
 use std::task::{Context, Poll};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -54,13 +56,9 @@ struct Local {
     handler: bool,
 }
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
 impl Shared {
     fn poll_event(&self) -> Result<Option<Event>> {
-        let mut local = lock(&self.local);
+        let mut local = self.local.lock();
         if local.handler {
             return Err(RegistryError::EventHandlerInstalled);
         }
@@ -72,7 +70,7 @@ impl Shared {
     }
 
     fn take_batch(&self) -> Result<Vec<(Seq, Event)>> {
-        let mut local = lock(&self.local);
+        let mut local = self.local.lock();
         let mut batch: Vec<_> = local.buffer.drain(..).collect();
         batch.extend(self.backend.take_events(&self.me)?);
         Ok(batch)
@@ -308,7 +306,7 @@ impl Registry {
     /// a dedicated thread named [`EVENT_THREAD_NAME`]. The thread stops when
     /// this member leaves, crashes, is dropped, or is declared dead.
     pub fn set_event_handler(&self, handler: impl RegistryEventHandler) -> Result<()> {
-        let mut local = lock(&self.shared.local);
+        let mut local = self.shared.local.lock();
         if local.handler {
             return Err(RegistryError::HandlerAlreadySet);
         }
@@ -319,7 +317,7 @@ impl Registry {
             .spawn(move || upcall_loop(&shared, &mut handler))
             .map_err(|e| RegistryError::Thread(e.to_string()))?;
         local.handler = true;
-        *lock(&self.upcall) = Some(thread);
+        *self.upcall.lock() = Some(thread);
         Ok(())
     }
 
@@ -344,7 +342,7 @@ impl Registry {
 
     fn stop_upcalls(&mut self) {
         self.shared.stop.store(true, Ordering::SeqCst);
-        let thread = lock(&self.upcall).take();
+        let thread = self.upcall.lock().take();
         if let Some(t) = thread {
             if t.thread().id() == std::thread::current().id() {
                 // Dropped from inside a handler: the loop exits on its own.

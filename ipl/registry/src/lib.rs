@@ -61,6 +61,8 @@
 //! # }
 //! ```
 
+#![forbid(unsafe_code)]
+
 pub mod backend;
 pub mod core;
 pub mod embedded;

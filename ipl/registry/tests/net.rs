@@ -1,10 +1,14 @@
-//! The network driver: `RegistryServer` + `NetRegistry`, all on 127.0.0.1.
+//! The network driver, `RegistryServer` + `NetRegistry`, all on 127.0.0.1: the shared
+//! registry suite (`suite/mod.rs`), then what only a network registry does
+//! (authentication, connections shared or lost, bad frames, shutdown).
+
+mod suite;
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::sync::{mpsc, Arc, Barrier};
+use std::sync::{mpsc, Arc};
 use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use ipl_auth::{Initiator, PoolSecret};
 use ipl_registry::net::protocol::{
@@ -12,13 +16,11 @@ use ipl_registry::net::protocol::{
     MAX_FRAME, PROTOCOL_VERSION,
 };
 use ipl_registry::{
-    Event, IbisIdentifier, JoinRequest, NetRegistry, PoolConfig, Registry, RegistryError,
-    RegistryEventHandler, RegistryServer, ServerHandle,
+    Event, IbisIdentifier, JoinRequest, NetRegistry, PoolConfig, Registry, RegistryBackend,
+    RegistryError, RegistryEventHandler, RegistryServer, ServerHandle,
 };
+use suite::{joined, next, quiet, until, wait_for, Backend, LONG, SHORT, T};
 
-const T: Duration = Duration::from_secs(10);
-const LONG: Option<Duration> = Some(T);
-const SHORT: Option<Duration> = Some(Duration::from_millis(50));
 /// How long "nothing else arrives" is observed.
 const QUIET: Duration = Duration::from_millis(300);
 
@@ -52,90 +54,28 @@ impl Net {
             .join(pool, PoolConfig::open_world(), JoinRequest::new("local"))
             .unwrap()
     }
+}
 
-    fn pool_size(&self, pool: &str) -> Option<usize> {
+impl Backend for Net {
+    fn client(&self) -> Arc<dyn RegistryBackend> {
+        Arc::new(self.connect())
+    }
+
+    fn settle(&self) -> Duration {
+        QUIET
+    }
+
+    fn registry_pool_size(&self, pool: &str) -> Option<usize> {
         self.server
             .with_core(|c| c.pool(pool).ok().map(|p| p.size()))
     }
-}
 
-fn next(r: &Registry) -> Event {
-    r.next_event(LONG)
-        .expect("next_event")
-        .expect("an event within 10 s")
-}
-
-fn until(r: &Registry, mut pred: impl FnMut(&Event) -> bool) -> Event {
-    loop {
-        let e = next(r);
-        if pred(&e) {
-            return e;
-        }
+    fn connections(&self) -> Option<usize> {
+        Some(self.server.connections())
     }
 }
 
-fn joined(r: &Registry, n: usize) -> Vec<IbisIdentifier> {
-    let mut v = Vec::new();
-    while v.len() < n {
-        if let Event::Joined(m) = next(r) {
-            v.push(m);
-        }
-    }
-    v
-}
-
-/// Events arriving within `QUIET`.
-fn quiet(r: &Registry) -> Vec<Event> {
-    let end = Instant::now() + QUIET;
-    let mut v = Vec::new();
-    while let Some(left) = end.checked_duration_since(Instant::now()) {
-        match r.next_event(Some(left)).unwrap() {
-            Some(e) => v.push(e),
-            None => break,
-        }
-    }
-    v
-}
-
-fn wait_for(mut cond: impl FnMut() -> bool) {
-    let end = Instant::now() + T;
-    while !cond() {
-        assert!(Instant::now() < end, "condition not reached within 10 s");
-        thread::sleep(Duration::from_millis(10));
-    }
-}
-
-#[test]
-fn concurrent_joins_are_seen_in_one_order_by_all() {
-    const N: usize = 6;
-    let net = Arc::new(Net::new());
-    let start = Arc::new(Barrier::new(N));
-    let threads: Vec<_> = (0..N)
-        .map(|_| {
-            let net = Arc::clone(&net);
-            let start = Arc::clone(&start);
-            thread::spawn(move || {
-                let client = net.connect();
-                start.wait();
-                let r = client
-                    .join("p", PoolConfig::open_world(), JoinRequest::new("c"))
-                    .unwrap();
-                let seen = joined(&r, N);
-                (r, seen)
-            })
-        })
-        .collect();
-    let results: Vec<(Registry, Vec<IbisIdentifier>)> =
-        threads.into_iter().map(|t| t.join().unwrap()).collect();
-    let first = &results[0].1;
-    let ids: Vec<u64> = first.iter().map(|m| m.id().get()).collect();
-    assert_eq!(ids, (0..N as u64).collect::<Vec<_>>());
-    for (r, seen) in &results {
-        assert_eq!(seen, first);
-        assert_eq!(&r.members().unwrap(), first);
-        assert_eq!(r.pool_size().unwrap(), N);
-    }
-}
+suite::registry_suite!(Net::new());
 
 #[test]
 fn members_sharing_one_connection() {
@@ -156,145 +96,6 @@ fn members_sharing_one_connection() {
     // but each acts for itself.
     assert_eq!(ms[2].elect("e").unwrap(), ids[2]);
     assert_eq!(ms[0].elect("e").unwrap(), ids[2]);
-}
-
-#[test]
-fn strict_election_with_racing_members() {
-    const N: usize = 8;
-    let net = Net::new();
-    let members: Arc<Vec<Registry>> = Arc::new((0..N).map(|_| net.join("p")).collect());
-    let start = Arc::new(Barrier::new(N));
-    let winners: Vec<IbisIdentifier> = (0..N)
-        .map(|i| {
-            let members = Arc::clone(&members);
-            let start = Arc::clone(&start);
-            thread::spawn(move || {
-                start.wait();
-                members[i].elect("master").unwrap()
-            })
-        })
-        .collect::<Vec<_>>()
-        .into_iter()
-        .map(|t| t.join().unwrap())
-        .collect();
-    assert!(winners.iter().all(|w| *w == winners[0]));
-    for m in members.iter() {
-        assert_eq!(
-            m.get_election_result("master", SHORT).unwrap().as_ref(),
-            Some(&winners[0])
-        );
-        assert_eq!(
-            until(m, |e| matches!(e, Event::Elected { .. })),
-            Event::Elected {
-                election: "master".into(),
-                winner: winners[0].clone()
-            }
-        );
-        assert!(!quiet(m).iter().any(|e| matches!(e, Event::Elected { .. })));
-    }
-}
-
-#[test]
-fn election_result_waits_for_a_winner() {
-    let net = Net::new();
-    let a = net.join("p");
-    let b = net.join("p");
-    assert_eq!(a.get_election_result("e", SHORT).unwrap(), None);
-    let bid = b.identifier().clone();
-    let (tx, rx) = mpsc::channel();
-    let waiter = thread::spawn(move || {
-        tx.send(()).unwrap();
-        a.get_election_result("e", LONG).unwrap()
-    });
-    rx.recv().unwrap();
-    thread::sleep(Duration::from_millis(20));
-    assert_eq!(b.elect("e").unwrap(), bid);
-    assert_eq!(waiter.join().unwrap(), Some(bid));
-}
-
-#[test]
-fn signals_arrive_at_exactly_their_targets() {
-    let net = Net::new();
-    let ms: Vec<Registry> = (0..4).map(|_| net.join("p")).collect();
-    for m in &ms {
-        joined(m, 4);
-    }
-    let targets = [ms[1].identifier().clone(), ms[2].identifier().clone()];
-    ms[0].signal("go", &targets).unwrap();
-    let sig = Event::Signal {
-        signal: "go".into(),
-        source: ms[0].identifier().clone(),
-    };
-    assert_eq!(next(&ms[1]), sig);
-    assert_eq!(next(&ms[2]), sig);
-    assert_eq!(quiet(&ms[0]), vec![]);
-    assert_eq!(quiet(&ms[3]), vec![]);
-
-    // Unknown targets: an error, nothing delivered.
-    let stranger = IbisIdentifier::new(ipl_registry::MemberId(99), "p", "c", "x", vec![]);
-    let err = ms[0]
-        .signal("x", &[ms[1].identifier().clone(), stranger])
-        .unwrap_err();
-    assert!(matches!(err, RegistryError::UnknownMember { .. }), "{err}");
-    assert_eq!(quiet(&ms[1]), vec![]);
-}
-
-#[test]
-fn closed_world_pool() {
-    let net = Net::new();
-    let cfg = PoolConfig::closed_world(3);
-    let a = net.connect().join("p", cfg, JoinRequest::new("c")).unwrap();
-    let _b = net.connect().join("p", cfg, JoinRequest::new("c")).unwrap();
-    assert_eq!(a.wait_until_pool_closed(SHORT), Err(RegistryError::Timeout));
-    let c2 = net.connect();
-    let joiner = thread::spawn(move || c2.join("p", cfg, JoinRequest::new("c")).unwrap());
-    a.wait_until_pool_closed(LONG).unwrap();
-    assert!(a.is_closed().unwrap());
-    let c = joiner.join().unwrap();
-    c.wait_until_pool_closed(Some(Duration::ZERO)).unwrap();
-    assert_eq!(until(&a, |e| *e == Event::PoolClosed), Event::PoolClosed);
-
-    let err = net
-        .connect()
-        .join("p", cfg, JoinRequest::new("c"))
-        .unwrap_err();
-    assert_eq!(err, RegistryError::PoolClosed("p".into()));
-    let err = net
-        .connect()
-        .join("p", PoolConfig::closed_world(4), JoinRequest::new("c"))
-        .unwrap_err();
-    assert!(matches!(err, RegistryError::ConfigMismatch { .. }), "{err}");
-    let o = net.join("open");
-    assert!(matches!(
-        o.wait_until_pool_closed(SHORT),
-        Err(RegistryError::NotClosedWorld(_))
-    ));
-}
-
-#[test]
-fn terminate_reaches_everyone() {
-    let net = Net::new();
-    let ms: Vec<Registry> = (0..3).map(|_| net.join("p")).collect();
-    assert!(!ms[0].has_terminated().unwrap());
-    assert_eq!(
-        ms[0].wait_until_terminated(SHORT),
-        Err(RegistryError::Timeout)
-    );
-    ms[1].terminate().unwrap();
-    let by = ms[1].identifier().clone();
-    for m in &ms {
-        assert_eq!(
-            until(m, |e| matches!(e, Event::Terminated { .. })),
-            Event::Terminated { by: by.clone() }
-        );
-        assert!(m.has_terminated().unwrap());
-        m.wait_until_terminated(Some(Duration::ZERO)).unwrap();
-    }
-    let err = net
-        .connect()
-        .join("p", PoolConfig::open_world(), JoinRequest::new("c"))
-        .unwrap_err();
-    assert_eq!(err, RegistryError::PoolTerminated("p".into()));
 }
 
 #[test]
@@ -345,71 +146,10 @@ fn leave_gives_left_drop_and_lost_connections_give_died() {
     assert!(matches!(err, RegistryError::UnknownMember { .. }), "{err}");
     drop(d);
     assert_eq!(a.members().unwrap(), vec![a.identifier().clone()]);
-    assert_eq!(net.pool_size("p"), Some(1));
+    assert_eq!(net.registry_pool_size("p"), Some(1));
     assert!(matches!(
         a.elect("e"),
         Ok(w) if w == *a.identifier()
-    ));
-}
-
-#[test]
-fn maybe_dead_probes_liveness() {
-    let net = Net::new();
-    let a = net.join("p");
-    let b = net.join("p");
-    let c = net.join("p");
-    assert_eq!(c.elect("e").unwrap(), *c.identifier());
-    joined(&a, 3);
-    joined(&b, 3);
-    quiet(&a);
-    quiet(&b);
-
-    a.maybe_dead(b.identifier()).unwrap();
-    assert_eq!(a.pool_size().unwrap(), 3);
-    assert_eq!(quiet(&a), vec![]);
-
-    let cid = c.identifier().clone();
-    c.crash();
-    assert_eq!(quiet(&a), vec![]);
-    assert_eq!(net.pool_size("p"), Some(3));
-    let t0 = Instant::now();
-    a.maybe_dead(&cid).unwrap();
-    assert!(t0.elapsed() < T);
-    let expect = vec![
-        Event::Died(cid.clone()),
-        Event::Unelected {
-            election: "e".into(),
-        },
-    ];
-    // `a` asked: its events are pushed before the response.
-    let mut got = Vec::new();
-    while let Some(e) = a.next_event(Some(Duration::ZERO)).unwrap() {
-        got.push(e);
-    }
-    assert_eq!(got, expect);
-    assert_eq!(vec![next(&b), next(&b)], expect);
-    assert_eq!(a.pool_size().unwrap(), 2);
-    b.maybe_dead(&cid).unwrap();
-    assert_eq!(quiet(&a), vec![]);
-    // The crashed member's connection, kept open while it hung, is closed
-    // once it was declared dead.
-    wait_for(|| net.server.connections() == 2);
-}
-
-#[test]
-fn assume_dead_declares_death() {
-    let net = Net::new();
-    let a = net.join("p");
-    let b = net.join("p");
-    joined(&a, 2);
-    let bid = b.identifier().clone();
-    a.assume_dead(&bid).unwrap();
-    assert_eq!(next(&a), Event::Died(bid));
-    // The victim learns it is no longer a member.
-    wait_for(|| b.members().is_err());
-    assert!(matches!(
-        b.elect("e"),
-        Err(RegistryError::UnknownMember { .. })
     ));
 }
 
@@ -424,55 +164,34 @@ fn wrong_secret_is_refused_and_never_joins() {
         other => panic!("expected Refused, got {other:?}"),
     }
     // A forged proof (a client that skips the check) is refused by the server.
-    let mut s = TcpStream::connect(net.addr()).unwrap();
-    s.set_read_timeout(Some(T)).unwrap();
-    let (_i, nonce) = Initiator::start(&stranger, AUTH_CONTEXT).unwrap();
-    protocol::write_msg(
-        &mut s,
-        &Hello {
-            version: PROTOCOL_VERSION,
-            nonce,
-        },
-    )
-    .unwrap();
-    let ch: Challenge = protocol::read_msg(&mut s, MAX_FRAME).unwrap();
+    let (mut s, _, ch) = raw_hello(&net, &stranger, PROTOCOL_VERSION);
     assert!(ch.challenge.is_ok());
     protocol::write_msg(&mut s, &Finish { proof: [0; 32] }).unwrap();
     let w: Welcome = protocol::read_msg(&mut s, MAX_FRAME).unwrap();
     assert!(w.result.is_err());
     // An unsupported version is refused with a reason.
-    let mut s = TcpStream::connect(net.addr()).unwrap();
-    s.set_read_timeout(Some(T)).unwrap();
-    protocol::write_msg(
-        &mut s,
-        &Hello {
-            version: 999,
-            nonce,
-        },
-    )
-    .unwrap();
-    let ch: Challenge = protocol::read_msg(&mut s, MAX_FRAME).unwrap();
+    let (_, _, ch) = raw_hello(&net, &stranger, 999);
     assert!(ch.challenge.unwrap_err().contains("version"));
 
-    assert_eq!(net.pool_size("p"), Some(1));
+    assert_eq!(net.registry_pool_size("p"), Some(1));
     assert_eq!(a.members().unwrap(), vec![a.identifier().clone()]);
-    assert_eq!(quiet(&a), vec![Event::Joined(a.identifier().clone())]);
+    assert_eq!(quiet(&net, &a), vec![Event::Joined(a.identifier().clone())]);
+}
+
+/// Opens a raw connection and sends the handshake's hello for `secret` with protocol
+/// `version`: the stream, the handshake's initiator and the server's challenge.
+fn raw_hello(net: &Net, secret: &PoolSecret, version: u32) -> (TcpStream, Initiator, Challenge) {
+    let mut s = TcpStream::connect(net.addr()).unwrap();
+    s.set_read_timeout(Some(T)).unwrap();
+    let (i, nonce) = Initiator::start(secret, AUTH_CONTEXT).unwrap();
+    protocol::write_msg(&mut s, &Hello { version, nonce }).unwrap();
+    let ch: Challenge = protocol::read_msg(&mut s, MAX_FRAME).unwrap();
+    (s, i, ch)
 }
 
 /// Authenticates a raw connection.
 fn raw_client(net: &Net) -> TcpStream {
-    let mut s = TcpStream::connect(net.addr()).unwrap();
-    s.set_read_timeout(Some(T)).unwrap();
-    let (i, nonce) = Initiator::start(&net.secret, AUTH_CONTEXT).unwrap();
-    protocol::write_msg(
-        &mut s,
-        &Hello {
-            version: PROTOCOL_VERSION,
-            nonce,
-        },
-    )
-    .unwrap();
-    let ch: Challenge = protocol::read_msg(&mut s, MAX_FRAME).unwrap();
+    let (mut s, i, ch) = raw_hello(net, &net.secret, PROTOCOL_VERSION);
     let proof = i.on_challenge(&ch.challenge.unwrap()).unwrap();
     protocol::write_msg(&mut s, &Finish { proof }).unwrap();
     let w: Welcome = protocol::read_msg(&mut s, MAX_FRAME).unwrap();
@@ -574,7 +293,7 @@ fn requests_for_members_of_other_connections_are_refused() {
     let a_backend = a.backend().clone();
     let err = a_backend.leave(b.identifier()).unwrap_err();
     assert!(matches!(err, RegistryError::UnknownMember { .. }), "{err}");
-    assert_eq!(net.pool_size("p"), Some(2));
+    assert_eq!(net.registry_pool_size("p"), Some(2));
 }
 
 #[test]

@@ -4,7 +4,10 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use ipl::{EmbeddedRegistry, Ibis, IbisCapabilities, PortCapabilities as P, PortType};
+use ipl::{
+    EmbeddedRegistry, Ibis, IbisCapabilities, PortCapabilities as P, PortType, ReceivePort,
+    SendPort,
+};
 
 /// A generous bound for anything that should happen "soon" (loaded machines).
 pub const LONG: Duration = Duration::from_secs(10);
@@ -62,4 +65,51 @@ pub fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
         );
         std::thread::sleep(Duration::from_millis(2));
     }
+}
+
+/// Two members of a new pool on a registry of their own, the first with a send port
+/// `"out"` connected to the second's receive port `"in"` (connections enabled), all of
+/// type `t`: `(a, b, receive port, send port)`.
+pub fn connected_pair(prefix: &str, t: PortType) -> (Ibis, Ibis, ReceivePort, SendPort) {
+    connected_pair_named(prefix, t, "in", "out")
+}
+
+/// [`connected_pair`] with the ports' names given.
+pub fn connected_pair_named(
+    prefix: &str,
+    t: PortType,
+    receive: &str,
+    send: &str,
+) -> (Ibis, Ibis, ReceivePort, SendPort) {
+    let reg = EmbeddedRegistry::new();
+    let p = pool(prefix);
+    let a = ibis(&reg, &p, &[t]);
+    let b = ibis(&reg, &p, &[t]);
+    let (rp, sp) = connect(&a, &b, t, receive, send);
+    (a, b, rp, sp)
+}
+
+/// One member of a new pool whose send port `"out"` is connected to its own receive
+/// port `"in"`: `(member, receive port, send port)`.
+pub fn connected_loop(prefix: &str, t: PortType) -> (Ibis, ReceivePort, SendPort) {
+    let reg = EmbeddedRegistry::new();
+    let a = ibis(&reg, &pool(prefix), &[t]);
+    let (rp, sp) = connect(&a, &a, t, "in", "out");
+    (a, rp, sp)
+}
+
+/// A receive port of `to` (connections enabled) and a send port of `from` connected
+/// to it.
+pub fn connect(
+    from: &Ibis,
+    to: &Ibis,
+    t: PortType,
+    receive: &str,
+    send: &str,
+) -> (ReceivePort, SendPort) {
+    let rp = to.create_receive_port(&t, receive).expect("receive port");
+    rp.enable_connections();
+    let mut sp = from.create_send_port(&t, send).expect("send port");
+    sp.connect(rp.identifier(), LONG).expect("connect");
+    (rp, sp)
 }

@@ -8,6 +8,8 @@
 //! reused: [`launcher::launch`] is `ipl-run`, [`launcher::PoolEnv`] is what a
 //! launched process reads back.
 
+#![forbid(unsafe_code)]
+
 pub mod launcher;
 
 /// Sets up `tracing` output on stderr: `RUST_LOG` if set, else `default`

@@ -20,6 +20,8 @@
 //!
 //! Exits 0 when the checks pass, 1 with a message otherwise.
 
+#![forbid(unsafe_code)]
+
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
@@ -48,17 +50,32 @@ enum Req {
     Bye,
 }
 
+/// One member of a launched pool: runs a scenario across the pool's processes and
+/// checks its outcome (run it under `ipl-run`, which sets the pool's environment).
+#[derive(clap::Parser, Debug)]
+#[command(name = "ipl-pool-check")]
+struct Args {
+    /// The scenario to run.
+    #[arg(value_parser = scenarios())]
+    scenario: String,
+}
+
+/// Every scenario name: the pool scenarios and the two stranger checks.
+fn scenarios() -> clap::builder::PossibleValuesParser {
+    let names = ibis_tests::SCENARIOS
+        .iter()
+        .copied()
+        .chain(["stranger-join", "stranger-connect"]);
+    clap::builder::PossibleValuesParser::new(names)
+}
+
 fn main() {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .try_init();
+    let args = <Args as clap::Parser>::parse();
+    ipl_tools::init_tracing("warn");
     // Linked in, so that `IPL_TRANSPORT=shm|quic` works without plugin libraries.
     ipl::register_static_plugin(&ipl_transport_shm::PLUGIN);
     ipl::register_static_plugin(&ipl_transport_quic::PLUGIN);
-    let scenario = std::env::args().nth(1).unwrap_or_default();
+    let scenario = args.scenario;
     match run(&scenario) {
         Ok(()) => println!("{scenario}: ok"),
         Err(e) => {
@@ -436,5 +453,24 @@ fn stranger(scenario: &str) -> Res<()> {
             Ok(())
         }
         Err(e) => Err(fail(format!("connect failed, but not for the secret: {e}"))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Args;
+    use clap::{CommandFactory, Parser};
+
+    #[test]
+    fn cli_is_well_formed() {
+        Args::command().debug_assert();
+        assert_eq!(
+            Args::try_parse_from(["ipl-pool-check", "stranger-join"])
+                .unwrap()
+                .scenario,
+            "stranger-join"
+        );
+        assert!(Args::try_parse_from(["ipl-pool-check", "nonsense"]).is_err());
+        assert!(Args::try_parse_from(["ipl-pool-check"]).is_err());
     }
 }

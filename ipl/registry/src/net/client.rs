@@ -5,7 +5,9 @@ use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::io::{self, BufReader, Write};
 use std::net::{Shutdown, SocketAddr, TcpStream, ToSocketAddrs};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{mpsc, Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::sync::{mpsc, Arc};
+
+use parking_lot::{Condvar, Mutex, MutexGuard};
 use std::task::{Poll, Waker};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
@@ -31,10 +33,6 @@ type Key = (String, MemberId);
 
 fn key(m: &IbisIdentifier) -> Key {
     (m.pool().to_owned(), m.id())
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// A registry client: one authenticated TCP connection to a
@@ -257,19 +255,19 @@ impl NetRegistry {
     /// [`RegistryError::Disconnected`].
     pub fn kill_connection(&self) {
         tracing::debug!(server = %self.inner.server, "killing the registry connection");
-        let _ = lock(&self.inner.writer).shutdown(Shutdown::Both);
+        let _ = self.inner.writer.lock().shutdown(Shutdown::Both);
     }
 
     /// Whether the connection to the server is lost.
     pub fn is_disconnected(&self) -> bool {
-        lock(&self.inner.shared.state).disconnected.is_some()
+        self.inner.shared.state.lock().disconnected.is_some()
     }
 
     fn request(&self, op: Request) -> Result<Reply> {
         let id = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = mpsc::channel();
         {
-            let mut st = lock(&self.inner.shared.state);
+            let mut st = self.inner.shared.state.lock();
             if let Some(reason) = &st.disconnected {
                 return Err(RegistryError::Disconnected(reason.clone()));
             }
@@ -278,24 +276,24 @@ impl NetRegistry {
         let sent = encode(&ClientMsg::Request { id, op })
             .map_err(|e| RegistryError::Protocol(e.to_string()))
             .and_then(|frame| {
-                let mut w = lock(&self.inner.writer);
+                let mut w = self.inner.writer.lock();
                 w.write_all(&frame)
                     .and_then(|()| w.flush())
                     .map_err(|e| RegistryError::Disconnected(e.to_string()))
             });
         if let Err(e) = sent {
-            lock(&self.inner.shared.state).pending.remove(&id);
+            self.inner.shared.state.lock().pending.remove(&id);
             return Err(e);
         }
         let timeout = Duration::from_millis(self.inner.request_timeout_ms.load(Ordering::Relaxed));
         match rx.recv_timeout(timeout) {
             Ok(r) => r,
             Err(mpsc::RecvTimeoutError::Timeout) => {
-                lock(&self.inner.shared.state).pending.remove(&id);
+                self.inner.shared.state.lock().pending.remove(&id);
                 Err(RegistryError::Timeout)
             }
             Err(mpsc::RecvTimeoutError::Disconnected) => {
-                let st = lock(&self.inner.shared.state);
+                let st = self.inner.shared.state.lock();
                 Err(RegistryError::Disconnected(
                     st.disconnected
                         .clone()
@@ -313,7 +311,7 @@ impl NetRegistry {
     }
 
     fn with_member<R>(&self, me: &IbisIdentifier, f: impl FnOnce(&MemberCache) -> R) -> Result<R> {
-        let st = lock(&self.inner.shared.state);
+        let st = self.inner.shared.state.lock();
         if let Some(reason) = &st.disconnected {
             return Err(RegistryError::Disconnected(reason.clone()));
         }
@@ -339,8 +337,8 @@ fn unexpected(reply: &Reply) -> RegistryError {
 impl Drop for Inner {
     fn drop(&mut self) {
         self.closing.store(true, Ordering::SeqCst);
-        let _ = lock(&self.writer).shutdown(Shutdown::Both);
-        if let Some(t) = lock(&self.reader).take() {
+        let _ = self.writer.lock().shutdown(Shutdown::Both);
+        if let Some(t) = self.reader.lock().take() {
             if t.thread().id() != thread::current().id() && t.join().is_err() {
                 tracing::warn!("registry client thread panicked");
             }
@@ -375,7 +373,7 @@ fn reader_loop(
         };
         match msg {
             ServerMsg::Response { id, result } => {
-                let waiter = lock(&shared.state).pending.remove(&id);
+                let waiter = shared.state.lock().pending.remove(&id);
                 if let Some(w) = waiter {
                     let _ = w.send(result);
                 }
@@ -386,7 +384,7 @@ fn reader_loop(
                 events,
                 status,
             } => {
-                let mut st = lock(&shared.state);
+                let mut st = shared.state.lock();
                 let k = (pool, member);
                 if st.crashed.contains(&k) {
                     continue;
@@ -412,7 +410,7 @@ fn reader_loop(
                 shared.bump(st);
             }
             ServerMsg::Gone { pool, member } => {
-                let mut st = lock(&shared.state);
+                let mut st = shared.state.lock();
                 let k = (pool, member);
                 st.members.remove(&k);
                 let mut release = Vec::new();
@@ -429,13 +427,13 @@ fn reader_loop(
                 member,
             } => {
                 let alive = {
-                    let st = lock(&shared.state);
+                    let st = shared.state.lock();
                     let k = (pool, member);
                     st.members.contains_key(&k) && !st.crashed.contains(&k)
                 };
                 if alive {
                     let r = encode(&ClientMsg::Pong { nonce }).map(|frame| {
-                        let mut w = lock(writer);
+                        let mut w = writer.lock();
                         let _ = w.write_all(&frame).and_then(|()| w.flush());
                     });
                     if let Err(e) = r {
@@ -450,7 +448,7 @@ fn reader_loop(
     } else {
         tracing::warn!(server = %server, reason = %reason, "lost the registry connection; its members are considered dead");
     }
-    let mut st = lock(&shared.state);
+    let mut st = shared.state.lock();
     st.disconnected = Some(reason);
     st.pending.clear();
     let release = std::mem::take(&mut st.keepalive);
@@ -482,7 +480,7 @@ impl RegistryBackend for NetRegistry {
 
     fn crash(&self, me: &IbisIdentifier) {
         tracing::debug!(member = %me, "simulated crash: no longer answering liveness probes");
-        let mut st = lock(&self.inner.shared.state);
+        let mut st = self.inner.shared.state.lock();
         let k = key(me);
         st.members.remove(&k);
         st.crashed.insert(k);
@@ -544,7 +542,7 @@ impl RegistryBackend for NetRegistry {
 
     fn take_events(&self, me: &IbisIdentifier) -> Result<Vec<(Seq, Event)>> {
         // Taking events changes nothing others can observe: no version bump.
-        let mut st = lock(&self.inner.shared.state);
+        let mut st = self.inner.shared.state.lock();
         let k = key(me);
         let disconnected = st.disconnected.is_some();
         match st.members.get_mut(&k) {
@@ -569,32 +567,25 @@ impl RegistryBackend for NetRegistry {
     }
 
     fn version(&self) -> u64 {
-        lock(&self.inner.shared.state).version
+        self.inner.shared.state.lock().version
     }
 
     fn wait_for_change(&self, seen: u64, deadline: Option<Instant>) -> Result<u64> {
         let shared = &self.inner.shared;
-        let st = lock(&shared.state);
-        let st = match deadline {
-            None => shared
-                .changed
-                .wait_while(st, |st| st.version == seen)
-                .unwrap_or_else(PoisonError::into_inner),
+        let mut st = shared.state.lock();
+        match deadline {
+            None => shared.changed.wait_while(&mut st, |st| st.version == seen),
             Some(d) => {
                 shared
                     .changed
-                    .wait_timeout_while(st, d.saturating_duration_since(Instant::now()), |st| {
-                        st.version == seen
-                    })
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .0
+                    .wait_while_until(&mut st, |st| st.version == seen, d);
             }
-        };
+        }
         Ok(st.version)
     }
 
     fn poll_change(&self, seen: u64, waker: &Waker) -> Poll<Result<u64>> {
-        let mut st = lock(&self.inner.shared.state);
+        let mut st = self.inner.shared.state.lock();
         if st.version != seen {
             return Poll::Ready(Ok(st.version));
         }

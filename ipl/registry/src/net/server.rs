@@ -4,7 +4,9 @@ use std::collections::{BTreeSet, HashMap};
 use std::io::{self, BufReader, BufWriter, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{mpsc, Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{mpsc, Arc};
+
+use parking_lot::Mutex;
 use std::thread::{self, JoinHandle};
 use std::time::Duration;
 
@@ -32,10 +34,6 @@ type Key = (String, MemberId);
 
 fn key(m: &IbisIdentifier) -> Key {
     (m.pool().to_owned(), m.id())
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// A registry server: a [`RegistryCore`] served over TCP to any number of
@@ -204,12 +202,12 @@ impl ServerHandle {
 
     /// Runs `f` on the core under the lock (read-only), e.g. for inspection.
     pub fn with_core<R>(&self, f: impl FnOnce(&RegistryCore) -> R) -> R {
-        f(&lock(&self.shared.state).core)
+        f(&self.shared.state.lock().core)
     }
 
     /// Number of open, authenticated connections.
     pub fn connections(&self) -> usize {
-        lock(&self.shared.state).conns.len()
+        self.shared.state.lock().conns.len()
     }
 
     /// Stops accepting, closes all connections and waits for the accept
@@ -223,7 +221,7 @@ impl ServerHandle {
                 tracing::error!("registry accept thread panicked");
             }
         }
-        let st = lock(&self.shared.state);
+        let st = self.shared.state.lock();
         for c in st.conns.values() {
             let _ = c.stream.shutdown(Shutdown::Both);
         }
@@ -347,7 +345,7 @@ fn serve_connection_inner(
         .spawn(move || writer_loop(write_stream, rx, peer))?;
 
     let conn_id = {
-        let mut st = lock(&shared.state);
+        let mut st = shared.state.lock();
         if shared.stop.load(Ordering::SeqCst) {
             let _ = stream.shutdown(Shutdown::Both);
             return Ok(());
@@ -371,14 +369,14 @@ fn serve_connection_inner(
         match read_msg::<ClientMsg>(&mut reader, MAX_FRAME) {
             Ok(ClientMsg::Request { id, op }) => handle_request(shared, conn_id, &tx, id, op),
             Ok(ClientMsg::Pong { nonce }) => {
-                let waiter = lock(&shared.probes).remove(&nonce);
+                let waiter = shared.probes.lock().remove(&nonce);
                 match waiter {
                     Some((probed, w)) if probed == conn_id => {
                         let _ = w.send(());
                     }
                     Some(entry) => {
                         // A pong for somebody else's probe: put it back.
-                        lock(&shared.probes).insert(nonce, entry);
+                        shared.probes.lock().insert(nonce, entry);
                     }
                     None => {}
                 }
@@ -403,7 +401,7 @@ fn serve_connection_inner(
     }
 
     // The connection is gone: its members vanished.
-    let mut st = lock(&shared.state);
+    let mut st = shared.state.lock();
     if let Some(conn) = st.conns.remove(&conn_id) {
         for (pool, id) in &conn.members {
             st.owners.remove(&(pool.clone(), *id));
@@ -474,7 +472,7 @@ fn handle_request(
         }
         return;
     }
-    let mut st = lock(&shared.state);
+    let mut st = shared.state.lock();
     let result = st.apply(conn, op);
     // Under the lock, after the pushes `apply` queued: responses follow the
     // events they caused.
@@ -489,7 +487,7 @@ impl ServerShared {
         suspect: &IbisIdentifier,
     ) -> Result<Reply> {
         let (nonce, rx) = {
-            let mut st = lock(&self.state);
+            let mut st = self.state.lock();
             st.owned(conn, member)?;
             st.core.member_pool(member)?;
             let id = match st.core.maybe_dead(suspect)? {
@@ -507,7 +505,7 @@ impl ServerShared {
             };
             let nonce = self.next_nonce.fetch_add(1, Ordering::Relaxed);
             let (ptx, prx) = mpsc::channel();
-            lock(&self.probes).insert(nonce, (target, ptx));
+            self.probes.lock().insert(nonce, (target, ptx));
             send_frame(
                 &tx,
                 &ServerMsg::Ping {
@@ -519,13 +517,13 @@ impl ServerShared {
             (nonce, prx)
         };
         let alive = rx.recv_timeout(self.probe_timeout).is_ok();
-        lock(&self.probes).remove(&nonce);
+        self.probes.lock().remove(&nonce);
         if alive {
             tracing::trace!(suspect = %suspect, "liveness probe succeeded");
             return Ok(Reply::Done);
         }
         tracing::debug!(suspect = %suspect, "liveness probe failed: declared dead");
-        lock(&self.state).declare_dead(suspect)?;
+        self.state.lock().declare_dead(suspect)?;
         Ok(Reply::Done)
     }
 }

@@ -5,6 +5,8 @@
 //! joins=<joins> rank=<rank>` and leaves. With `IPL_SELFTEST_FAIL_RANK=<r>`
 //! the process of rank `r` exits with status 1 at once.
 
+#![forbid(unsafe_code)]
+
 use std::time::Duration;
 
 use ipl_tools::launcher::PoolEnv;
@@ -35,9 +37,28 @@ fn run() -> Result<(), String> {
     me.leave().map_err(|e| format!("cannot leave: {e}"))
 }
 
+/// A tiny pool member for testing `ipl-run`: joins the pool the environment describes,
+/// waits until it is closed, prints one line about itself and leaves.
+#[derive(clap::Parser, Debug)]
+#[command(name = "ipl-run-selftest", version)]
+struct Args {}
+
 fn main() {
+    let _args = <Args as clap::Parser>::parse();
     if let Err(e) = run() {
         eprintln!("ipl-run-selftest: {e}");
         std::process::exit(1);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Args;
+    use clap::{CommandFactory, Parser};
+
+    #[test]
+    fn cli_is_well_formed() {
+        Args::command().debug_assert();
+        assert!(Args::try_parse_from(["ipl-run-selftest", "--bogus"]).is_err());
     }
 }

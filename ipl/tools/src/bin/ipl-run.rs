@@ -1,5 +1,7 @@
 //! `ipl-run`: launch a pool of N processes around an in-process registry.
 
+#![forbid(unsafe_code)]
+
 use std::ffi::OsString;
 use std::time::Duration;
 

@@ -1,5 +1,7 @@
 //! `ipl-server`: a standalone IPL registry server.
 
+#![forbid(unsafe_code)]
+
 use clap::Parser;
 use ipl_auth::PoolSecret;
 use ipl_registry::RegistryServer;

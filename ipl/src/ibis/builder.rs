@@ -1,0 +1,356 @@
+//! The builder of an Ibis instance: the pool to join, the capabilities, the port types
+//! (each negotiated to a transport), the transports to choose from.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use ipl_auth::PoolSecret;
+use ipl_registry::net::NetRegistry;
+use ipl_registry::{EmbeddedRegistry, JoinRequest, PoolConfig, Registry, RegistryBackend};
+use ipl_transport_abi::{Plugin, TransportCapabilities};
+use parking_lot::Mutex;
+
+use super::plugins::default_plugins;
+use super::router::{PendingRouters, Router, RouterState};
+use super::{Ibis, IbisShared, Slot};
+use crate::capabilities::IbisCapabilities;
+use crate::config;
+use crate::error::{IplError, Result};
+use crate::negotiate;
+use crate::port_type::PortType;
+use crate::protocol;
+
+/// Builds an [`Ibis`] instance: the pool to join, the capabilities it needs, the port
+/// types it will use (each negotiated to a transport), and the transports to choose from.
+#[must_use]
+pub struct IbisBuilder {
+    pool: String,
+    cluster: String,
+    name: Option<String>,
+    capabilities: IbisCapabilities,
+    port_types: Vec<PortType>,
+    plugins: Vec<Plugin>,
+    prefer: Option<String>,
+    spin: Option<Duration>,
+    window_bytes: Option<u64>,
+    registry: Option<Arc<dyn RegistryBackend>>,
+    pool_size: Option<usize>,
+    transport_config: String,
+    secret: Option<PoolSecret>,
+}
+
+impl Default for IbisBuilder {
+    fn default() -> Self {
+        IbisBuilder {
+            pool: "default".into(),
+            cluster: "cluster-0".into(),
+            name: None,
+            capabilities: IbisCapabilities::MEMBERSHIP,
+            port_types: Vec::new(),
+            plugins: Vec::new(),
+            prefer: None,
+            spin: None,
+            window_bytes: None,
+            registry: None,
+            pool_size: None,
+            transport_config: String::new(),
+            secret: None,
+        }
+    }
+}
+
+/// The process-wide embedded registry used when the builder is given none.
+pub fn default_registry() -> EmbeddedRegistry {
+    static REG: OnceLock<EmbeddedRegistry> = OnceLock::new();
+    REG.get_or_init(EmbeddedRegistry::new).clone()
+}
+
+impl IbisBuilder {
+    /// The pool (run) to join.
+    pub fn pool(mut self, pool: impl Into<String>) -> Self {
+        self.pool = pool.into();
+        self
+    }
+
+    /// This member's cluster (location) name.
+    pub fn cluster(mut self, cluster: impl Into<String>) -> Self {
+        self.cluster = cluster.into();
+        self
+    }
+
+    /// A human-readable name for this member.
+    pub fn name(mut self, name: impl Into<String>) -> Self {
+        self.name = Some(name.into());
+        self
+    }
+
+    /// The Ibis capabilities needed (registry features).
+    pub fn capabilities(mut self, c: IbisCapabilities) -> Self {
+        self.capabilities = c;
+        self
+    }
+
+    /// Declares a port type this instance will create ports of. Its transport is
+    /// negotiated when the instance is built.
+    pub fn port_type(mut self, t: PortType) -> Self {
+        if !self.port_types.contains(&t) {
+            self.port_types.push(t);
+        }
+        self
+    }
+
+    /// Adds a transport plugin to choose from (default: the statically linked ones).
+    pub fn plugin(mut self, p: Plugin) -> Self {
+        self.plugins.push(p);
+        self
+    }
+
+    /// Prefers the transport with this name (default: `IPL_TRANSPORT`, else the best
+    /// one); it is an error if it lacks a requested capability.
+    pub fn prefer_transport(mut self, name: impl Into<String>) -> Self {
+        self.prefer = Some(name.into());
+        self
+    }
+
+    /// How long a blocking receive on this instance's ports polls for a message before
+    /// it sleeps (default: `IPL_SPIN_US`, else [`DEFAULT_SPIN`](crate::config::DEFAULT_SPIN)).
+    /// The budget adapts to the waits a port sees, up to this much (more for a round
+    /// trip that takes longer). Zero switches polling off: a receiver sleeps at once,
+    /// which suits a machine with more busy threads than CPUs.
+    pub fn spin(mut self, budget: Duration) -> Self {
+        self.spin = Some(budget);
+        self
+    }
+
+    /// The flow-control window of this instance's connections: the bytes of messages a
+    /// sender may have on one connection that the receiver has not finished yet (default:
+    /// `IPL_WINDOW_BYTES`, else [`WINDOW`](crate::protocol::WINDOW)). At least
+    /// `2 * `[`MIN_COST`](crate::protocol::MIN_COST), or `build` fails. Every member of
+    /// a pool must use the same window.
+    pub fn window_bytes(mut self, bytes: u64) -> Self {
+        self.window_bytes = Some(bytes);
+        self
+    }
+
+    /// The embedded registry to join (default: one per process).
+    pub fn registry(mut self, r: &EmbeddedRegistry) -> Self {
+        self.registry = Some(Arc::new(r.clone()));
+        self
+    }
+
+    /// Joins through any registry backend (e.g. a network registry client).
+    pub fn registry_backend(mut self, b: Arc<dyn RegistryBackend>) -> Self {
+        self.registry = Some(b);
+        self
+    }
+
+    /// The pool's secret, proven (never sent) by every network transport handshake.
+    pub fn secret(mut self, s: PoolSecret) -> Self {
+        self.secret = Some(s);
+        self
+    }
+
+    /// Configures the builder from the environment a launcher (`ipl-run`) sets:
+    /// `IPL_POOL`, `IPL_POOL_SIZE` (closed world when set), `IPL_CLUSTER`,
+    /// `IPL_POOL_SECRET`, `IPL_REGISTRY` (the registry server's address: joins over the
+    /// network) and `IPL_RANK` (the member's name). Variables that are not set leave the
+    /// builder as it is; [`config`](crate::config) lists every variable the IPL reads.
+    pub fn from_env(mut self) -> Result<Self> {
+        let env = config::Launch::from_env();
+        if let Some(p) = env.pool {
+            self.pool = p;
+        }
+        if let Some(n) = env.pool_size {
+            let n: usize = n.parse().map_err(|_| {
+                IplError::InvalidPortType(format!("IPL_POOL_SIZE={n:?} is not a number"))
+            })?;
+            self.pool_size = Some(n);
+            self.capabilities |= IbisCapabilities::CLOSED_WORLD;
+        }
+        if let Some(c) = env.cluster {
+            self.cluster = c;
+        }
+        if let Some(r) = env.rank {
+            self.name = Some(format!("member-{r}"));
+        }
+        if env.secret {
+            self.secret = Some(PoolSecret::from_env().map_err(|e| {
+                IplError::Registry(ipl_registry::RegistryError::Refused(e.to_string()))
+            })?);
+        }
+        if let Some(addr) = env.registry {
+            let secret = self.secret.clone().ok_or_else(|| {
+                IplError::Registry(ipl_registry::RegistryError::Refused(format!(
+                    "IPL_REGISTRY is set but {} is not",
+                    ipl_auth::SECRET_ENV
+                )))
+            })?;
+            let net = NetRegistry::connect(addr.as_str(), &secret, Duration::from_secs(30))?;
+            self.registry = Some(Arc::new(net));
+        }
+        Ok(self)
+    }
+
+    /// The pool's size, for `closedworld`.
+    pub fn pool_size(mut self, n: usize) -> Self {
+        self.pool_size = Some(n);
+        self
+    }
+
+    /// `key=value` lines passed to every transport's `create`.
+    pub fn transport_config(mut self, cfg: impl Into<String>) -> Self {
+        self.transport_config = cfg.into();
+        self
+    }
+
+    /// Negotiates transports, creates their endpoints and joins the pool.
+    pub fn build(self) -> Result<Ibis> {
+        let caps = self.capabilities;
+        if caps.contains(IbisCapabilities::CLOSED_WORLD) && self.pool_size.is_none() {
+            return Err(IplError::InvalidPortType(
+                "closedworld needs a pool size (IbisBuilder::pool_size)".into(),
+            ));
+        }
+        if caps.contains(IbisCapabilities::CLOSED_WORLD | IbisCapabilities::MALLEABLE) {
+            return Err(IplError::InvalidPortType(
+                "closedworld and malleable exclude each other".into(),
+            ));
+        }
+        let plugins = if self.plugins.is_empty() {
+            default_plugins()
+        } else {
+            self.plugins
+        };
+        // The environment layer: what the builder was not told.
+        let env = config::Tuning::from_env();
+        let spin = self.spin.or(env.spin).unwrap_or(config::DEFAULT_SPIN);
+        let window = match self.window_bytes {
+            Some(w) if w < 2 * protocol::MIN_COST => {
+                return Err(IplError::InvalidConfig(format!(
+                    "window_bytes({w}) is below the least window, {} bytes",
+                    2 * protocol::MIN_COST
+                )))
+            }
+            Some(w) => w,
+            None => env.window_bytes.unwrap_or(protocol::WINDOW),
+        };
+        let prefer = self.prefer.or(env.transport);
+        let chosen = negotiate::choose_all(&plugins, &self.port_types, prefer.as_deref())?;
+        let mut wanted: Vec<usize> = chosen.iter().flat_map(|(_, i)| i.iter().copied()).collect();
+        wanted.sort_unstable();
+        wanted.dedup();
+        if wanted.is_empty() {
+            wanted.push(negotiate::preferred_or_best(&plugins, prefer.as_deref())?);
+        }
+        // The configuration every transport gets: the user's lines, then pool, cluster and
+        // secret.
+        let mut config_text = self.transport_config.clone();
+        config_text.push_str(&format!("\npool={}\ncluster={}\n", self.pool, self.cluster));
+        if let Some(s) = &self.secret {
+            config_text.push_str(&format!("secret={}\n", s.to_hex()));
+        }
+        // Create one endpoint per transport wanted. One that cannot be created (no
+        // secret for a network transport, no device) is left out, as long as every port
+        // type keeps a transport.
+        let mut slots = Vec::new();
+        // Declared after `slots`, so dropped before it on an early return: the routers
+        // are settled (failed) before the endpoints are destroyed, which waits for any
+        // callback blocked on them.
+        let mut routers = PendingRouters(Vec::new());
+        let mut used = Vec::new();
+        let mut failures = Vec::new();
+        let mut request = JoinRequest::new(self.cluster.clone());
+        if let Some(n) = &self.name {
+            request = request.with_name(n.clone());
+        }
+        for &pi in &wanted {
+            let p = &plugins[pi];
+            let router = Router::new(slots.len());
+            let created = p
+                .create(&config_text, router.clone())
+                .and_then(|inst| Ok((inst.local_address()?, inst)));
+            match created {
+                Ok((address, inst)) => {
+                    request = request.with_address(p.name(), address);
+                    routers.0.push(router);
+                    let inst = Arc::new(inst);
+                    slots.push(Slot {
+                        name: p.name(),
+                        polled: p.capabilities().contains(TransportCapabilities::POLLED),
+                        unreliable: p.capabilities().contains(TransportCapabilities::UNRELIABLE),
+                        live: Arc::downgrade(&inst),
+                        instance: Mutex::new(Some(inst)),
+                    });
+                    used.push(pi);
+                }
+                Err(e) => {
+                    tracing::debug!(transport = p.name(), error = %e, "transport left out");
+                    failures.push((p.name(), e));
+                }
+            }
+        }
+        let mut port_slots = Vec::new();
+        for (t, pis) in &chosen {
+            let slots: Vec<usize> = pis
+                .iter()
+                .filter_map(|pi| used.iter().position(|u| u == pi))
+                .collect();
+            if slots.is_empty() {
+                let why = failures
+                    .iter()
+                    .map(|(n, e)| format!("{n}: {e}"))
+                    .collect::<Vec<_>>()
+                    .join("; ");
+                return Err(IplError::TransportUnavailable {
+                    name: pis
+                        .iter()
+                        .map(|pi| plugins[*pi].name())
+                        .collect::<Vec<_>>()
+                        .join(","),
+                    reason: format!("no endpoint could be created for port type {t}: {why}"),
+                });
+            }
+            port_slots.push((*t, slots));
+        }
+        if slots.is_empty() {
+            let (name, e) = failures.into_iter().next().ok_or(IplError::Ended)?;
+            return Err(IplError::TransportUnavailable {
+                name: name.to_string(),
+                reason: e.to_string(),
+            });
+        }
+        let config = match (
+            caps.contains(IbisCapabilities::CLOSED_WORLD),
+            self.pool_size,
+        ) {
+            (true, Some(n)) => PoolConfig::closed_world(n),
+            _ => PoolConfig::open_world(),
+        };
+        let backend = self
+            .registry
+            .unwrap_or_else(|| Arc::new(default_registry()));
+        let registry = Registry::join(backend, &self.pool, config, request)?;
+        let shared = Arc::new(IbisShared {
+            ident: registry.identifier().clone(),
+            slots,
+            port_slots,
+            routes: Mutex::new(Default::default()),
+            receive_ports: Mutex::new(HashMap::new()),
+            send_ports: Mutex::new(HashSet::new()),
+            ended: AtomicBool::new(false),
+            spin,
+            window,
+        });
+        for r in &routers.0 {
+            r.settle(RouterState::Ready(Arc::downgrade(&shared)));
+        }
+        tracing::debug!(member = %shared.ident, "ibis instance started");
+        Ok(Ibis {
+            shared,
+            registry: Some(registry),
+            capabilities: caps,
+        })
+    }
+}
