@@ -20,7 +20,10 @@
 set -u -o pipefail
 
 prog_name=compare.sh
-metric_re='^[a-z][A-Za-z0-9_.]* [-0-9.eE+]+ [A-Za-z/%]+$'
+# A figure line: name value unit. Names may hold '-' (satin-speedup names its figures after
+# the application's arguments: satin.integrate_0_100000_1e-6.1proc_s); the human table
+# above them pads its columns with several spaces, so none of its lines match.
+metric_re='^[a-z][A-Za-z0-9_.-]* [-0-9.eE+]+ [A-Za-z/%]+$'
 
 usage() {
     sed -n '2,18s/^# \{0,1\}//p' "$0"
