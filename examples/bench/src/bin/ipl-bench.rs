@@ -455,7 +455,7 @@ fn pick_transport(a: &Args) -> Res<String> {
     let mut want = T::RELIABLE | T::FIFO;
     for r in &a.require {
         if let Some((c, _)) = T::NAMED.iter().find(|(_, n)| n == r) {
-            want = want | *c;
+            want |= *c;
         }
     }
     ipl::default_plugins()
