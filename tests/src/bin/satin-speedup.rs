@@ -31,9 +31,11 @@ struct Cli {
     /// Clusters of the pool run.
     #[arg(long, value_name = "C", default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..))]
     clusters: u64,
-    /// The application and its arguments, as for `satin-app` (e.g. `nqueens 14`).
-    #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
-    app: Vec<String>,
+    /// The application, as for `satin-app` (e.g. `nqueens`).
+    app: String,
+    /// The application's arguments, passed on as they are (e.g. `14`).
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+    args: Vec<String>,
 }
 
 fn main() -> std::process::ExitCode {
@@ -67,7 +69,7 @@ fn median(v: &[f64]) -> f64 {
 }
 
 fn run(cli: Cli) -> Res<()> {
-    let args = cli.app;
+    let args: Vec<String> = std::iter::once(cli.app).chain(cli.args).collect();
     // The transport between the processes: IPL_TRANSPORT, else TCP (as between hosts).
     let transport = std::env::var("IPL_TRANSPORT").unwrap_or_else(|_| "tcp".into());
     let repeat = usize::try_from(cli.repeat)?;
