@@ -23,3 +23,9 @@ pub mod noverk;
 pub mod nqueens;
 pub mod primes;
 pub mod sine;
+
+/// The top-level README's examples (the IPL, Satin, RMI, replicated objects), compiled
+/// and run as doc tests: this crate depends on every model they use.
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+pub struct TopLevelReadmeDoctest;
