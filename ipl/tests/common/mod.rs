@@ -1,7 +1,6 @@
 //! Helpers shared by the integration tests: port types, unique pools, Ibis instances.
 #![allow(dead_code)]
 
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use ipl::{
@@ -12,15 +11,9 @@ use ipl::{
 /// A generous bound for anything that should happen "soon" (loaded machines).
 pub const LONG: Duration = Duration::from_secs(10);
 
-/// A pool name unique in this process.
-pub fn pool(prefix: &str) -> String {
-    static N: AtomicUsize = AtomicUsize::new(0);
-    format!(
-        "{prefix}-{}-{}",
-        std::process::id(),
-        N.fetch_add(1, Ordering::Relaxed)
-    )
-}
+#[path = "../../../tests/common/pool.rs"]
+mod unique;
+pub use unique::pool;
 
 /// Reliable FIFO data-level type with the given connection pattern and receive modes.
 pub fn ty(extra: P) -> PortType {

@@ -10,8 +10,12 @@ use std::time::Duration;
 use ibis_rmi::{remote, RemoteRef, Rmi, RmiError};
 use serde::{Deserialize, Serialize};
 
-mod pool;
-pub use pool::{pool, LONG};
+#[path = "../../../tests/common/pool.rs"]
+mod unique;
+pub use unique::pool;
+
+/// A generous bound for anything that should happen "soon" on a loaded machine.
+pub const LONG: Duration = Duration::from_secs(20);
 
 /// The transports every test runs over.
 pub const TRANSPORTS: [&str; 2] = ["inproc", "tcp"];

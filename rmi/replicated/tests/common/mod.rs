@@ -6,9 +6,12 @@ use ibis_repmi::{declare, Replicated};
 use ipl::{EmbeddedRegistry, Ibis, IbisCapabilities as C};
 use serde::{Deserialize, Serialize};
 
-#[path = "../../../tests/common/pool.rs"]
-mod pool;
-pub use pool::{pool, LONG};
+#[path = "../../../../tests/common/pool.rs"]
+mod unique;
+pub use unique::pool;
+
+/// A generous bound for anything that should happen "soon" on a loaded machine.
+pub const LONG: std::time::Duration = std::time::Duration::from_secs(20);
 
 /// A member with elections and the replication port types.
 pub fn member(reg: &EmbeddedRegistry, pool: &str) -> Ibis {
