@@ -3,7 +3,9 @@
 //! ones, and the implicit sync of a dropped or unwinding frame.
 
 use super::ctx::Ctx;
-use super::record::{init_slot, slot, JobRef, Record, Slot, DONE, PANICKED, PUBLISHED, STOLEN};
+use super::record::{
+    init_header, init_slot, slot, JobRef, Record, Slot, DONE, PANICKED, PUBLISHED, STOLEN,
+};
 use crate::Job;
 use std::any::Any;
 use std::marker::PhantomData;
@@ -116,11 +118,10 @@ impl<'a> Frame<'a> {
         }
         ctx.stats.queued += 1;
         let r = ctx.pool.alloc();
-        let record = Record::new::<J>(ctx.worker as u32, self.id, self.head);
         // SAFETY: a fresh record from our pool, exclusively ours (I1), with nothing to
         // drop; all of it is written before it is published on the deque (push has
         // Release semantics).
-        unsafe { r.as_ptr().write(record) };
+        unsafe { init_header::<J>(r, ctx.worker as u32, self.id, self.head) };
         // SAFETY: the record is ours (I1) and its slot uninitialized.
         unsafe { init_slot(r, job) };
         self.head = r.as_ptr();

@@ -66,20 +66,43 @@ pub(crate) struct Record {
     pub(super) data: UnsafeCell<MaybeUninit<[u64; INLINE_BYTES / 8]>>,
 }
 
-impl Record {
-    /// A fresh record for a job of type `J` (its slot still to be written with
-    /// [`init_slot`]).
-    #[inline(always)]
-    pub(super) fn new<J: Job>(owner: u32, frame_id: u64, next: *mut Record) -> Record {
-        Record {
-            state: AtomicU32::new(QUEUED),
-            owner,
-            frame_id,
-            next,
-            vtable: &VTableOf::<J>::VT,
-            data: UnsafeCell::new(MaybeUninit::uninit()),
-        }
-    }
+/// Writes the header of a fresh record for a job of type `J` (its slot still to be
+/// written with [`init_slot`]), field by field: building a whole `Record` and writing it
+/// made every spawn copy the uninitialized slot too (satin-bench: spawn+sync 7.2 -> 8.2 ns).
+///
+/// # Safety
+/// `rec` is a record just taken from the pool and exclusively owned (I1); nothing in it
+/// needs dropping.
+#[inline(always)]
+pub(super) unsafe fn init_header<J: Job>(
+    rec: NonNull<Record>,
+    owner: u32,
+    frame_id: u64,
+    next: *mut Record,
+) {
+    let p = rec.as_ptr();
+    // SAFETY: for this block and the nine below: `p` is a live record, exclusively ours
+    // (I1); a block either forms a pointer to one of its fields or writes that aligned
+    // field, which holds nothing to drop.
+    let f = unsafe { &raw mut (*p).state };
+    // SAFETY: see above.
+    unsafe { f.write(AtomicU32::new(QUEUED)) };
+    // SAFETY: see above.
+    let f = unsafe { &raw mut (*p).owner };
+    // SAFETY: see above.
+    unsafe { f.write(owner) };
+    // SAFETY: see above.
+    let f = unsafe { &raw mut (*p).frame_id };
+    // SAFETY: see above.
+    unsafe { f.write(frame_id) };
+    // SAFETY: see above.
+    let f = unsafe { &raw mut (*p).next };
+    // SAFETY: see above.
+    unsafe { f.write(next) };
+    // SAFETY: see above.
+    let f = unsafe { &raw mut (*p).vtable };
+    // SAFETY: see above.
+    unsafe { f.write(&VTableOf::<J>::VT) };
 }
 
 /// A pointer to a record as stored in the deques; see I2 for who may touch it.

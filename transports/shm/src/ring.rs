@@ -77,6 +77,7 @@ pub struct Cursor<'a> {
 
 impl<'a> Cursor<'a> {
     /// A cursor at the start of `slices`.
+    #[inline]
     pub fn new(slices: &'a [&'a [u8]]) -> Self {
         Cursor {
             slices,
@@ -174,12 +175,14 @@ impl RingTx {
     }
 
     /// The largest payload of one slot; larger messages are fragmented.
+    #[inline]
     pub fn max_slot_payload(&self) -> u32 {
         self.producer.max_slot_payload()
     }
 
     /// Writes one slot of `len` bytes taken from `data` and publishes it, if the
     /// credits allow; `Ok(false)` when the receiver must release space first.
+    #[inline]
     pub fn try_write(
         &mut self,
         kind: Kind,
@@ -329,6 +332,7 @@ impl RxShared {
     }
 
     /// Releases consumed slot `seq`; reclaims space and wakes a waiting sender.
+    #[inline]
     pub fn release(&self, seq: u64) {
         let moved = self.reclaimer.lock().release(seq);
         if let Some(tail) = moved {
@@ -405,6 +409,7 @@ impl RingRx {
     }
 
     /// The part shared with released buffers.
+    #[inline]
     pub fn shared(&self) -> &Arc<RxShared> {
         &self.shared
     }
@@ -468,6 +473,7 @@ impl RingRx {
     }
 
     /// Appends a completion's payload to `v` (a copy).
+    #[inline]
     pub fn copy_payload(&self, c: &Completion, v: &mut Vec<u8>) -> Result<(), OutOfBounds> {
         self.shared
             .region

@@ -5,4 +5,6 @@
 //! descriptor as the entry symbol. It is a crate of its own so that programs linking the
 //! transport statically never carry the entry symbol.
 
+#![forbid(unsafe_code)]
+
 ipl_transport_abi::export_plugin!(ipl_transport_tcp::PLUGIN);

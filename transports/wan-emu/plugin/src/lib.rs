@@ -4,4 +4,6 @@
 //! The transport lives in `ipl-transport-wan-emu`; this crate only exports its
 //! descriptor as the entry symbol.
 
+#![forbid(unsafe_code)]
+
 ipl_transport_abi::export_plugin!(ipl_transport_wan_emu::PLUGIN);
