@@ -275,7 +275,15 @@ unsafe extern "C" fn release_owner<O>(ctx: *mut c_void) {
     // SAFETY: ctx was produced by Box::into_raw(Box<O>) in `from_owner`, and the host
     // calls release exactly once (ABI contract), so reclaiming the box is sound. The
     // owner was not touched since: the bytes it gave stayed where they were.
-    drop(unsafe { Box::from_raw(ctx.cast::<O>()) });
+    let owner = unsafe { Box::from_raw(ctx.cast::<O>()) };
+    // The owner's drop is plugin code: a panic in it must not unwind across the
+    // boundary (it would abort the host). It is logged and the owner is gone either way.
+    if let Err(p) = catch_unwind(AssertUnwindSafe(move || drop(owner))) {
+        tracing::error!(
+            "a plugin buffer's owner panicked on release: {}",
+            panic_message(p)
+        );
+    }
 }
 
 fn panic_message(p: Box<dyn std::any::Any + Send>) -> String {
@@ -594,4 +602,33 @@ macro_rules! export_plugin {
             &$desc as *const $crate::ffi::PluginDescriptor
         }
     };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An owner whose drop panics (a buggy pool return, say).
+    struct Bomb(Vec<u8>);
+
+    impl AsRef<[u8]> for Bomb {
+        fn as_ref(&self) -> &[u8] {
+            &self.0
+        }
+    }
+
+    impl Drop for Bomb {
+        fn drop(&mut self) {
+            panic!("the owner's drop panics");
+        }
+    }
+
+    #[test]
+    fn an_owner_that_panics_on_release_does_not_unwind_across_the_boundary() {
+        let b = PluginBuffer::from_owner(Bomb(vec![1, 2, 3]));
+        assert_eq!(b.len(), 3);
+        // The release runs through the extern "C" release function: a panic escaping
+        // it would abort this whole test process.
+        drop(b);
+    }
 }
