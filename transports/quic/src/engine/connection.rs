@@ -166,6 +166,8 @@ impl Engine {
         let mut conn = Conn::new(proto, peer, Some(id), now);
         conn.dirty = true;
         self.conns.insert(ch, conn);
+        // A handle is reused once its connection is gone: no old reason applies to it.
+        self.failed_dials.remove(&ch);
         self.dialing.insert(id, ch);
         Ok(ch)
     }
@@ -173,9 +175,9 @@ impl Engine {
     /// Where a dial stands.
     pub(crate) fn dial_state(&mut self, ch: ConnectionHandle, id: u64) -> DialState {
         let state = match self.conns.get(&ch).map(|c| &c.phase) {
-            None => DialState::Failed(TransportError::Closed(
-                "quic connection ended during set-up".into(),
-            )),
+            None => DialState::Failed(self.failed_dials.remove(&ch).unwrap_or_else(|| {
+                TransportError::Closed("quic connection ended during set-up".into())
+            })),
             Some(Phase::Ready) => DialState::Ready,
             Some(Phase::Closed(e)) => DialState::Failed(e.clone()),
             Some(_) => DialState::Pending,
@@ -191,6 +193,7 @@ impl Engine {
         if self.dialing.get(&id) == Some(&ch) {
             self.dialing.remove(&id);
         }
+        self.failed_dials.remove(&ch);
         if let Some(c) = self.conns.get_mut(&ch) {
             if !matches!(c.phase, Phase::Ready) {
                 c.proto.close(
@@ -328,6 +331,12 @@ impl Engine {
             self.fail(ch, conn, TransportError::Closed(what.clone()), &what);
         }
         self.unacked.retain(|(c, _)| *c != ch);
+        if self.dialing.values().any(|c| *c == ch) {
+            // Its dialer has not looked yet: keep the reason for it.
+            if let Phase::Closed(e) = &conn.phase {
+                self.failed_dials.insert(ch, e.clone());
+            }
+        }
         self.dialing.retain(|_, c| *c != ch);
     }
 

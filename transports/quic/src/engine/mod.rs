@@ -80,6 +80,11 @@ pub(crate) struct Engine {
     by_peer: HashMap<u64, ConnectionHandle>,
     /// Dials in progress by peer endpoint id, so concurrent `connect`s dial once.
     dialing: HashMap<u64, ConnectionHandle>,
+    /// Why a dial's connection ended, kept from its removal until its dialer looks
+    /// ([`dial_state`](Self::dial_state)) or gives up: a dialer that runs late (a loaded
+    /// machine) would otherwise find the connection gone and lose the reason (a refused
+    /// handshake read as a plain close).
+    failed_dials: HashMap<ConnectionHandle, TransportError>,
     /// Locally finished streams whose data the peer has not acknowledged yet.
     unacked: HashSet<(ConnectionHandle, StreamId)>,
     next_channel: u64,
@@ -127,6 +132,7 @@ impl Engine {
             chans: HashMap::new(),
             by_peer: HashMap::new(),
             dialing: HashMap::new(),
+            failed_dials: HashMap::new(),
             unacked: HashSet::new(),
             next_channel: 1,
             established: 0,
@@ -205,6 +211,7 @@ impl Engine {
         }
         self.by_peer.clear();
         self.dialing.clear();
+        self.failed_dials.clear();
     }
 
     /// Whether the peers acknowledged everything sent on finished streams.
