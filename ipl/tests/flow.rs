@@ -6,18 +6,11 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::*;
-use ipl::{EmbeddedRegistry, PortCapabilities as P, PortType};
+use ipl::{EmbeddedRegistry, PortCapabilities as P};
 
 #[test]
 fn a_slow_receiver_bounds_the_queue_and_the_sender_waits() {
-    let t = PortType::new(
-        P::CONNECTION_ONE_TO_ONE
-            | P::RECEIVE_TIMEOUT
-            | P::SERIALIZATION_BYTE
-            | P::COMMUNICATION_RELIABLE
-            | P::COMMUNICATION_FIFO,
-    )
-    .unwrap();
+    let t = ty(P::CONNECTION_ONE_TO_ONE | P::RECEIVE_TIMEOUT | P::SERIALIZATION_BYTE);
     let (_a, _b, rp, mut sp) = connected_pair("flow", t);
     const MSG: usize = 1 << 20;
     const COUNT: usize = 200; // 200 MiB: three times the default 64 MiB window
@@ -54,14 +47,7 @@ fn a_slow_receiver_bounds_the_queue_and_the_sender_waits() {
 
 #[test]
 fn a_window_set_on_the_builder_bounds_the_queue() {
-    let t = PortType::new(
-        P::CONNECTION_ONE_TO_ONE
-            | P::RECEIVE_TIMEOUT
-            | P::SERIALIZATION_BYTE
-            | P::COMMUNICATION_RELIABLE
-            | P::COMMUNICATION_FIFO,
-    )
-    .unwrap();
+    let t = ty(P::CONNECTION_ONE_TO_ONE | P::RECEIVE_TIMEOUT | P::SERIALIZATION_BYTE);
     const WINDOW: u64 = 64 << 10;
     const MSG: usize = 4 << 10;
     const COUNT: usize = 200; // 800 KiB: many windows' worth
