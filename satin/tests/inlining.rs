@@ -220,9 +220,12 @@ fn wait_until(cond: impl Fn() -> bool) -> bool {
 }
 
 /// What the thief thread of [`offer`] has done: jobs it took, steal attempts that
-/// found nothing, and whether the run is over.
+/// found nothing, and whether the run is over; `go` is set by the frame once all its
+/// children are spawned (a thief that stole during the spawn loop would make the
+/// worker publish the next child at its next spawn, which the test does not count).
 #[derive(Default)]
 struct Thief {
+    go: AtomicUsize,
     taken: AtomicUsize,
     misses: AtomicUsize,
     over: AtomicUsize,
@@ -247,6 +250,7 @@ impl Job for Offer {
             f.publish();
         }
         let t = &self.thief;
+        t.go.store(1, Ordering::SeqCst);
         wait_until(|| t.taken.load(Ordering::SeqCst) >= self.want);
         let misses = t.misses.load(Ordering::SeqCst);
         wait_until(|| t.misses.load(Ordering::SeqCst) > misses);
@@ -272,6 +276,10 @@ fn offer(publish: bool, want: usize) -> (u32, usize, usize) {
         // steal whatever is published, finish it "remotely" (result + 100)
         let deadline = Instant::now() + PATIENCE;
         while t2.over.load(Ordering::SeqCst) == 0 && Instant::now() < deadline {
+            if t2.go.load(Ordering::SeqCst) == 0 {
+                std::thread::yield_now();
+                continue;
+            }
             match st.steal() {
                 Some(job) => {
                     let (_, bytes) = job.to_wire().expect("remote-capable");
@@ -303,7 +311,8 @@ fn a_worker_keeps_one_job_published_for_an_external_stealer() {
     bounded(|| {
         // Without publish(): the oldest child is published at once, the rest stays
         // private while the frame is open (the worker publishes the next one only
-        // when it pops or spawns), so the stealer gets exactly one before the sync.
+        // when it pops or spawns), so a stealer that starts after the spawns gets
+        // exactly one before the sync.
         let (r, before_sync, taken) = offer(false, 1);
         assert_eq!(before_sync, 1);
         assert_eq!(r, (0..8).sum::<u32>() + 100 * taken as u32);
