@@ -12,6 +12,7 @@ fn every_benchmark_has_a_clean_command_line() {
         env!("CARGO_BIN_EXE_wan-bench"),
         env!("CARGO_BIN_EXE_shm-bench"),
         env!("CARGO_BIN_EXE_quic-bench"),
+        env!("CARGO_BIN_EXE_pool-bench"),
     ] {
         cli::check(bin);
     }
