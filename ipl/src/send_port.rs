@@ -272,6 +272,17 @@ impl SendPort {
             .collect()
     }
 
+    /// The transport each connection of this port runs over, by receive port (for
+    /// instance `shm` to a member on the same host and `tcp` to one on another).
+    pub fn connection_transports(&self) -> Vec<(ReceivePortIdentifier, &'static str)> {
+        self.shared
+            .connections
+            .lock()
+            .iter()
+            .map(|c| (c.receiver.clone(), self.ibis.transport_name(c.key.0)))
+            .collect()
+    }
+
     /// Connections lost since the last call.
     pub fn lost_connections(&self) -> Vec<(ReceivePortIdentifier, Disconnect)> {
         std::mem::take(&mut self.shared.lost.lock())

@@ -189,3 +189,16 @@ fn disabled_port_refuses_until_enabled_and_disconnect_works() {
     // Disconnected in an orderly way: not a lost connection.
     assert!(rp.lost_connections().is_empty());
 }
+
+#[test]
+fn each_connection_names_its_transport() {
+    let t = simple();
+    let (a, _b, rp, mut sp) = common::connected_pair("transports", t);
+    let chosen = a.transport_for(&t).unwrap();
+    assert_eq!(
+        sp.connection_transports(),
+        vec![(rp.identifier().clone(), chosen)]
+    );
+    sp.disconnect(rp.identifier()).unwrap();
+    assert!(sp.connection_transports().is_empty());
+}
