@@ -6,6 +6,13 @@
 #![forbid(unsafe_code)]
 
 /// Scenarios `ipl-pool-check` knows.
-pub const SCENARIOS: &[&str] = &["rpc", "multicast", "manytoone", "election", "kill"];
+pub const SCENARIOS: &[&str] = &[
+    "rpc",
+    "multicast",
+    "manytoone",
+    "election",
+    "kill",
+    "transports",
+];
 
 pub mod scenario;

@@ -11,6 +11,10 @@
 //!   winner, which checks they agree and signals everybody to finish;
 //! - `kill`: member 1 connects to the root, sends, and aborts; the root and the others
 //!   must see it die (registry), and the root must see its connection lost.
+//! - `transports`: every member connects to every other and sends it one message; the
+//!   transport of each connection must be `IPL_CHECK_SAME` (default `shm`) to a member
+//!   of its own cluster (run with one cluster per host) and `IPL_CHECK_OTHER` (default
+//!   `tcp`) to the others; each member prints `transport <peer> <cluster> <name>` lines.
 //!
 //! - `stranger-join`: run with a wrong `IPL_POOL_SECRET`; passes if the registry
 //!   refuses the join;
@@ -136,6 +140,7 @@ fn run(scenario: &str) -> Res<()> {
         "manytoone" => manytoone(&ibis, is_root, &root, others.len(), sink)?,
         "election" => election(&ibis, &members, sink)?,
         "kill" => kill(&ibis, &members, sink)?,
+        "transports" => transports(&ibis, &members)?,
         other => return Err(fail(format!("unknown scenario {other:?}"))),
     }
     ibis.end()?;
@@ -346,6 +351,63 @@ impl ipl::ReceivePortConnectUpcall for Lost {
         why: &ipl::Disconnect,
     ) {
         let _ = self.0.send(why.clone());
+    }
+}
+
+/// See the module documentation.
+fn transports(ibis: &Ibis, members: &[IbisIdentifier]) -> Res<()> {
+    let want = |var: &str, default: &str| std::env::var(var).unwrap_or_else(|_| default.into());
+    let (same, other) = (
+        want("IPL_CHECK_SAME", "shm"),
+        want("IPL_CHECK_OTHER", "tcp"),
+    );
+    let t = PortType::new(
+        P::CONNECTION_MANY_TO_ONE
+            | P::CONNECTION_ONE_TO_MANY
+            | P::RECEIVE_EXPLICIT
+            | P::RECEIVE_TIMEOUT
+            | P::SERIALIZATION_BYTE
+            | P::COMMUNICATION_RELIABLE
+            | P::COMMUNICATION_FIFO,
+    )?;
+    let me = ibis.identifier().clone();
+    let rp = ibis.create_receive_port(&t, "mesh")?;
+    rp.enable_connections();
+    let mut sp = ibis.create_send_port(&t, "mesh-out")?;
+    let peers: Vec<&IbisIdentifier> = members.iter().filter(|m| **m != me).collect();
+    for p in &peers {
+        sp.connect_to(p, "mesh", WAIT)?;
+    }
+    let mut wrong = Vec::new();
+    for (to, name) in sp.connection_transports() {
+        let cluster = to.ibis.cluster().to_string();
+        println!("transport {} {cluster} {name}", to.ibis);
+        let expected = if cluster == me.cluster() {
+            &same
+        } else {
+            &other
+        };
+        if name != expected {
+            wrong.push(format!("{} ({cluster}): {name}, not {expected}", to.ibis));
+        }
+    }
+    let mut w = sp.new_message()?;
+    w.write_u32(me.id().get() as u32)?;
+    w.finish()?;
+    for _ in 0..peers.len() {
+        let mut m = rp.receive_timeout(WAIT)?;
+        m.read_u32()?;
+        m.finish();
+    }
+    sp.close();
+    rp.close(Some(Duration::from_secs(5)));
+    if wrong.is_empty() {
+        Ok(())
+    } else {
+        Err(fail(format!(
+            "connections over the wrong transport: {}",
+            wrong.join("; ")
+        )))
     }
 }
 
