@@ -175,3 +175,71 @@ impl Drop for Hosts {
         }
     }
 }
+
+/// How a process run by [`run_all`] ended: its exit status and output.
+#[derive(Debug)]
+pub struct Ended {
+    /// Whether it exited with status 0.
+    pub success: bool,
+    /// Its standard output and error, for messages.
+    pub output: String,
+}
+
+/// Starts every command (with piped output) and waits for all of them, at most
+/// `timeout` in all; those still running then are killed and the test fails.
+pub fn run_all(commands: Vec<Command>, timeout: std::time::Duration) -> Vec<Ended> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let mut pids = Vec::new();
+    for (i, mut c) in commands.into_iter().enumerate() {
+        let child = c
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("starting {c:?}: {e}"));
+        pids.push(child.id());
+        let tx = tx.clone();
+        std::thread::spawn(move || {
+            let ended = match child.wait_with_output() {
+                Ok(o) => Ended {
+                    success: o.status.success(),
+                    output: format!(
+                        "{}: {}{}",
+                        o.status,
+                        String::from_utf8_lossy(&o.stdout),
+                        String::from_utf8_lossy(&o.stderr)
+                    ),
+                },
+                Err(e) => Ended {
+                    success: false,
+                    output: format!("waiting for it: {e}"),
+                },
+            };
+            let _ = tx.send((i, ended));
+        });
+    }
+    drop(tx);
+    let deadline = std::time::Instant::now() + timeout;
+    let mut ended: Vec<Option<Ended>> = (0..pids.len()).map(|_| None).collect();
+    for _ in 0..pids.len() {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        match rx.recv_timeout(left) {
+            Ok((i, e)) => ended[i] = Some(e),
+            Err(_) => {
+                for (i, pid) in pids.iter().enumerate() {
+                    if ended[i].is_none() {
+                        // `ip netns exec` execs the program: the pid is the program's.
+                        if let Some(p) = rustix::process::Pid::from_raw(*pid as i32) {
+                            let _ = rustix::process::kill_process(p, rustix::process::Signal::KILL);
+                        }
+                    }
+                }
+                panic!("processes still running after {timeout:?}: {ended:?}");
+            }
+        }
+    }
+    ended
+        .into_iter()
+        .map(|e| e.expect("every process ended"))
+        .collect()
+}

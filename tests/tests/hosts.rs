@@ -1,9 +1,17 @@
-//! The multi-host test harness itself (tests/common/hosts.rs): hosts reach each other
-//! over their bridge, and a cut host does not.
+//! Pools across hosts: network namespaces on this machine (tests/common/hosts.rs), each
+//! a host with its own address; the test harness itself first (hosts reach each other,
+//! a cut host does not).
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::process::Command;
 use std::time::Duration;
+
+use ipl_auth::PoolSecret;
+use ipl_registry::{RegistryServer, ServerHandle};
+use ipl_tools::launcher::{
+    ENV_CLUSTER, ENV_POOL, ENV_POOL_SIZE, ENV_RANK, ENV_REGISTRY, ENV_SECRET,
+};
 
 #[path = "../common/hosts.rs"]
 mod hosts;
@@ -44,4 +52,116 @@ fn hosts_reach_each_other_until_one_is_cut() {
 
     h.cut(1).expect("cut host 1");
     assert!(connect().is_err(), "a cut host must not reach the others");
+}
+
+/// The pool variables of member `rank` of a pool of `size` on `h`, registry `registry`.
+fn member_env(
+    c: &mut Command,
+    registry: SocketAddr,
+    pool: &str,
+    size: usize,
+    secret: &PoolSecret,
+    rank: usize,
+    host: usize,
+) {
+    c.env(ENV_REGISTRY, registry.to_string())
+        .env(ENV_POOL, pool)
+        .env(ENV_POOL_SIZE, size.to_string())
+        .env(ENV_SECRET, secret.to_hex())
+        .env(ENV_CLUSTER, format!("host-{host}"))
+        .env(ENV_RANK, rank.to_string());
+}
+
+/// A registry server on host `i` (its listener lives in that host's network).
+fn registry_on(h: &hosts::Hosts, i: usize, secret: &PoolSecret) -> ServerHandle {
+    std::thread::scope(|s| {
+        s.spawn(|| -> std::io::Result<ServerHandle> {
+            h.enter(i)?;
+            RegistryServer::bind((h.addr(i), 0), secret.clone())?.run_in_background()
+        })
+        .join()
+        .expect("registry thread")
+    })
+    .expect("a registry server on a host")
+}
+
+/// fib on a pool of one process on each of three hosts over `transport`: the right
+/// answer, every member on its own host.
+fn fib_on_three_hosts(transport: &str) {
+    let Some(h) = hosts::Hosts::new(3) else {
+        return;
+    };
+    let secret = PoolSecret::generate().unwrap();
+    let server = registry_on(&h, 0, &secret);
+    let report =
+        std::env::temp_dir().join(format!("hosts-fib-{transport}-{}.txt", std::process::id()));
+    let commands = (0..3)
+        .map(|i| {
+            let mut c = h.command(i, env!("CARGO_BIN_EXE_satin-app"));
+            c.args(["fib", "22", "--check", "--report"]).arg(&report);
+            member_env(&mut c, server.local_addr(), "fib", 3, &secret, i, i);
+            c.env("IPL_TRANSPORT", transport);
+            c
+        })
+        .collect();
+    let ended = hosts::run_all(commands, Duration::from_secs(120));
+    for (i, e) in ended.iter().enumerate() {
+        assert!(e.success, "member on host {i}: {}", e.output);
+    }
+    let text = std::fs::read_to_string(&report).expect("the master's report");
+    let _ = std::fs::remove_file(&report);
+    assert!(text.contains("check = ok"), "{text}");
+    assert!(text.contains("processes = 3"), "{text}");
+}
+
+#[test]
+fn fib_on_three_hosts_over_tcp() {
+    fib_on_three_hosts("tcp");
+}
+
+#[test]
+fn fib_on_three_hosts_over_quic() {
+    fib_on_three_hosts("quic");
+}
+
+/// Two processes on each of three hosts, no transport preferred: shm between the two
+/// of a host, tcp between hosts (the members check it themselves).
+#[test]
+fn shm_inside_a_host_and_tcp_across() {
+    let Some(h) = hosts::Hosts::new(3) else {
+        return;
+    };
+    let secret = PoolSecret::generate().unwrap();
+    let server = registry_on(&h, 0, &secret);
+    let commands = (0..6)
+        .map(|rank| {
+            let host = rank / 2;
+            let mut c = h.command(host, env!("CARGO_BIN_EXE_ipl-pool-check"));
+            c.arg("transports");
+            member_env(&mut c, server.local_addr(), "mesh", 6, &secret, rank, host);
+            c
+        })
+        .collect();
+    let ended = hosts::run_all(commands, Duration::from_secs(120));
+    for (rank, e) in ended.iter().enumerate() {
+        assert!(e.success, "member {rank}: {}", e.output);
+        // Each member names 5 connections: 1 inside its host, 4 across.
+        let lines: Vec<&str> = e
+            .output
+            .lines()
+            .filter(|l| l.starts_with("transport "))
+            .collect();
+        assert_eq!(
+            lines.iter().filter(|l| l.ends_with(" shm")).count(),
+            1,
+            "{}",
+            e.output
+        );
+        assert_eq!(
+            lines.iter().filter(|l| l.ends_with(" tcp")).count(),
+            4,
+            "{}",
+            e.output
+        );
+    }
 }
