@@ -44,8 +44,14 @@ pub struct PairPool {
 impl PairPool {
     /// A fresh secret, a registry server on 127.0.0.1, and the pool name `name-PID`.
     pub fn start(name: &str) -> LocalRes<PairPool> {
+        Self::start_at(name, std::net::Ipv4Addr::LOCALHOST.into())
+    }
+
+    /// [`start`](Self::start) with the registry server on `address` (the peer runs on
+    /// another host).
+    pub fn start_at(name: &str, address: std::net::IpAddr) -> LocalRes<PairPool> {
         let secret = ipl_auth::PoolSecret::generate()?;
-        let server = ipl_registry::RegistryServer::bind("127.0.0.1:0", secret.clone())?
+        let server = ipl_registry::RegistryServer::bind((address, 0), secret.clone())?
             .run_in_background()?;
         let pool = format!("{name}-{}", std::process::id());
         Ok(PairPool {
@@ -63,7 +69,29 @@ impl PairPool {
         I: IntoIterator<Item = S>,
         S: AsRef<std::ffi::OsStr>,
     {
-        let mut c = std::process::Command::new(std::env::current_exe()?);
+        self.peer_command_in(None, args)
+    }
+
+    /// [`peer_command`](Self::peer_command), in network namespace `netns` if given
+    /// (`ip netns exec NETNS`: the peer on another host).
+    pub fn peer_command_in<I, S>(
+        &self,
+        netns: Option<&str>,
+        args: I,
+    ) -> LocalRes<std::process::Command>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<std::ffi::OsStr>,
+    {
+        let exe = std::env::current_exe()?;
+        let mut c = match netns {
+            Some(ns) => {
+                let mut c = std::process::Command::new("ip");
+                c.args(["netns", "exec", ns]).arg(exe);
+                c
+            }
+            None => std::process::Command::new(exe),
+        };
         c.args(args)
             .env("IPL_REGISTRY", self.server.local_addr().to_string())
             .env("IPL_POOL", &self.pool)

@@ -120,6 +120,14 @@ struct Opts {
     /// Where the two processes run: left to the OS, one per CPU, or both on CPU 0.
     #[arg(long, value_enum, default_value_t = Placement::Os)]
     pin: Placement,
+    /// The address of this process that the peer reaches it on: its registry server and
+    /// the raw TCP baseline listen there.
+    #[arg(long, value_name = "IP", default_value = "127.0.0.1")]
+    address: std::net::IpAddr,
+    /// Start the peer on another host: in network namespace NAME (`ip netns exec`;
+    /// needs root). Run this process in another one, with `--address` its address there.
+    #[arg(long, value_name = "NAME")]
+    peer_netns: Option<String>,
 }
 
 /// One run's settings.
@@ -137,6 +145,10 @@ struct Args {
     batch: usize,
     /// Where the two processes run.
     pin: Placement,
+    /// Where the peer reaches this process.
+    address: std::net::IpAddr,
+    /// The peer's network namespace, if it runs on another host.
+    peer_netns: Option<String>,
 }
 
 impl Args {
@@ -158,6 +170,8 @@ impl Args {
             repeat: o.repeat,
             batch: o.batch,
             pin: o.pin,
+            address: o.address,
+            peer_netns: o.peer_netns,
         }
     }
 }
@@ -177,6 +191,7 @@ fn to_argv(a: &Args) -> Vec<String> {
     v.extend(["--mbytes".into(), a.mbytes.to_string()]);
     v.extend(["--repeat".into(), a.repeat.to_string()]);
     v.extend(["--pin".into(), a.pin.name().to_string()]);
+    v.extend(["--address".into(), a.address.to_string()]);
     v
 }
 
@@ -339,7 +354,7 @@ impl RawSetup {
             }
             "quic" => (RawSetup::Quic, "quic".into()),
             _ => {
-                let l = TcpListener::bind("127.0.0.1:0")?;
+                let l = TcpListener::bind((a.address, 0))?;
                 let port = l.local_addr()?.port();
                 (RawSetup::Tcp(l), format!("tcp:{port}"))
             }
@@ -369,10 +384,10 @@ impl RawSetup {
 }
 
 /// The peer's side of the baseline named by the measurer.
-fn raw_peer(spec: &str) -> Res<Raw> {
+fn raw_peer(spec: &str, a: &Args) -> Res<Raw> {
     Ok(match spec.split_once(':') {
         Some(("tcp", port)) => {
-            let s = TcpStream::connect(("127.0.0.1", port.parse::<u16>()?))?;
+            let s = TcpStream::connect((a.address, port.parse::<u16>()?))?;
             s.set_nodelay(true)?;
             Raw::Tcp(s)
         }
@@ -476,12 +491,15 @@ fn measure(a: &Args) -> Res<()> {
     // Before any thread starts: they (and the child, until it re-pins) inherit it.
     a.pin.apply(true)?;
     // A registry server for a pool of two: us and a child copy of us.
-    let pp = PairPool::start("ipl-bench")?;
+    let pp = PairPool::start_at("ipl-bench", a.address)?;
     let kind = raw_kind(&transport);
     let (setup, spec) = RawSetup::new(kind, &a)?;
     let mut argv = vec!["__peer".to_string(), spec];
     argv.extend(to_argv(&a));
-    let mut child = pp.peer_command(&argv)?.stdout(Stdio::piped()).spawn()?;
+    let mut child = pp
+        .peer_command_in(a.peer_netns.as_deref(), &argv)?
+        .stdout(Stdio::piped())
+        .spawn()?;
     let child_out = child.stdout.take().ok_or("no child stdout")?;
     let (addr_tx, addr_rx) = mpsc::channel();
     std::thread::spawn(move || {
@@ -626,10 +644,14 @@ fn measure(a: &Args) -> Res<()> {
     pp.server.shutdown();
     report(
         &format!(
-            "ipl-bench {}: transport {transport}, two processes on this host over 127.0.0.1, \
+            "ipl-bench {}: transport {transport}, two processes {}, \
              {}; blocking receivers (IPL: polls up to {} us, yielding, then \
              sleeps); {}; median of {} alternating repetitions",
             a.cmd,
+            match &a.peer_netns {
+                Some(ns) => format!("on two hosts (this one at {}, the peer in {ns})", a.address),
+                None => format!("on this host over {}", a.address),
+            },
             a.pin.describe(),
             std::env::var("IPL_SPIN_US").unwrap_or_else(|_| "50".into()),
             raw_description(kind),
@@ -744,7 +766,7 @@ fn raw_throughput(s: &mut TcpStream, size: usize, count: usize) -> Res<f64> {
 /// The child: echoes the raw phase, then the IPL phase, following the same schedule.
 fn peer(raw_spec: &str, a: &Args) -> Res<()> {
     a.pin.apply(false)?;
-    let mut raw = raw_peer(raw_spec)?;
+    let mut raw = raw_peer(raw_spec, a)?;
     let t = port_type(a)?;
     let ibis = Ibis::builder()
         .capabilities(ipl::IbisCapabilities::ELECTIONS)
