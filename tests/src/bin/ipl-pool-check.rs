@@ -15,6 +15,11 @@
 //!   transport of each connection must be `IPL_CHECK_SAME` (default `shm`) to a member
 //!   of its own cluster (run with one cluster per host) and `IPL_CHECK_OTHER` (default
 //!   `tcp`) to the others; each member prints `transport <peer> <cluster> <name>` lines.
+//! - `cut`: every member prints `ready` once the pool is closed; then the test cuts the
+//!   host of member `IPL_CUT_VICTIM` (default `member-2`) off the network. The victim
+//!   passes when its registry calls fail (heartbeats) within the wait; the others when
+//!   the registry reports the victim `Died` and they then still elect and signal each
+//!   other (the pool goes on without it).
 //!
 //! - `stranger-join`: run with a wrong `IPL_POOL_SECRET`; passes if the registry
 //!   refuses the join;
@@ -141,6 +146,7 @@ fn run(scenario: &str) -> Res<()> {
         "election" => election(&ibis, &members, sink)?,
         "kill" => kill(&ibis, &members, sink)?,
         "transports" => transports(&ibis, &members)?,
+        "cut" => cut(&ibis, &members)?,
         other => return Err(fail(format!("unknown scenario {other:?}"))),
     }
     ibis.end()?;
@@ -352,6 +358,66 @@ impl ipl::ReceivePortConnectUpcall for Lost {
     ) {
         let _ = self.0.send(why.clone());
     }
+}
+
+/// See the module documentation.
+fn cut(ibis: &Ibis, members: &[IbisIdentifier]) -> Res<()> {
+    use std::io::Write as _;
+    let victim_name = std::env::var("IPL_CUT_VICTIM").unwrap_or_else(|_| "member-2".into());
+    let victim = members
+        .iter()
+        .find(|m| m.name() == victim_name)
+        .cloned()
+        .ok_or_else(|| fail(format!("no {victim_name} in the pool")))?;
+    println!("ready");
+    std::io::stdout().flush()?;
+    let deadline = Instant::now() + WAIT;
+    if *ibis.identifier() == victim {
+        // Cut off: the registry's heartbeats stop, and a call fails within their bound.
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(fail("cut off, but the registry never failed".into()));
+            }
+            if let Err(e) = ibis
+                .registry()
+                .next_event(Some(left.min(Duration::from_secs(1))))
+            {
+                println!("lost the registry: {e}");
+                // Nothing to leave: end without the goodbye.
+                std::process::exit(0);
+            }
+        }
+    }
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match ibis.registry().next_event(Some(left))? {
+            Some(Event::Died(who)) if who == victim => break,
+            Some(_) => {}
+            None => return Err(fail(format!("{victim} was not reported dead"))),
+        }
+    }
+    println!("saw {victim} die");
+    let survivors: Vec<IbisIdentifier> = members
+        .iter()
+        .filter(|m| **m != victim && *m != ibis.identifier())
+        .cloned()
+        .collect();
+    let leader = ibis.registry().elect("after-cut")?;
+    if leader == victim {
+        return Err(fail(
+            "the dead member won an election after its death".into(),
+        ));
+    }
+    ibis.registry().signal("alive", &survivors)?;
+    for _ in 0..survivors.len() {
+        wait_signal(ibis, "alive")?;
+    }
+    println!(
+        "the pool goes on: {} survivors, leader {leader}",
+        survivors.len() + 1
+    );
+    Ok(())
 }
 
 /// See the module documentation.
