@@ -219,7 +219,11 @@ mod tests {
     fn a_file_of_another_user_is_refused() {
         let user = rustix::process::getuid().as_raw();
         let dir = TempDir::new();
-        let p = dir.file("s", PoolSecret::generate().unwrap().to_hex().as_bytes(), 0o600);
+        let p = dir.file(
+            "s",
+            PoolSecret::generate().unwrap().to_hex().as_bytes(),
+            0o600,
+        );
         let other = if user == 0 { 65534 } else { 0 };
         if user == 0 {
             // Root can give the file away.
@@ -244,7 +248,7 @@ mod tests {
         let hex = PoolSecret::generate().unwrap().to_hex();
         let cases: [(&str, Vec<u8>); 6] = [
             ("empty", Vec::new()),
-            ("short", hex[..63].as_bytes().to_vec()),
+            ("short", hex.as_bytes()[..63].to_vec()),
             ("spaces", format!(" {}", &hex[1..]).into_bytes()),
             ("nonhex", format!("g{}", &hex[1..]).into_bytes()),
             ("two-newlines", format!("{hex}\n\n").into_bytes()),

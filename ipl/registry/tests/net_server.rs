@@ -222,7 +222,10 @@ fn a_frozen_member_is_reported_died_within_the_heartbeat_bound() {
     };
     assert_eq!(died, frozen);
     let took = frozen_at.elapsed();
-    assert!(took >= hb.timeout(), "declared dead after {took:?}, before the timeout");
+    assert!(
+        took >= hb.timeout(),
+        "declared dead after {took:?}, before the timeout"
+    );
     assert!(took <= bound(hb), "declared dead after {took:?}");
 
     // The members that answer heartbeats stay, however idle: nothing more
@@ -274,9 +277,9 @@ fn frozen_server(
         .unwrap();
         if answer_join {
             let id = loop {
-                match protocol::read_msg::<ClientMsg>(&mut s, MAX_FRAME).unwrap() {
-                    ClientMsg::Request { id, .. } => break id,
-                    _ => {}
+                let msg = protocol::read_msg::<ClientMsg>(&mut s, MAX_FRAME).unwrap();
+                if let ClientMsg::Request { id, .. } = msg {
+                    break id;
                 }
             };
             let me = IbisIdentifier::new(MemberId(0), "p", "c", "member-0", Vec::new());
@@ -363,8 +366,12 @@ fn a_server_that_accepts_and_never_answers_is_a_timeout() {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let started = Instant::now();
     // The listener's backlog accepts the connection; nobody ever answers.
-    let err = NetRegistry::connect(listener.local_addr().unwrap(), &secret, Duration::from_millis(500))
-        .unwrap_err();
+    let err = NetRegistry::connect(
+        listener.local_addr().unwrap(),
+        &secret,
+        Duration::from_millis(500),
+    )
+    .unwrap_err();
     assert!(matches!(err, RegistryError::Timeout), "{err:?}");
     assert!(started.elapsed() < T);
 }

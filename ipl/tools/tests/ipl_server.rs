@@ -106,9 +106,14 @@ fn refuses_a_secret_file_others_can_read_and_bad_heartbeats() {
     let dir = TempDir::new("open");
     let secret = PoolSecret::generate().unwrap();
     let file = secret_file(&dir, &secret, 0o644);
-    let out = server(&["--bind", "127.0.0.1:0", "--secret-file", file.to_str().unwrap()])
-        .output()
-        .unwrap();
+    let out = server(&[
+        "--bind",
+        "127.0.0.1:0",
+        "--secret-file",
+        file.to_str().unwrap(),
+    ])
+    .output()
+    .unwrap();
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(

@@ -209,8 +209,8 @@ impl NetRegistry {
         let welcome: Welcome = read_msg(&mut reader, MAX_HANDSHAKE_FRAME)
             .map_err(|e| handshake_error("welcome", e))?;
         let liveness = welcome.result.map_err(RegistryError::Refused)?;
-        let heartbeat = Heartbeat::from_millis(liveness.interval_ms, liveness.timeout_ms)
-            .map_err(|e| {
+        let heartbeat =
+            Heartbeat::from_millis(liveness.interval_ms, liveness.timeout_ms).map_err(|e| {
                 RegistryError::Protocol(format!("the server sent unusable heartbeat settings: {e}"))
             })?;
         stream.set_read_timeout(None).map_err(io)?;
@@ -241,7 +241,9 @@ impl NetRegistry {
             let writer = Arc::clone(&writer);
             let spawned = thread::Builder::new()
                 .name("ipl-registry-heartbeat".into())
-                .spawn(move || heartbeat_loop(&shared, &writer, &heard, &stopped, heartbeat, server));
+                .spawn(move || {
+                    heartbeat_loop(&shared, &writer, &heard, &stopped, heartbeat, server)
+                });
             match spawned {
                 Ok(t) => (stop, t),
                 Err(e) => {

@@ -406,11 +406,23 @@ mod tests {
 
     #[test]
     fn heartbeats_round_trip_and_unknown_variants_are_malformed() {
-        for msg in [ClientMsg::Heartbeat { seq: 3 }, ClientMsg::HeartbeatAck { seq: 4 }] {
-            assert_eq!(decode::<ClientMsg>(&encode(&msg).unwrap()[HEADER_LEN..]).unwrap(), msg);
+        for msg in [
+            ClientMsg::Heartbeat { seq: 3 },
+            ClientMsg::HeartbeatAck { seq: 4 },
+        ] {
+            assert_eq!(
+                decode::<ClientMsg>(&encode(&msg).unwrap()[HEADER_LEN..]).unwrap(),
+                msg
+            );
         }
-        for msg in [ServerMsg::Heartbeat { seq: 5 }, ServerMsg::HeartbeatAck { seq: 6 }] {
-            assert_eq!(decode::<ServerMsg>(&encode(&msg).unwrap()[HEADER_LEN..]).unwrap(), msg);
+        for msg in [
+            ServerMsg::Heartbeat { seq: 5 },
+            ServerMsg::HeartbeatAck { seq: 6 },
+        ] {
+            assert_eq!(
+                decode::<ServerMsg>(&encode(&msg).unwrap()[HEADER_LEN..]).unwrap(),
+                msg
+            );
         }
         // A variant index no version of the protocol defines.
         assert!(matches!(

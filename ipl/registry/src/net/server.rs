@@ -18,8 +18,8 @@ use crate::identifier::{IbisIdentifier, MemberId};
 
 use super::heartbeat::{Heartbeat, LastHeard};
 use super::protocol::{
-    encode, read_msg, write_msg, Challenge, ClientMsg, FrameError, Hello, Liveness, Reply,
-    Request, ServerMsg, Welcome, AUTH_CONTEXT, MAX_FRAME, MAX_HANDSHAKE_FRAME, PROTOCOL_VERSION,
+    encode, read_msg, write_msg, Challenge, ClientMsg, FrameError, Hello, Liveness, Reply, Request,
+    ServerMsg, Welcome, AUTH_CONTEXT, MAX_FRAME, MAX_HANDSHAKE_FRAME, PROTOCOL_VERSION,
 };
 
 /// Default time a suspect has to answer a liveness probe.
@@ -287,9 +287,7 @@ impl Drop for ServerHandle {
 /// Starts the thread that sends every connection a heartbeat each interval
 /// and closes the connections that stayed silent beyond the timeout. It stops
 /// when the returned sender is dropped.
-fn spawn_heartbeats(
-    shared: &Arc<ServerShared>,
-) -> io::Result<(mpsc::Sender<()>, JoinHandle<()>)> {
+fn spawn_heartbeats(shared: &Arc<ServerShared>) -> io::Result<(mpsc::Sender<()>, JoinHandle<()>)> {
     let (stop, stopped) = mpsc::channel::<()>();
     let shared = Arc::clone(shared);
     let thread = thread::Builder::new()

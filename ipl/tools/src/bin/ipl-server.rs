@@ -72,14 +72,14 @@ fn secret(args: &Args) -> Result<(PoolSecret, Source), String> {
 fn main() -> std::process::ExitCode {
     ipl_tools::init_tracing("info");
     let args = Args::parse();
-    let heartbeat = match Heartbeat::from_millis(args.heartbeat_interval_ms, args.heartbeat_timeout_ms)
-    {
-        Ok(h) => h,
-        Err(e) => {
-            eprintln!("ipl-server: {e}");
-            return std::process::ExitCode::FAILURE;
-        }
-    };
+    let heartbeat =
+        match Heartbeat::from_millis(args.heartbeat_interval_ms, args.heartbeat_timeout_ms) {
+            Ok(h) => h,
+            Err(e) => {
+                eprintln!("ipl-server: {e}");
+                return std::process::ExitCode::FAILURE;
+            }
+        };
     let (secret, source) = match secret(&args) {
         Ok(s) => s,
         Err(e) => {
@@ -140,7 +140,10 @@ mod tests {
         ])
         .unwrap();
         assert_eq!(a.secret_file, Some(PathBuf::from("/run/user/1/secret")));
-        assert_eq!((a.heartbeat_interval_ms, a.heartbeat_timeout_ms), (250, 1500));
+        assert_eq!(
+            (a.heartbeat_interval_ms, a.heartbeat_timeout_ms),
+            (250, 1500)
+        );
         let d = Args::try_parse_from(["ipl-server"]).unwrap();
         assert_eq!(d.heartbeat_interval_ms, millis(DEFAULT_HEARTBEAT_INTERVAL));
         assert!(Args::try_parse_from(["ipl-server", "--heartbeat-timeout-ms", "soon"]).is_err());
