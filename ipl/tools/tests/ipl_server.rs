@@ -142,3 +142,58 @@ fn refuses_a_secret_file_others_can_read_and_bad_heartbeats() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("heartbeat timeout"));
 }
+
+/// A member process stopped with SIGSTOP (its connection stays open, nothing answers)
+/// is reported Died to the others within the heartbeat bound.
+#[test]
+fn a_stopped_member_process_is_reported_died() {
+    use ipl_registry::net::Heartbeat;
+    use ipl_registry::{Event, RegistryServer};
+    use rustix::process::{kill_process, Pid, Signal};
+
+    let secret = PoolSecret::generate().unwrap();
+    let hb = Heartbeat::new(Duration::from_millis(100), Duration::from_millis(600)).unwrap();
+    let srv = RegistryServer::bind("127.0.0.1:0", secret.clone())
+        .unwrap()
+        .with_heartbeat(hb)
+        .run_in_background()
+        .unwrap();
+    let cfg = PoolConfig::closed_world(3);
+    let a = NetRegistry::connect(srv.local_addr(), &secret, T)
+        .unwrap()
+        .join("p", cfg, JoinRequest::new("c"))
+        .unwrap();
+    // The child joins and waits for a third member that never comes.
+    let child = Command::new(env!("CARGO_BIN_EXE_ipl-run-selftest"))
+        .env("IPL_REGISTRY", srv.local_addr().to_string())
+        .env("IPL_POOL", "p")
+        .env("IPL_POOL_SIZE", "3")
+        .env("IPL_POOL_SECRET", secret.to_hex())
+        .env_remove("IPL_POOL_SECRET_FILE")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = Pid::from_child(&child);
+    let child = Server(child);
+    let joined = loop {
+        match a.next_event(Some(T)).unwrap() {
+            Some(Event::Joined(m)) if m != *a.identifier() => break m,
+            Some(_) => {}
+            None => panic!("the child did not join within {T:?}"),
+        }
+    };
+    kill_process(pid, Signal::STOP).unwrap();
+    let bound = hb.timeout() + hb.interval() + Duration::from_secs(3);
+    let died = loop {
+        match a.next_event(Some(bound)).unwrap() {
+            Some(Event::Died(m)) => break m,
+            Some(_) => {}
+            None => panic!("the stopped member was not reported within {bound:?}"),
+        }
+    };
+    assert_eq!(died, joined);
+    assert_eq!(a.members().unwrap(), vec![a.identifier().clone()]);
+    drop(child); // SIGKILL works on a stopped process.
+    a.leave().unwrap();
+}
