@@ -602,8 +602,7 @@ impl ServerShared {
         let (nonce, rx) = {
             let mut st = self.state.lock();
             st.owned(conn, member)?;
-            st.core.member_pool(member)?;
-            same_pool(member, suspect)?;
+            st.core.check_suspect(member, suspect)?;
             let id = match st.core.maybe_dead(suspect)? {
                 MaybeDead::NotAMember => return Ok(Reply::Done),
                 MaybeDead::ProbeNeeded(id) => id,
@@ -639,19 +638,6 @@ impl ServerShared {
         tracing::debug!(suspect = %suspect, "liveness probe failed: declared dead");
         self.state.lock().declare_dead(suspect)?;
         Ok(Reply::Done)
-    }
-}
-
-/// Checks that `suspect` is in `member`'s pool: a member may only suspect
-/// members of its own pool (a suspect elsewhere is an unknown member).
-fn same_pool(member: &IbisIdentifier, suspect: &IbisIdentifier) -> Result<()> {
-    if member.pool() == suspect.pool() {
-        Ok(())
-    } else {
-        Err(RegistryError::UnknownMember {
-            pool: member.pool().to_owned(),
-            member: suspect.id(),
-        })
     }
 }
 
@@ -734,8 +720,7 @@ impl ServerState {
             )),
             Request::AssumeDead { member, suspect } => {
                 self.owned(conn, &member)?;
-                self.core.member_pool(&member)?;
-                same_pool(&member, &suspect)?;
+                self.core.check_suspect(&member, &suspect)?;
                 self.declare_dead(&suspect)?;
                 Ok(Reply::Done)
             }
