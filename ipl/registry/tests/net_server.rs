@@ -357,6 +357,16 @@ fn a_frozen_server_fails_calls_with_a_heartbeat_timeout() {
         m.elect("master"),
         Err(RegistryError::HeartbeatTimeout { .. })
     ));
+    // Events that arrived before are still delivered; then the wait for the
+    // next one ends with the error too.
+    assert_eq!(
+        m.next_event(None).unwrap(),
+        Some(Event::Joined(m.identifier().clone()))
+    );
+    assert!(matches!(
+        m.next_event(None),
+        Err(RegistryError::HeartbeatTimeout { .. })
+    ));
     assert!(err.to_string().contains("did not answer"), "{err}");
     release.send(()).unwrap();
     t.join().unwrap();

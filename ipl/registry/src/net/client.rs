@@ -656,6 +656,15 @@ impl RegistryBackend for NetRegistry {
         let mut st = self.inner.shared.state.lock();
         let k = key(me);
         let disconnected = st.disconnected.is_some();
+        if let Some(e @ RegistryError::HeartbeatTimeout { .. }) = &st.disconnected {
+            // The server went silent: say so (once the cached events are
+            // taken) rather than that the member is unknown.
+            let e = e.clone();
+            return match st.members.get_mut(&k) {
+                Some(c) if !c.events.is_empty() => Ok(c.events.drain(..).collect()),
+                _ => Err(e),
+            };
+        }
         match st.members.get_mut(&k) {
             Some(c) if !c.events.is_empty() => Ok(c.events.drain(..).collect()),
             Some(_) if disconnected => {
