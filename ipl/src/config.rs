@@ -22,6 +22,7 @@
 //! | `IPL_CLUSTER` | [`cluster`](crate::IbisBuilder::cluster) | this member's cluster |
 //! | `IPL_RANK` | [`name`](crate::IbisBuilder::name) | this member's name is `member-<rank>` |
 //! | `IPL_POOL_SECRET` | [`secret`](crate::IbisBuilder::secret) | the pool's secret, in hex (see `ipl_auth`) |
+//! | `IPL_POOL_SECRET_FILE` | [`secret`](crate::IbisBuilder::secret) | a file holding the pool's secret (64 hex digits), owned by the user and private to them (`chmod 600`), else refused; read when `IPL_POOL_SECRET` is not set. Unlike the environment, other processes of the user cannot read it in `/proc/<pid>/environ` |
 //! | `IPL_REGISTRY` | [`registry_backend`](crate::IbisBuilder::registry_backend) | the registry server's address: joins over the network (needs the secret) |
 //!
 //! A variable that is unset or empty leaves the option as it is. A value of `IPL_SPIN_US`
@@ -145,7 +146,8 @@ pub(crate) struct Launch {
     pub(crate) cluster: Option<String>,
     /// `IPL_RANK`.
     pub(crate) rank: Option<String>,
-    /// Whether `IPL_POOL_SECRET` is set (`ipl_auth::PoolSecret::from_env` reads it).
+    /// Whether `IPL_POOL_SECRET` or `IPL_POOL_SECRET_FILE` is set
+    /// (`ipl_auth::PoolSecret::from_env` reads them).
     pub(crate) secret: bool,
     /// `IPL_REGISTRY`.
     pub(crate) registry: Option<String>,
@@ -163,7 +165,8 @@ impl Launch {
             pool_size: src.var(POOL_SIZE),
             cluster: src.var(CLUSTER),
             rank: src.var(RANK),
-            secret: src.var(ipl_auth::SECRET_ENV).is_some(),
+            secret: src.var(ipl_auth::SECRET_ENV).is_some()
+                || src.var(ipl_auth::SECRET_FILE_ENV).is_some(),
             registry: src.var(REGISTRY),
         }
     }
@@ -224,5 +227,8 @@ mod tests {
         assert_eq!(l.rank.as_deref(), Some("2"));
         assert!(l.secret);
         assert_eq!(l.registry.as_deref(), Some("127.0.0.1:1"));
+        let l = Launch::read(&Table(&[("IPL_POOL_SECRET_FILE", "/run/user/1/s")]));
+        assert!(l.secret);
+        assert!(!Launch::read(&Table(&[])).secret);
     }
 }

@@ -2,7 +2,8 @@
 //! know the same secret without sending it.
 //!
 //! A pool is closed to strangers: the launcher creates a [`PoolSecret`] and hands it to
-//! its processes (environment variable [`SECRET_ENV`], hex); the registry join and every
+//! its processes (environment variable [`SECRET_ENV`], hex, or a file only its owner can
+//! read, named by [`SECRET_FILE_ENV`]: see [`secret_file`]); the registry join and every
 //! transport connection run this handshake first. It is a sans-IO state machine over
 //! three fixed-size messages:
 //!
@@ -33,9 +34,14 @@
 #![forbid(unsafe_code)]
 
 use std::fmt;
+use std::path::{Path, PathBuf};
 
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
+
+pub mod secret_file;
+
+pub use secret_file::{SecretFileProblem, SECRET_FILE_ENV};
 
 /// The environment variable that carries a pool's secret (64 hex digits).
 pub const SECRET_ENV: &str = "IPL_POOL_SECRET";
@@ -70,8 +76,16 @@ pub enum AuthError {
     #[error("malformed pool secret: {0}")]
     BadSecret(String),
     /// No secret is configured.
-    #[error("no pool secret: set {SECRET_ENV} (ipl-run does this for its processes)")]
+    #[error("no pool secret: set {SECRET_ENV}, or {SECRET_FILE_ENV} to a file only you can read (ipl-run does this for its processes)")]
     Missing,
+    /// A secret file was refused (see [`secret_file`]).
+    #[error("pool secret file {}: {problem}", path.display())]
+    SecretFile {
+        /// The file.
+        path: PathBuf,
+        /// Why it was refused.
+        problem: SecretFileProblem,
+    },
     /// The operating system's random source failed.
     #[error("random source failed: {0}")]
     Random(String),
@@ -124,12 +138,29 @@ impl PoolSecret {
         self.0.iter().map(|b| format!("{b:02x}")).collect()
     }
 
-    /// Reads the secret from [`SECRET_ENV`].
+    /// Reads the secret from [`SECRET_ENV`] if it is set (and not empty),
+    /// otherwise from the file named by [`SECRET_FILE_ENV`] (see
+    /// [`from_file`](Self::from_file)); [`AuthError::Missing`] if neither is set.
     pub fn from_env() -> Result<Self, AuthError> {
-        match std::env::var(SECRET_ENV) {
-            Ok(s) => Self::from_hex(&s),
-            Err(_) => Err(AuthError::Missing),
+        let var = |name| std::env::var_os(name).filter(|v| !v.is_empty());
+        if let Some(s) = var(SECRET_ENV) {
+            return Self::from_hex(
+                s.to_str()
+                    .ok_or_else(|| AuthError::BadSecret("not ASCII".into()))?,
+            );
         }
+        match var(SECRET_FILE_ENV) {
+            Some(path) => Self::from_file(Path::new(&path)),
+            None => Err(AuthError::Missing),
+        }
+    }
+
+    /// Reads the secret from `path`: a regular file owned by the current user,
+    /// with no permission for its group or others (e.g. mode `0600`), holding
+    /// 64 hex digits and an optional newline. Anything else is refused with
+    /// [`AuthError::SecretFile`], naming the file and the reason.
+    pub fn from_file(path: &Path) -> Result<Self, AuthError> {
+        secret_file::read(path)
     }
 
     fn mac(&self, context: &[u8], role: u8, ni: &[u8; LEN], nr: &[u8; LEN]) -> HmacSha256 {

@@ -512,6 +512,23 @@ impl RegistryCore {
         }
     }
 
+    /// Checks that `member` may suspect `suspect` (for `maybe_dead` and
+    /// `assume_dead`): `member` is a current member, and `suspect` is of the
+    /// same pool. A suspect in another pool is an
+    /// [`UnknownMember`](RegistryError::UnknownMember) of the member's pool:
+    /// nobody can declare members of another pool dead.
+    pub fn check_suspect(&self, member: &IbisIdentifier, suspect: &IbisIdentifier) -> Result<()> {
+        self.member_pool(member)?;
+        if member.pool() == suspect.pool() {
+            Ok(())
+        } else {
+            Err(RegistryError::UnknownMember {
+                pool: member.pool().to_owned(),
+                member: suspect.id(),
+            })
+        }
+    }
+
     /// See [`PoolState::leave`].
     pub fn leave(&mut self, member: &IbisIdentifier) -> Result<IbisIdentifier> {
         self.pool_mut(member.pool())?.leave(member.id())

@@ -151,6 +151,7 @@ impl RegistryBackend for EmbeddedRegistry {
     fn maybe_dead(&self, me: &IbisIdentifier, suspect: &IbisIdentifier) -> Result<()> {
         self.mutate(|st| {
             Self::check_member(&st.core, me)?;
+            st.core.check_suspect(me, suspect)?;
             match st.core.maybe_dead(suspect)? {
                 MaybeDead::NotAMember => Ok(()),
                 MaybeDead::ProbeNeeded(id) => {
@@ -170,6 +171,7 @@ impl RegistryBackend for EmbeddedRegistry {
     fn assume_dead(&self, me: &IbisIdentifier, suspect: &IbisIdentifier) -> Result<()> {
         self.mutate(|st| {
             Self::check_member(&st.core, me)?;
+            st.core.check_suspect(me, suspect)?;
             st.declare_dead(suspect)
         })
     }

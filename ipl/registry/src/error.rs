@@ -71,4 +71,14 @@ pub enum RegistryError {
     /// The upcall thread could not be started.
     #[error("could not start the registry event thread: {0}")]
     Thread(String),
+    /// The registry server sent nothing (not even a heartbeat) for longer than
+    /// the heartbeat timeout: it is frozen, or the link to it is cut. The
+    /// connection is closed; the server declares its members dead.
+    #[error("the registry server did not answer for {silent_ms} ms (heartbeat timeout {timeout_ms} ms): it is frozen or unreachable")]
+    HeartbeatTimeout {
+        /// How long nothing arrived.
+        silent_ms: u64,
+        /// The heartbeat timeout in force.
+        timeout_ms: u64,
+    },
 }

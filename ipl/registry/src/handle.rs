@@ -370,7 +370,13 @@ fn upcall_loop(shared: &Shared, handler: &mut dyn RegistryEventHandler) {
         let seen = shared.backend.version();
         let batch = match shared.take_batch() {
             Ok(b) => b,
-            Err(RegistryError::UnknownMember { .. }) => break,
+            // No longer a member, or the registry is gone: nothing more
+            // will come.
+            Err(
+                RegistryError::UnknownMember { .. }
+                | RegistryError::HeartbeatTimeout { .. }
+                | RegistryError::Disconnected(_),
+            ) => break,
             Err(e) => {
                 tracing::warn!(member = %shared.me, error = %e, "could not fetch registry events");
                 Vec::new()

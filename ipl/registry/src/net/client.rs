@@ -21,6 +21,7 @@ use crate::event::{Event, Seq};
 use crate::handle::Registry;
 use crate::identifier::{IbisIdentifier, MemberId};
 
+use super::heartbeat::{millis, Heartbeat, LastHeard};
 use super::protocol::{
     encode, read_msg, write_msg, Challenge, ClientMsg, Finish, FrameError, Hello, Reply, Request,
     ServerMsg, Welcome, AUTH_CONTEXT, MAX_FRAME, MAX_HANDSHAKE_FRAME, PROTOCOL_VERSION,
@@ -58,6 +59,13 @@ fn key(m: &IbisIdentifier) -> Key {
 ///   `maybe_dead` (or `assume_dead`). To simulate a killed process instead,
 ///   use [`kill_connection`](Self::kill_connection) or drop the last clone
 ///   without leaving.
+/// * Heartbeats: the client answers the server's heartbeats and sends its
+///   own at the interval the server chose in the handshake
+///   ([`heartbeat`](Self::heartbeat)). If nothing arrives from the server for
+///   longer than the heartbeat timeout (a frozen server, a cut link), the
+///   connection is closed and every pending and later call, and every
+///   blocked wait of a member, fails with
+///   [`RegistryError::HeartbeatTimeout`], within `timeout + interval`.
 /// * If the connection to the server is lost, pending and later requests
 ///   fail with [`RegistryError::Disconnected`]; the members on it are gone
 ///   (the server declared them dead), so once their cached events are taken,
@@ -75,6 +83,9 @@ struct Inner {
     request_timeout_ms: AtomicU64,
     closing: Arc<AtomicBool>,
     reader: Mutex<Option<JoinHandle<()>>>,
+    heartbeat: Heartbeat,
+    /// Dropping the sender stops the heartbeat thread.
+    heartbeats: Mutex<Option<(mpsc::Sender<()>, JoinHandle<()>)>>,
 }
 
 struct Shared {
@@ -89,7 +100,8 @@ struct State {
     members: HashMap<Key, MemberCache>,
     crashed: HashSet<Key>,
     pending: HashMap<u64, mpsc::Sender<Result<Reply>>>,
-    disconnected: Option<String>,
+    /// Why the connection is gone (`Disconnected` or `HeartbeatTimeout`).
+    disconnected: Option<RegistryError>,
     /// Keeps the connection of crashed members open (a hung process keeps
     /// its socket) until the server declares them dead.
     keepalive: Vec<NetRegistry>,
@@ -196,7 +208,11 @@ impl NetRegistry {
         write_msg(&mut writer, &Finish { proof }).map_err(|e| handshake_error("finish", e))?;
         let welcome: Welcome = read_msg(&mut reader, MAX_HANDSHAKE_FRAME)
             .map_err(|e| handshake_error("welcome", e))?;
-        welcome.result.map_err(RegistryError::Refused)?;
+        let liveness = welcome.result.map_err(RegistryError::Refused)?;
+        let heartbeat =
+            Heartbeat::from_millis(liveness.interval_ms, liveness.timeout_ms).map_err(|e| {
+                RegistryError::Protocol(format!("the server sent unusable heartbeat settings: {e}"))
+            })?;
         stream.set_read_timeout(None).map_err(io)?;
         stream
             .set_write_timeout(Some(DEFAULT_REQUEST_TIMEOUT))
@@ -208,16 +224,40 @@ impl NetRegistry {
         });
         let writer = Arc::new(Mutex::new(writer));
         let closing = Arc::new(AtomicBool::new(false));
+        let heard = Arc::new(LastHeard::now());
         let reader_thread = {
             let shared = Arc::clone(&shared);
             let writer = Arc::clone(&writer);
             let closing = Arc::clone(&closing);
+            let heard = Arc::clone(&heard);
             thread::Builder::new()
                 .name("ipl-registry-client".into())
-                .spawn(move || reader_loop(&shared, reader, &writer, &closing, server))
+                .spawn(move || reader_loop(&shared, reader, &writer, &closing, &heard, server))
                 .map_err(|e| RegistryError::Thread(e.to_string()))?
         };
-        tracing::debug!(server = %server, "connected to the registry");
+        let heartbeats = {
+            let (stop, stopped) = mpsc::channel::<()>();
+            let shared = Arc::clone(&shared);
+            let writer = Arc::clone(&writer);
+            let spawned = thread::Builder::new()
+                .name("ipl-registry-heartbeat".into())
+                .spawn(move || {
+                    heartbeat_loop(&shared, &writer, &heard, &stopped, heartbeat, server)
+                });
+            match spawned {
+                Ok(t) => (stop, t),
+                Err(e) => {
+                    let _ = stream.shutdown(Shutdown::Both);
+                    return Err(RegistryError::Thread(e.to_string()));
+                }
+            }
+        };
+        tracing::debug!(
+            server = %server,
+            heartbeat_interval_ms = heartbeat.interval_ms(),
+            heartbeat_timeout_ms = heartbeat.timeout_ms(),
+            "connected to the registry"
+        );
         Ok(Self {
             inner: Arc::new(Inner {
                 shared,
@@ -227,6 +267,8 @@ impl NetRegistry {
                 request_timeout_ms: AtomicU64::new(millis(DEFAULT_REQUEST_TIMEOUT)),
                 closing,
                 reader: Mutex::new(Some(reader_thread)),
+                heartbeat,
+                heartbeats: Mutex::new(Some(heartbeats)),
             }),
         })
     }
@@ -240,6 +282,11 @@ impl NetRegistry {
     /// The server's address.
     pub fn server_addr(&self) -> SocketAddr {
         self.inner.server
+    }
+
+    /// The heartbeat settings of this connection (chosen by the server).
+    pub fn heartbeat(&self) -> Heartbeat {
+        self.inner.heartbeat
     }
 
     /// Sets the bound on each request/response round-trip.
@@ -268,8 +315,8 @@ impl NetRegistry {
         let (tx, rx) = mpsc::channel();
         {
             let mut st = self.inner.shared.state.lock();
-            if let Some(reason) = &st.disconnected {
-                return Err(RegistryError::Disconnected(reason.clone()));
+            if let Some(e) = &st.disconnected {
+                return Err(e.clone());
             }
             st.pending.insert(id, tx);
         }
@@ -294,11 +341,10 @@ impl NetRegistry {
             }
             Err(mpsc::RecvTimeoutError::Disconnected) => {
                 let st = self.inner.shared.state.lock();
-                Err(RegistryError::Disconnected(
-                    st.disconnected
-                        .clone()
-                        .unwrap_or_else(|| "connection closed".into()),
-                ))
+                Err(st
+                    .disconnected
+                    .clone()
+                    .unwrap_or_else(|| RegistryError::Disconnected("connection closed".into())))
             }
         }
     }
@@ -312,15 +358,11 @@ impl NetRegistry {
 
     fn with_member<R>(&self, me: &IbisIdentifier, f: impl FnOnce(&MemberCache) -> R) -> Result<R> {
         let st = self.inner.shared.state.lock();
-        if let Some(reason) = &st.disconnected {
-            return Err(RegistryError::Disconnected(reason.clone()));
+        if let Some(e) = &st.disconnected {
+            return Err(e.clone());
         }
         st.members.get(&key(me)).map(f).ok_or_else(|| unknown(me))
     }
-}
-
-fn millis(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
 fn unknown(me: &IbisIdentifier) -> RegistryError {
@@ -337,6 +379,12 @@ fn unexpected(reply: &Reply) -> RegistryError {
 impl Drop for Inner {
     fn drop(&mut self) {
         self.closing.store(true, Ordering::SeqCst);
+        if let Some((stop, t)) = self.heartbeats.lock().take() {
+            drop(stop);
+            if t.thread().id() != thread::current().id() && t.join().is_err() {
+                tracing::warn!("registry heartbeat thread panicked");
+            }
+        }
         let _ = self.writer.lock().shutdown(Shutdown::Both);
         if let Some(t) = self.reader.lock().take() {
             if t.thread().id() != thread::current().id() && t.join().is_err() {
@@ -356,6 +404,63 @@ impl Shared {
             w.wake();
         }
     }
+
+    /// The connection is gone because of `error` (the first reason wins):
+    /// pending requests fail with it, and waiters wake up to see it.
+    fn fail(&self, error: RegistryError) {
+        let mut st = self.state.lock();
+        if st.disconnected.is_none() {
+            st.disconnected = Some(error);
+        }
+        st.pending.clear();
+        let release = std::mem::take(&mut st.keepalive);
+        self.bump(st);
+        // Possibly the last reference: closes the connection.
+        drop(release);
+    }
+}
+
+/// Sends a heartbeat every interval; gives the server up when nothing came
+/// from it for longer than the timeout. Stops when `stopped`'s sender drops.
+fn heartbeat_loop(
+    shared: &Shared,
+    writer: &Mutex<TcpStream>,
+    heard: &LastHeard,
+    stopped: &mpsc::Receiver<()>,
+    hb: Heartbeat,
+    server: SocketAddr,
+) {
+    let mut seq = 0u64;
+    while let Err(mpsc::RecvTimeoutError::Timeout) = stopped.recv_timeout(hb.interval()) {
+        if shared.state.lock().disconnected.is_some() {
+            return;
+        }
+        let silence = heard.silence();
+        if silence > hb.timeout() {
+            let error = RegistryError::HeartbeatTimeout {
+                silent_ms: millis(silence),
+                timeout_ms: hb.timeout_ms(),
+            };
+            tracing::warn!(server = %server, error = %error, "giving up the registry connection");
+            shared.fail(error);
+            // Wakes the reader thread, which ends.
+            if let Some(w) = writer.try_lock_for(hb.interval()) {
+                let _ = w.shutdown(Shutdown::Both);
+            }
+            return;
+        }
+        seq = seq.wrapping_add(1);
+        match encode(&ClientMsg::Heartbeat { seq }) {
+            // A writer busy with a request (a server not reading) skips a
+            // beat: the silence is measured on what arrives.
+            Ok(frame) => {
+                if let Some(mut w) = writer.try_lock() {
+                    let _ = w.write_all(&frame).and_then(|()| w.flush());
+                }
+            }
+            Err(e) => tracing::error!(error = %e, "could not encode a heartbeat"),
+        }
+    }
 }
 
 fn reader_loop(
@@ -363,11 +468,15 @@ fn reader_loop(
     mut reader: BufReader<TcpStream>,
     writer: &Mutex<TcpStream>,
     closing: &AtomicBool,
+    heard: &LastHeard,
     server: SocketAddr,
 ) {
     let reason = loop {
         let msg = match read_msg::<ServerMsg>(&mut reader, MAX_FRAME) {
-            Ok(m) => m,
+            Ok(m) => {
+                heard.touch();
+                m
+            }
             Err(FrameError::Closed) => break "the registry closed the connection".to_owned(),
             Err(e) => break format!("connection to the registry lost: {e}"),
         };
@@ -432,15 +541,11 @@ fn reader_loop(
                     st.members.contains_key(&k) && !st.crashed.contains(&k)
                 };
                 if alive {
-                    let r = encode(&ClientMsg::Pong { nonce }).map(|frame| {
-                        let mut w = writer.lock();
-                        let _ = w.write_all(&frame).and_then(|()| w.flush());
-                    });
-                    if let Err(e) = r {
-                        tracing::error!(error = %e, "could not encode a pong");
-                    }
+                    send(writer, &ClientMsg::Pong { nonce });
                 }
             }
+            ServerMsg::Heartbeat { seq } => send(writer, &ClientMsg::HeartbeatAck { seq }),
+            ServerMsg::HeartbeatAck { .. } => {}
         }
     };
     if closing.load(Ordering::SeqCst) {
@@ -448,12 +553,18 @@ fn reader_loop(
     } else {
         tracing::warn!(server = %server, reason = %reason, "lost the registry connection; its members are considered dead");
     }
-    let mut st = shared.state.lock();
-    st.disconnected = Some(reason);
-    st.pending.clear();
-    let release = std::mem::take(&mut st.keepalive);
-    shared.bump(st);
-    drop(release);
+    shared.fail(RegistryError::Disconnected(reason));
+}
+
+/// Writes one message from the reader thread (a pong or an ack).
+fn send(writer: &Mutex<TcpStream>, msg: &ClientMsg) {
+    match encode(msg) {
+        Ok(frame) => {
+            let mut w = writer.lock();
+            let _ = w.write_all(&frame).and_then(|()| w.flush());
+        }
+        Err(e) => tracing::error!(error = %e, "could not encode a message to the registry"),
+    }
 }
 
 impl RegistryBackend for NetRegistry {
@@ -545,6 +656,15 @@ impl RegistryBackend for NetRegistry {
         let mut st = self.inner.shared.state.lock();
         let k = key(me);
         let disconnected = st.disconnected.is_some();
+        if let Some(e @ RegistryError::HeartbeatTimeout { .. }) = &st.disconnected {
+            // The server went silent: say so (once the cached events are
+            // taken) rather than that the member is unknown.
+            let e = e.clone();
+            return match st.members.get_mut(&k) {
+                Some(c) if !c.events.is_empty() => Ok(c.events.drain(..).collect()),
+                _ => Err(e),
+            };
+        }
         match st.members.get_mut(&k) {
             Some(c) if !c.events.is_empty() => Ok(c.events.drain(..).collect()),
             Some(_) if disconnected => {

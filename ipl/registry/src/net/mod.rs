@@ -17,8 +17,16 @@
 //!   its pool's status) as they happen, before the response of the request
 //!   that caused them.
 //! * A member whose connection closes without `leave` is declared dead
-//!   (this is how a killed process is detected). `maybe_dead` makes the
-//!   server ping the suspect over its connection.
+//!   (this is how a killed process is detected). A connection that stays
+//!   open but goes silent (a cut link, a frozen host, a stopped process) is
+//!   detected by [`heartbeat`]s: the server closes it after the heartbeat
+//!   timeout and its members are declared dead; a client whose server went
+//!   silent fails its calls with
+//!   [`RegistryError::HeartbeatTimeout`](crate::RegistryError::HeartbeatTimeout).
+//!   `maybe_dead` makes the server ping the suspect over its connection.
+//! * One server serves any number of pools, by name; a pool whose members
+//!   have all left or died is forgotten (a later pool of the same name starts
+//!   fresh).
 //!
 //! The wire format is described in [`protocol`].
 //!
@@ -54,8 +62,10 @@
 //! ```
 
 pub mod client;
+pub mod heartbeat;
 pub mod protocol;
 pub mod server;
 
 pub use client::{NetRegistry, DEFAULT_REQUEST_TIMEOUT};
+pub use heartbeat::{Heartbeat, DEFAULT_HEARTBEAT_INTERVAL, DEFAULT_HEARTBEAT_TIMEOUT};
 pub use server::{RegistryServer, ServerHandle, DEFAULT_HANDSHAKE_TIMEOUT, DEFAULT_PROBE_TIMEOUT};

@@ -13,7 +13,8 @@
 //! 1. client → server [`Hello`] (protocol version + the `ipl_auth` nonce);
 //! 2. server → client [`Challenge`] (the responder's nonce and proof);
 //! 3. client → server [`Finish`] (the initiator's proof);
-//! 4. server → client [`Welcome`]: `Ok(())`, or `Err(reason)` followed by a
+//! 4. server → client [`Welcome`]: `Ok(`[`Liveness`]`)` (the heartbeat
+//!    interval and timeout both ends use), or `Err(reason)` followed by a
 //!    close.
 //!
 //! The handshake uses the single context [`AUTH_CONTEXT`]: a server has one
@@ -21,9 +22,11 @@
 //! fails at step 2 (the server's proof does not verify) and the server fails
 //! at step 3, so neither side reveals anything to a stranger.
 //!
-//! After that the client sends [`ClientMsg`]s (requests with ids, and pongs)
-//! and the server sends [`ServerMsg`]s (responses with the request's id, and
-//! pushed events, removals and liveness pings) in any interleaving. Everything
+//! After that the client sends [`ClientMsg`]s (requests with ids, pongs and
+//! heartbeats) and the server sends [`ServerMsg`]s (responses with the
+//! request's id, pushed events, removals, liveness pings and heartbeats) in
+//! any interleaving. Each end answers the other's `Heartbeat` with a
+//! `HeartbeatAck` at once (see [`heartbeat`](super::heartbeat)). Everything
 //! the server pushes to a member because of a request is sent *before* that
 //! request's response on the same connection.
 
@@ -37,8 +40,9 @@ use crate::error::RegistryError;
 use crate::event::{Event, Seq};
 use crate::identifier::{IbisIdentifier, MemberId};
 
-/// Version of this protocol, sent in [`Hello`].
-pub const PROTOCOL_VERSION: u32 = 1;
+/// Version of this protocol, sent in [`Hello`]. A server refuses any other
+/// version with a reason (version 2 added heartbeats).
+pub const PROTOCOL_VERSION: u32 = 2;
 
 /// The `ipl_auth` context of the registry handshake.
 pub const AUTH_CONTEXT: &[u8] = b"ipl-registry";
@@ -186,8 +190,19 @@ pub struct Finish {
 /// Handshake step 4, server → client: accepted, or refused with a reason.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Welcome {
-    /// `Ok(())` if the client proved the secret.
-    pub result: Result<(), String>,
+    /// `Ok` with the connection's heartbeat settings if the client proved the
+    /// secret.
+    pub result: Result<Liveness, String>,
+}
+
+/// The heartbeat settings of a connection, chosen by the server (see
+/// [`Heartbeat`](super::Heartbeat), which validates them).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Liveness {
+    /// Milliseconds between heartbeats.
+    pub interval_ms: u64,
+    /// Milliseconds of silence after which the peer is given up.
+    pub timeout_ms: u64,
 }
 
 /// A registry operation. Operations that act on behalf of a member name it;
@@ -303,6 +318,16 @@ pub enum ClientMsg {
         /// The ping's nonce.
         nonce: u64,
     },
+    /// The client is alive; the server answers [`ServerMsg::HeartbeatAck`].
+    Heartbeat {
+        /// Echoed in the ack.
+        seq: u64,
+    },
+    /// Answer to [`ServerMsg::Heartbeat`].
+    HeartbeatAck {
+        /// The heartbeat's `seq`.
+        seq: u64,
+    },
 }
 
 /// A message from the server to a client (after the handshake).
@@ -344,6 +369,16 @@ pub enum ServerMsg {
         /// The probed member.
         member: MemberId,
     },
+    /// The server is alive; the client answers [`ClientMsg::HeartbeatAck`].
+    Heartbeat {
+        /// Echoed in the ack.
+        seq: u64,
+    },
+    /// Answer to [`ClientMsg::Heartbeat`].
+    HeartbeatAck {
+        /// The heartbeat's `seq`.
+        seq: u64,
+    },
 }
 
 #[cfg(test)]
@@ -366,6 +401,37 @@ mod tests {
         assert!(matches!(
             read_msg::<ClientMsg>(&mut r, MAX_FRAME),
             Err(FrameError::Closed)
+        ));
+    }
+
+    #[test]
+    fn heartbeats_round_trip_and_unknown_variants_are_malformed() {
+        for msg in [
+            ClientMsg::Heartbeat { seq: 3 },
+            ClientMsg::HeartbeatAck { seq: 4 },
+        ] {
+            assert_eq!(
+                decode::<ClientMsg>(&encode(&msg).unwrap()[HEADER_LEN..]).unwrap(),
+                msg
+            );
+        }
+        for msg in [
+            ServerMsg::Heartbeat { seq: 5 },
+            ServerMsg::HeartbeatAck { seq: 6 },
+        ] {
+            assert_eq!(
+                decode::<ServerMsg>(&encode(&msg).unwrap()[HEADER_LEN..]).unwrap(),
+                msg
+            );
+        }
+        // A variant index no version of the protocol defines.
+        assert!(matches!(
+            decode::<ClientMsg>(&[200, 1]),
+            Err(FrameError::Malformed(_))
+        ));
+        assert!(matches!(
+            decode::<ServerMsg>(&[200, 1]),
+            Err(FrameError::Malformed(_))
         ));
     }
 

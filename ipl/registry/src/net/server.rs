@@ -16,8 +16,9 @@ use crate::core::{MaybeDead, RegistryCore};
 use crate::error::{RegistryError, Result};
 use crate::identifier::{IbisIdentifier, MemberId};
 
+use super::heartbeat::{Heartbeat, LastHeard};
 use super::protocol::{
-    encode, read_msg, write_msg, Challenge, ClientMsg, FrameError, Hello, Reply, Request,
+    encode, read_msg, write_msg, Challenge, ClientMsg, FrameError, Hello, Liveness, Reply, Request,
     ServerMsg, Welcome, AUTH_CONTEXT, MAX_FRAME, MAX_HANDSHAKE_FRAME, PROTOCOL_VERSION,
 };
 
@@ -46,13 +47,22 @@ fn key(m: &IbisIdentifier) -> Key {
 /// * A connection that closes (a killed process, a dropped
 ///   [`NetRegistry`](super::NetRegistry)) takes its members with it: they are
 ///   declared dead and the others get `Died`.
+/// * A connection that goes silent without closing (a cut link, a frozen
+///   host, a stopped process) is found by [heartbeats](super::heartbeat):
+///   the server sends one every interval and closes a connection from which
+///   nothing arrived for longer than the timeout
+///   ([`with_heartbeat`](Self::with_heartbeat)); its members are declared
+///   dead as above.
 /// * `maybe_dead` probes the suspect: the server pings it on its connection
 ///   and declares it dead if no pong arrives within the probe timeout.
+///   `maybe_dead` and `assume_dead` only reach members of the caller's pool.
 /// * Connections that fail the handshake, send malformed frames or announce
 ///   oversized ones are logged (`tracing::warn!`, with the peer address) and
 ///   closed; nobody else notices.
 ///
-/// Pools live as long as the server.
+/// Any number of pools are served at once, by name. A pool whose members
+/// have all left or died is forgotten: its state is freed, and a later join
+/// of the same name starts a fresh pool.
 ///
 /// ```
 /// use std::time::Duration;
@@ -84,6 +94,7 @@ impl std::fmt::Debug for RegistryServer {
 
 struct ServerShared {
     secret: PoolSecret,
+    heartbeat: Heartbeat,
     probe_timeout: Duration,
     handshake_timeout: Duration,
     state: Mutex<ServerState>,
@@ -106,6 +117,8 @@ struct Conn {
     stream: TcpStream,
     peer: SocketAddr,
     members: BTreeSet<Key>,
+    /// When the reader last received a frame.
+    heard: Arc<LastHeard>,
 }
 
 impl RegistryServer {
@@ -119,6 +132,7 @@ impl RegistryServer {
             addr,
             shared: Arc::new(ServerShared {
                 secret,
+                heartbeat: Heartbeat::default(),
                 probe_timeout: DEFAULT_PROBE_TIMEOUT,
                 handshake_timeout: DEFAULT_HANDSHAKE_TIMEOUT,
                 state: Mutex::new(ServerState::default()),
@@ -134,6 +148,18 @@ impl RegistryServer {
     pub fn with_probe_timeout(mut self, timeout: Duration) -> Self {
         if let Some(s) = Arc::get_mut(&mut self.shared) {
             s.probe_timeout = timeout;
+        }
+        self
+    }
+
+    /// Sets the heartbeat interval and timeout of every connection (default
+    /// [`Heartbeat::default`]: every 2 s, given up after 10 s of silence).
+    /// Clients adopt them in the handshake. A member whose connection is
+    /// silent for longer than the timeout is declared dead between `timeout`
+    /// and `timeout + interval` after the last frame it sent.
+    pub fn with_heartbeat(mut self, heartbeat: Heartbeat) -> Self {
+        if let Some(s) = Arc::get_mut(&mut self.shared) {
+            s.heartbeat = heartbeat;
         }
         self
     }
@@ -154,7 +180,14 @@ impl RegistryServer {
 
     /// Serves on the calling thread, forever (until the process ends).
     pub fn serve(self) -> io::Result<()> {
-        tracing::info!(addr = %self.addr, "registry server listening");
+        tracing::info!(
+            addr = %self.addr,
+            heartbeat_interval_ms = self.shared.heartbeat.interval_ms(),
+            heartbeat_timeout_ms = self.shared.heartbeat.timeout_ms(),
+            "registry server listening"
+        );
+        // Lives as long as this function: the heartbeat thread runs forever.
+        let (_stop, _heartbeats) = spawn_heartbeats(&self.shared)?;
         accept_loop(&self.listener, &self.shared)
     }
 
@@ -163,6 +196,7 @@ impl RegistryServer {
         let shared = Arc::clone(&self.shared);
         let listener = self.listener;
         tracing::debug!(addr = %self.addr, "registry server listening");
+        let (stop_heartbeats, heartbeats) = spawn_heartbeats(&self.shared)?;
         let thread = thread::Builder::new()
             .name("ipl-registry-accept".into())
             .spawn(move || {
@@ -174,6 +208,7 @@ impl RegistryServer {
             shared: self.shared,
             addr: self.addr,
             thread: Some(thread),
+            heartbeats: Some((stop_heartbeats, heartbeats)),
         })
     }
 }
@@ -184,6 +219,8 @@ pub struct ServerHandle {
     shared: Arc<ServerShared>,
     addr: SocketAddr,
     thread: Option<JoinHandle<()>>,
+    /// Dropping the sender stops the heartbeat thread.
+    heartbeats: Option<(mpsc::Sender<()>, JoinHandle<()>)>,
 }
 
 impl std::fmt::Debug for ServerHandle {
@@ -205,6 +242,12 @@ impl ServerHandle {
         f(&self.shared.state.lock().core)
     }
 
+    /// Number of pools the server currently holds (finished pools are
+    /// forgotten).
+    pub fn pools(&self) -> usize {
+        self.shared.state.lock().core.pools().count()
+    }
+
     /// Number of open, authenticated connections.
     pub fn connections(&self) -> usize {
         self.shared.state.lock().conns.len()
@@ -221,6 +264,12 @@ impl ServerHandle {
                 tracing::error!("registry accept thread panicked");
             }
         }
+        if let Some((stop, t)) = self.heartbeats.take() {
+            drop(stop);
+            if t.join().is_err() {
+                tracing::error!("registry heartbeat thread panicked");
+            }
+        }
         let st = self.shared.state.lock();
         for c in st.conns.values() {
             let _ = c.stream.shutdown(Shutdown::Both);
@@ -233,6 +282,49 @@ impl Drop for ServerHandle {
     fn drop(&mut self) {
         self.stop();
     }
+}
+
+/// Starts the thread that sends every connection a heartbeat each interval
+/// and closes the connections that stayed silent beyond the timeout. It stops
+/// when the returned sender is dropped.
+fn spawn_heartbeats(shared: &Arc<ServerShared>) -> io::Result<(mpsc::Sender<()>, JoinHandle<()>)> {
+    let (stop, stopped) = mpsc::channel::<()>();
+    let shared = Arc::clone(shared);
+    let thread = thread::Builder::new()
+        .name("ipl-registry-heartbeat".into())
+        .spawn(move || {
+            let hb = shared.heartbeat;
+            let mut seq = 0u64;
+            while let Err(mpsc::RecvTimeoutError::Timeout) = stopped.recv_timeout(hb.interval()) {
+                seq = seq.wrapping_add(1);
+                let frame = match encode(&ServerMsg::Heartbeat { seq }) {
+                    Ok(f) => f,
+                    Err(e) => {
+                        tracing::error!(error = %e, "could not encode a heartbeat");
+                        return;
+                    }
+                };
+                let st = shared.state.lock();
+                for (id, c) in &st.conns {
+                    let silence = c.heard.silence();
+                    if silence > hb.timeout() {
+                        tracing::warn!(
+                            peer = %c.peer,
+                            conn = id,
+                            silent_ms = super::heartbeat::millis(silence),
+                            timeout_ms = hb.timeout_ms(),
+                            members = c.members.len(),
+                            "registry client silent beyond the heartbeat timeout (cut link, frozen host or stopped process): closing its connection, its members are declared dead"
+                        );
+                        // Wakes its reader, which declares the members dead.
+                        let _ = c.stream.shutdown(Shutdown::Both);
+                    } else {
+                        let _ = c.tx.send(frame.clone());
+                    }
+                }
+            }
+        })?;
+    Ok((stop, thread))
 }
 
 fn accept_loop(listener: &TcpListener, shared: &Arc<ServerShared>) -> io::Result<()> {
@@ -297,8 +389,19 @@ fn handshake(
         e => format!("bad finish: {e}"),
     })?;
     match responder.on_finish(&finish.proof) {
-        Ok(()) => write_msg(writer, &Welcome { result: Ok(()) })
-            .map_err(|e| format!("could not send welcome: {e}")),
+        Ok(()) => {
+            let liveness = Liveness {
+                interval_ms: shared.heartbeat.interval_ms(),
+                timeout_ms: shared.heartbeat.timeout_ms(),
+            };
+            write_msg(
+                writer,
+                &Welcome {
+                    result: Ok(liveness),
+                },
+            )
+            .map_err(|e| format!("could not send welcome: {e}"))
+        }
         Err(e) => {
             let _ = write_msg(
                 writer,
@@ -344,6 +447,7 @@ fn serve_connection_inner(
         .name("ipl-registry-write".into())
         .spawn(move || writer_loop(write_stream, rx, peer))?;
 
+    let heard = Arc::new(LastHeard::now());
     let conn_id = {
         let mut st = shared.state.lock();
         if shared.stop.load(Ordering::SeqCst) {
@@ -359,6 +463,7 @@ fn serve_connection_inner(
                 stream: stream.try_clone()?,
                 peer,
                 members: BTreeSet::new(),
+                heard: Arc::clone(&heard),
             },
         );
         id
@@ -366,8 +471,16 @@ fn serve_connection_inner(
     tracing::debug!(peer = %peer, conn = conn_id, "registry client authenticated");
 
     loop {
-        match read_msg::<ClientMsg>(&mut reader, MAX_FRAME) {
+        let msg = read_msg::<ClientMsg>(&mut reader, MAX_FRAME);
+        if msg.is_ok() {
+            heard.touch();
+        }
+        match msg {
             Ok(ClientMsg::Request { id, op }) => handle_request(shared, conn_id, &tx, id, op),
+            Ok(ClientMsg::Heartbeat { seq }) => {
+                send_frame(&tx, &ServerMsg::HeartbeatAck { seq });
+            }
+            Ok(ClientMsg::HeartbeatAck { .. }) => {}
             Ok(ClientMsg::Pong { nonce }) => {
                 let waiter = shared.probes.lock().remove(&nonce);
                 match waiter {
@@ -489,7 +602,7 @@ impl ServerShared {
         let (nonce, rx) = {
             let mut st = self.state.lock();
             st.owned(conn, member)?;
-            st.core.member_pool(member)?;
+            st.core.check_suspect(member, suspect)?;
             let id = match st.core.maybe_dead(suspect)? {
                 MaybeDead::NotAMember => return Ok(Reply::Done),
                 MaybeDead::ProbeNeeded(id) => id,
@@ -607,7 +720,7 @@ impl ServerState {
             )),
             Request::AssumeDead { member, suspect } => {
                 self.owned(conn, &member)?;
-                self.core.member_pool(&member)?;
+                self.core.check_suspect(&member, &suspect)?;
                 self.declare_dead(&suspect)?;
                 Ok(Reply::Done)
             }
@@ -631,7 +744,8 @@ impl ServerState {
                 self.flush(who.pool());
                 Ok(())
             }
-            Err(RegistryError::UnknownMember { .. }) => Ok(()),
+            // Not (or no longer) a member, or its pool is already forgotten.
+            Err(RegistryError::UnknownMember { .. } | RegistryError::UnknownPool(_)) => Ok(()),
             Err(e) => Err(e),
         }
     }
@@ -651,7 +765,8 @@ impl ServerState {
         }
     }
 
-    /// Pushes the queued events of every touched member of `pool`.
+    /// Pushes the queued events of every touched member of `pool`, then
+    /// forgets the pool if it has no members left.
     fn flush(&mut self, pool: &str) {
         let Ok(p) = self.core.pool_mut(pool) else {
             return;
@@ -677,6 +792,10 @@ impl ServerState {
                     },
                 );
             }
+        }
+        if p.size() == 0 {
+            self.core.remove_pool(pool);
+            tracing::debug!(pool = %pool, "every member left or died: pool forgotten");
         }
     }
 }

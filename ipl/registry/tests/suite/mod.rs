@@ -379,6 +379,21 @@ pub fn maybe_dead_probes_liveness(b: &impl Backend) {
     }
 }
 
+/// A member can neither probe nor declare dead a member of another pool (with
+/// the same id: ids restart in every pool).
+pub fn suspicion_stays_within_the_pool(b: &impl Backend) {
+    let x = join(b, "x");
+    let y = join(b, "y");
+    assert_eq!(x.identifier().id(), y.identifier().id());
+    let err = x.assume_dead(y.identifier()).unwrap_err();
+    assert!(matches!(err, RegistryError::UnknownMember { .. }), "{err}");
+    let err = x.maybe_dead(y.identifier()).unwrap_err();
+    assert!(matches!(err, RegistryError::UnknownMember { .. }), "{err}");
+    assert_eq!(b.registry_pool_size("y"), Some(1));
+    assert_eq!(y.members().unwrap(), vec![y.identifier().clone()]);
+    assert_eq!(quiet(b, &y), vec![Event::Joined(y.identifier().clone())]);
+}
+
 pub fn assume_dead_declares_death(b: &impl Backend) {
     let a = join(b, "p");
     let m2 = join(b, "p");
@@ -446,6 +461,7 @@ macro_rules! registry_suite {
             terminate_reaches_everyone,
             maybe_dead_probes_liveness,
             assume_dead_declares_death,
+            suspicion_stays_within_the_pool,
             generic_join_through_a_backend_trait_object,
             next_event_times_out,
         );

@@ -2,42 +2,93 @@
 
 #![forbid(unsafe_code)]
 
+use std::path::PathBuf;
+use std::time::Duration;
+
 use clap::Parser;
-use ipl_auth::PoolSecret;
+use ipl_auth::{PoolSecret, SECRET_FILE_ENV};
+use ipl_registry::net::{Heartbeat, DEFAULT_HEARTBEAT_INTERVAL, DEFAULT_HEARTBEAT_TIMEOUT};
 use ipl_registry::RegistryServer;
 use ipl_tools::launcher::{ENV_REGISTRY, ENV_SECRET};
 
-/// A standalone IPL registry server. Clients must know the pool secret,
-/// taken from IPL_POOL_SECRET or generated and printed at start-up.
+/// A standalone IPL registry server.
+///
+/// Serves any number of pools at once, by name; a pool whose members have all
+/// left or died is forgotten. Members that vanish without closing their
+/// connection (a cut link, a frozen host, a stopped process) are found by
+/// heartbeats and reported Died to the others.
+///
+/// Clients must know the pool secret, taken from --secret-file, else from
+/// IPL_POOL_SECRET, else from the file named by IPL_POOL_SECRET_FILE, else
+/// generated and printed at start-up. A secret file must belong to the user
+/// and be private (chmod 600) and hold 64 hex digits.
 #[derive(Parser, Debug)]
 #[command(name = "ipl-server", version)]
 struct Args {
     /// Address to listen on.
     #[arg(long, default_value = "127.0.0.1:7077")]
     bind: String,
+    /// Read the pool secret from this file (private to its owner: no
+    /// permission for group or others; 64 hex digits and an optional newline),
+    /// instead of the environment, where other processes of the user can see it.
+    #[arg(long, value_name = "PATH")]
+    secret_file: Option<PathBuf>,
+    /// Milliseconds between heartbeats on each member connection (members
+    /// adopt it when they connect).
+    #[arg(long, value_name = "MS", default_value_t = millis(DEFAULT_HEARTBEAT_INTERVAL))]
+    heartbeat_interval_ms: u64,
+    /// Milliseconds of silence after which a member is declared dead (and a
+    /// member gives up a silent server); must exceed the interval. A member is
+    /// reported Died within timeout + interval of its last sign of life.
+    #[arg(long, value_name = "MS", default_value_t = millis(DEFAULT_HEARTBEAT_TIMEOUT))]
+    heartbeat_timeout_ms: u64,
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// Where the secret came from.
+enum Source {
+    File(PathBuf),
+    Environment,
+    Generated,
+}
+
+fn secret(args: &Args) -> Result<(PoolSecret, Source), String> {
+    if let Some(path) = &args.secret_file {
+        let s = PoolSecret::from_file(path).map_err(|e| e.to_string())?;
+        return Ok((s, Source::File(path.clone())));
+    }
+    match PoolSecret::from_env() {
+        Ok(s) => Ok((s, Source::Environment)),
+        Err(ipl_auth::AuthError::Missing) => PoolSecret::generate()
+            .map(|s| (s, Source::Generated))
+            .map_err(|e| format!("cannot generate a secret: {e}")),
+        Err(e) => Err(e.to_string()),
+    }
 }
 
 fn main() -> std::process::ExitCode {
     ipl_tools::init_tracing("info");
     let args = Args::parse();
-    let (secret, generated) = match std::env::var(ENV_SECRET) {
-        Ok(hex) => match PoolSecret::from_hex(&hex) {
-            Ok(s) => (s, false),
+    let heartbeat =
+        match Heartbeat::from_millis(args.heartbeat_interval_ms, args.heartbeat_timeout_ms) {
+            Ok(h) => h,
             Err(e) => {
-                eprintln!("ipl-server: {ENV_SECRET}: {e}");
+                eprintln!("ipl-server: {e}");
                 return std::process::ExitCode::FAILURE;
             }
-        },
-        Err(_) => match PoolSecret::generate() {
-            Ok(s) => (s, true),
-            Err(e) => {
-                eprintln!("ipl-server: cannot generate a secret: {e}");
-                return std::process::ExitCode::FAILURE;
-            }
-        },
+        };
+    let (secret, source) = match secret(&args) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("ipl-server: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
     };
     let server = match RegistryServer::bind(args.bind.as_str(), secret.clone()) {
-        Ok(s) => s,
+        Ok(s) => s.with_heartbeat(heartbeat),
         Err(e) => {
             eprintln!("ipl-server: cannot listen on {}: {e}", args.bind);
             return std::process::ExitCode::FAILURE;
@@ -45,13 +96,17 @@ fn main() -> std::process::ExitCode {
     };
     let addr = server.local_addr();
     println!("ipl-server: registry listening on {addr}");
-    if generated {
-        println!("ipl-server: {ENV_SECRET} was not set; generated a pool secret.");
-        println!("Give it to every process of the pool:");
-        println!("  export {ENV_SECRET}={}", secret.to_hex());
-        println!("  export {ENV_REGISTRY}={addr}");
-    } else {
-        println!("ipl-server: using the pool secret from {ENV_SECRET}");
+    match source {
+        Source::Generated => {
+            println!("ipl-server: no pool secret was given; generated one.");
+            println!("Give it to every process of the pool (or write it to a file only you can read, and set {SECRET_FILE_ENV}):");
+            println!("  export {ENV_SECRET}={}", secret.to_hex());
+            println!("  export {ENV_REGISTRY}={addr}");
+        }
+        Source::File(path) => {
+            println!("ipl-server: using the pool secret in {}", path.display())
+        }
+        Source::Environment => println!("ipl-server: using the pool secret from the environment"),
     }
     match server.serve() {
         Ok(()) => std::process::ExitCode::SUCCESS,
@@ -64,11 +119,41 @@ fn main() -> std::process::ExitCode {
 
 #[cfg(test)]
 mod tests {
-    use super::Args;
+    use super::*;
     use clap::CommandFactory;
 
     #[test]
     fn cli_is_well_formed() {
         Args::command().debug_assert();
+    }
+
+    #[test]
+    fn heartbeat_and_secret_file_options_parse() {
+        let a = Args::try_parse_from([
+            "ipl-server",
+            "--secret-file",
+            "/run/user/1/secret",
+            "--heartbeat-interval-ms",
+            "250",
+            "--heartbeat-timeout-ms",
+            "1500",
+        ])
+        .unwrap();
+        assert_eq!(a.secret_file, Some(PathBuf::from("/run/user/1/secret")));
+        assert_eq!(
+            (a.heartbeat_interval_ms, a.heartbeat_timeout_ms),
+            (250, 1500)
+        );
+        let d = Args::try_parse_from(["ipl-server"]).unwrap();
+        assert_eq!(d.heartbeat_interval_ms, millis(DEFAULT_HEARTBEAT_INTERVAL));
+        assert!(Args::try_parse_from(["ipl-server", "--heartbeat-timeout-ms", "soon"]).is_err());
+    }
+
+    #[test]
+    fn a_bad_secret_file_is_an_error_naming_it() {
+        let args = Args::try_parse_from(["ipl-server", "--secret-file", "/nonexistent/ipl-secret"])
+            .unwrap();
+        let err = secret(&args).err().unwrap();
+        assert!(err.contains("/nonexistent/ipl-secret"), "{err}");
     }
 }

@@ -1,0 +1,199 @@
+//! `ipl-server` as a process: the secret from a private file, a refused file, heartbeat
+//! options handed to the members.
+
+use std::io::{BufRead, BufReader};
+use std::os::unix::fs::PermissionsExt;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::thread;
+use std::time::Duration;
+
+use ipl_auth::PoolSecret;
+use ipl_registry::{JoinRequest, NetRegistry, PoolConfig};
+
+const T: Duration = Duration::from_secs(10);
+
+/// A fresh directory under the temporary directory, removed on drop.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(name: &str) -> Self {
+        let p = std::env::temp_dir().join(format!("ipl-server-{name}-{}", std::process::id()));
+        std::fs::create_dir_all(&p).unwrap();
+        TempDir(p)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Kills the server when the test ends, however it ends.
+struct Server(Child);
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn secret_file(dir: &TempDir, secret: &PoolSecret, mode: u32) -> PathBuf {
+    let p = dir.0.join("secret");
+    std::fs::write(&p, format!("{}\n", secret.to_hex())).unwrap();
+    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode)).unwrap();
+    p
+}
+
+fn server(args: &[&str]) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_ipl-server"));
+    c.args(args)
+        .env_remove("IPL_POOL_SECRET")
+        .env_remove("IPL_POOL_SECRET_FILE")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    c
+}
+
+#[test]
+fn serves_with_the_secret_of_a_private_file_and_its_heartbeat() {
+    let dir = TempDir::new("ok");
+    let secret = PoolSecret::generate().unwrap();
+    let file = secret_file(&dir, &secret, 0o600);
+    let mut child = server(&[
+        "--bind",
+        "127.0.0.1:0",
+        "--secret-file",
+        file.to_str().unwrap(),
+        "--heartbeat-interval-ms",
+        "200",
+        "--heartbeat-timeout-ms",
+        "1000",
+    ])
+    .spawn()
+    .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let server = Server(child);
+    // The first line names the address; read it on a thread to bound the wait.
+    let (tx, rx) = mpsc::channel();
+    thread::spawn(move || {
+        let mut lines = BufReader::new(stdout).lines();
+        let _ = tx.send(lines.next());
+        // Keep draining so the server never blocks on its output.
+        for _ in lines {}
+    });
+    let line = rx.recv_timeout(T).unwrap().unwrap().unwrap();
+    let addr = line
+        .rsplit(' ')
+        .next()
+        .unwrap_or_else(|| panic!("no address in {line:?}"));
+    let client = NetRegistry::connect(addr, &secret, T).unwrap();
+    assert_eq!(client.heartbeat().interval(), Duration::from_millis(200));
+    assert_eq!(client.heartbeat().timeout(), Duration::from_millis(1000));
+    let m = client
+        .join("p", PoolConfig::closed_world(1), JoinRequest::new("c"))
+        .unwrap();
+    m.wait_until_pool_closed(Some(T)).unwrap();
+    m.leave().unwrap();
+    drop(server);
+}
+
+#[test]
+fn refuses_a_secret_file_others_can_read_and_bad_heartbeats() {
+    let dir = TempDir::new("open");
+    let secret = PoolSecret::generate().unwrap();
+    let file = secret_file(&dir, &secret, 0o644);
+    let out = server(&[
+        "--bind",
+        "127.0.0.1:0",
+        "--secret-file",
+        file.to_str().unwrap(),
+    ])
+    .output()
+    .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(file.to_str().unwrap()) && err.contains("chmod 600"),
+        "{err}"
+    );
+
+    // Also through the environment.
+    let out = server(&["--bind", "127.0.0.1:0"])
+        .env("IPL_POOL_SECRET_FILE", &file)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("group or others"));
+
+    let out = server(&[
+        "--bind",
+        "127.0.0.1:0",
+        "--heartbeat-interval-ms",
+        "500",
+        "--heartbeat-timeout-ms",
+        "500",
+    ])
+    .output()
+    .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("heartbeat timeout"));
+}
+
+/// A member process stopped with SIGSTOP (its connection stays open, nothing answers)
+/// is reported Died to the others within the heartbeat bound.
+#[test]
+fn a_stopped_member_process_is_reported_died() {
+    use ipl_registry::net::Heartbeat;
+    use ipl_registry::{Event, RegistryServer};
+    use rustix::process::{kill_process, Pid, Signal};
+
+    let secret = PoolSecret::generate().unwrap();
+    let hb = Heartbeat::new(Duration::from_millis(100), Duration::from_millis(600)).unwrap();
+    let srv = RegistryServer::bind("127.0.0.1:0", secret.clone())
+        .unwrap()
+        .with_heartbeat(hb)
+        .run_in_background()
+        .unwrap();
+    let cfg = PoolConfig::closed_world(3);
+    let a = NetRegistry::connect(srv.local_addr(), &secret, T)
+        .unwrap()
+        .join("p", cfg, JoinRequest::new("c"))
+        .unwrap();
+    // The child joins and waits for a third member that never comes.
+    let child = Command::new(env!("CARGO_BIN_EXE_ipl-run-selftest"))
+        .env("IPL_REGISTRY", srv.local_addr().to_string())
+        .env("IPL_POOL", "p")
+        .env("IPL_POOL_SIZE", "3")
+        .env("IPL_POOL_SECRET", secret.to_hex())
+        .env_remove("IPL_POOL_SECRET_FILE")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = Pid::from_child(&child);
+    let child = Server(child);
+    let joined = loop {
+        match a.next_event(Some(T)).unwrap() {
+            Some(Event::Joined(m)) if m != *a.identifier() => break m,
+            Some(_) => {}
+            None => panic!("the child did not join within {T:?}"),
+        }
+    };
+    kill_process(pid, Signal::STOP).unwrap();
+    let bound = hb.timeout() + hb.interval() + Duration::from_secs(3);
+    let died = loop {
+        match a.next_event(Some(bound)).unwrap() {
+            Some(Event::Died(m)) => break m,
+            Some(_) => {}
+            None => panic!("the stopped member was not reported within {bound:?}"),
+        }
+    };
+    assert_eq!(died, joined);
+    assert_eq!(a.members().unwrap(), vec![a.identifier().clone()]);
+    drop(child); // SIGKILL works on a stopped process.
+    a.leave().unwrap();
+}
