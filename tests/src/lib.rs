@@ -13,6 +13,7 @@ pub const SCENARIOS: &[&str] = &[
     "election",
     "kill",
     "transports",
+    "cut",
 ];
 
 pub mod scenario;

@@ -2,12 +2,13 @@
 //! a host with its own address; the test harness itself first (hosts reach each other,
 //! a cut host does not).
 
-use std::io::{Read, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::process::Command;
-use std::time::Duration;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
 
 use ipl_auth::PoolSecret;
+use ipl_registry::net::Heartbeat;
 use ipl_registry::{RegistryServer, ServerHandle};
 use ipl_tools::launcher::{
     ENV_CLUSTER, ENV_POOL, ENV_POOL_SIZE, ENV_RANK, ENV_REGISTRY, ENV_SECRET,
@@ -164,4 +165,108 @@ fn shm_inside_a_host_and_tcp_across() {
             e.output
         );
     }
+}
+
+/// A host whose link is cut: the registry reports its member Died within the heartbeat
+/// bound, the others go on without it, and the cut-off member notices too.
+#[test]
+fn a_cut_host_is_reported_dead_and_the_pool_goes_on() {
+    let Some(h) = hosts::Hosts::new(3) else {
+        return;
+    };
+    let secret = PoolSecret::generate().unwrap();
+    let beat = Heartbeat::new(Duration::from_millis(200), Duration::from_secs(2)).unwrap();
+    let server = std::thread::scope(|s| {
+        s.spawn(|| -> std::io::Result<ServerHandle> {
+            h.enter(0)?;
+            RegistryServer::bind((h.addr(0), 0), secret.clone())?
+                .with_heartbeat(beat)
+                .run_in_background()
+        })
+        .join()
+        .expect("registry thread")
+    })
+    .expect("a registry server on host 0");
+    let (tx, rx) = std::sync::mpsc::channel();
+    let mut children = Vec::new();
+    for i in 0..3 {
+        let mut c = h.command(i, env!("CARGO_BIN_EXE_ipl-pool-check"));
+        c.arg("cut")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit());
+        member_env(&mut c, server.local_addr(), "cut", 3, &secret, i, i);
+        let mut child = c.spawn().expect("start a member");
+        let out = child.stdout.take().unwrap();
+        let tx = tx.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(out).lines().map_while(Result::ok) {
+                let _ = tx.send((i, line));
+            }
+        });
+        children.push(child);
+    }
+    drop(tx);
+    let kill_all = |children: &mut Vec<std::process::Child>| {
+        for c in children.iter_mut() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut lines: Vec<Vec<String>> = vec![Vec::new(); 3];
+    let mut ready = 0;
+    while ready < 3 {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match rx.recv_timeout(left) {
+            Ok((i, l)) => {
+                ready += usize::from(l == "ready");
+                lines[i].push(l);
+            }
+            Err(_) => {
+                kill_all(&mut children);
+                panic!("the pool did not form: {lines:?}");
+            }
+        }
+    }
+    h.cut(2).expect("cut host 2");
+    // Every member ends by itself: the survivors once they saw the death and went on,
+    // the victim once its registry failed.
+    let until = Instant::now() + Duration::from_secs(60);
+    for (i, c) in children.iter_mut().enumerate() {
+        let status = loop {
+            match c.try_wait().expect("wait for a member") {
+                Some(st) => break st,
+                None if Instant::now() >= until => {
+                    kill_all(&mut children);
+                    panic!("member {i} did not end after the cut");
+                }
+                None => {
+                    while let Ok((j, l)) = rx.recv_timeout(Duration::from_millis(50)) {
+                        lines[j].push(l);
+                    }
+                }
+            }
+        };
+        assert!(status.success(), "member {i}: {status}: {:?}", lines[i]);
+    }
+    while let Ok((j, l)) = rx.recv_timeout(Duration::from_millis(200)) {
+        lines[j].push(l);
+    }
+    for (i, out) in lines.iter().enumerate().take(2) {
+        assert!(
+            out.iter()
+                .any(|l| l.starts_with("saw ") && l.ends_with(" die")),
+            "member {i} did not see the cut one die: {out:?}"
+        );
+        assert!(
+            out.iter().any(|l| l.starts_with("the pool goes on")),
+            "{out:?}"
+        );
+    }
+    assert!(
+        lines[2].iter().any(|l| l.starts_with("lost the registry")),
+        "{:?}",
+        lines[2]
+    );
 }
