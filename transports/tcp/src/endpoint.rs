@@ -524,6 +524,16 @@ impl TcpTransport {
         })
     }
 
+    /// The remote addresses of the connections of the live endpoint at `address` in
+    /// this process (`None` if there is none). For tests: which path a connection took.
+    #[doc(hidden)]
+    pub fn peer_addresses(address: &[u8]) -> Option<Vec<SocketAddr>> {
+        let id = Address::parse("tcp", address).ok()?.id;
+        let inner = directory().lock().get(&id).and_then(Weak::upgrade)?;
+        let peers = inner.state.lock().peers.conns.values().map(|c| c.peer).collect();
+        Some(peers)
+    }
+
     fn accept_loop(inner: Arc<Inner>, listener: Arc<Socket>) {
         loop {
             let accepted = listener.accept();

@@ -47,6 +47,10 @@ fn the_default_selection_advertises_the_host_and_connects() {
     }
     let ch = a.connect(&b.local_address().unwrap(), PATIENCE).unwrap();
     a.send(ch, &[b"over the default selection"]).unwrap();
+    // The same host: the connection took loopback.
+    let used = ipl_transport_tcp::TcpTransport::peer_addresses(&a.local_address().unwrap()).unwrap();
+    assert_eq!(used.len(), 1, "{used:?}");
+    assert!(used[0].ip().is_loopback(), "{used:?}");
     let ev = log_b.wait("message", |e| e.messages.len() == 1);
     assert_eq!(ev.messages[0].1, b"over the default selection");
 }
