@@ -67,7 +67,8 @@ impl Default for IbisBuilder {
 /// [`InvalidConfig`](IplError::InvalidConfig) error naming what is wrong or missing.
 fn checked_interfaces(spec: &str) -> Result<String> {
     use ipl_transport_kit::interfaces::{local_addresses, InterfaceSpec};
-    let bad = |e: &dyn std::fmt::Display| IplError::InvalidConfig(format!("interfaces {spec:?}: {e}"));
+    let bad =
+        |e: &dyn std::fmt::Display| IplError::InvalidConfig(format!("interfaces {spec:?}: {e}"));
     let parsed = InterfaceSpec::parse(spec).map_err(|e| bad(&e))?;
     local_addresses(&parsed).map_err(|e| bad(&e))?;
     Ok(parsed.to_string())

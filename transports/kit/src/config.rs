@@ -40,7 +40,7 @@ pub fn entries<'a>(
 pub mod fields {
     use ipl_auth::PoolSecret;
     use ipl_transport_abi::TransportError;
-    use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+    use std::net::{IpAddr, SocketAddr};
 
     fn invalid(msg: String) -> TransportError {
         TransportError::InvalidArgument(msg)
@@ -119,25 +119,6 @@ pub mod fields {
                     "{transport} config: max_message={value:?} must be 1..={limit} bytes"
                 ))
             })
-    }
-
-    /// The IP peers should dial: the advertised one, else the bound one, with an
-    /// unspecified bound address replaced by loopback of its family.
-    ///
-    /// ```
-    /// use ipl_transport_kit::config::fields::advertised_ip;
-    /// let ip = advertised_ip(None, &"0.0.0.0:5".parse().unwrap());
-    /// assert_eq!(ip, std::net::Ipv4Addr::LOCALHOST);
-    /// ```
-    pub fn advertised_ip(advertise: Option<IpAddr>, bound: &SocketAddr) -> IpAddr {
-        match advertise {
-            Some(ip) => ip,
-            None => match bound.ip() {
-                IpAddr::V4(ip) if ip.is_unspecified() => IpAddr::V4(Ipv4Addr::LOCALHOST),
-                IpAddr::V6(ip) if ip.is_unspecified() => IpAddr::V6(Ipv6Addr::LOCALHOST),
-                ip => ip,
-            },
-        }
     }
 }
 
@@ -237,7 +218,10 @@ impl NetConfig {
     /// selects (an interface, address or network this host lacks is an
     /// [`InvalidArgument`](TransportError::InvalidArgument) naming it), shaped by
     /// `bind=` and `advertise=` (see [`listen`](crate::listen)).
-    pub fn listen_plan(&self, transport: &str) -> Result<crate::listen::ListenPlan, TransportError> {
+    pub fn listen_plan(
+        &self,
+        transport: &str,
+    ) -> Result<crate::listen::ListenPlan, TransportError> {
         let selected = match crate::interfaces::local_addresses(&self.interfaces) {
             Ok(s) => s,
             // A fixed bind address needs no interface list.

@@ -59,10 +59,7 @@ pub fn order(peer: &IpEndpoint, here: Option<HostId>, own: &[LocalAddr]) -> Plan
                 continue;
             }
             0
-        } else if own
-            .iter()
-            .any(|a| !a.ip.is_loopback() && a.same_subnet(ip))
-        {
+        } else if own.iter().any(|a| !a.ip.is_loopback() && a.same_subnet(ip)) {
             1
         } else {
             2
@@ -77,12 +74,18 @@ pub fn order(peer: &IpEndpoint, here: Option<HostId>, own: &[LocalAddr]) -> Plan
     }
 }
 
+/// The least time an attempt gets (unless less remains): a handshake on a loaded
+/// machine must not fail over to the next address merely because the timeout was
+/// shared among many.
+pub const MIN_ATTEMPT: Duration = Duration::from_secs(1);
+
 /// The time for one attempt when `left` addresses (this one included) share
-/// `remaining`: an equal share, so that one address that black-holes cannot use up the
-/// whole timeout; an attempt that fails early leaves its time to the next.
+/// `remaining`: an equal share, at least [`MIN_ATTEMPT`] (or all that remains), so
+/// that one address that black-holes cannot use up the whole timeout; an attempt that
+/// fails early leaves its time to the next.
 pub fn attempt_budget(remaining: Duration, left: usize) -> Duration {
     let left = u32::try_from(left.max(1)).unwrap_or(u32::MAX);
-    remaining / left
+    (remaining / left).max(MIN_ATTEMPT.min(remaining))
 }
 
 /// How telling an error is about the peer: one that reached it (refused) beats a
@@ -197,7 +200,13 @@ mod tests {
         let same = order(&peer(&socks, Some(HERE)), Some(HERE), &own());
         assert_eq!(
             ips(&same),
-            ["127.0.0.1:4", "[::1]:5", "[fd00::2]:2", "10.231.0.2:3", "192.0.2.2:1"]
+            [
+                "127.0.0.1:4",
+                "[::1]:5",
+                "[fd00::2]:2",
+                "10.231.0.2:3",
+                "192.0.2.2:1"
+            ]
         );
         assert!(same.skipped.is_empty());
         let other = HostId { boot: 7, netns: 2 };
@@ -210,15 +219,31 @@ mod tests {
         assert_eq!(ips(&unknown)[0], "127.0.0.1:4");
         assert_eq!(order(&peer(&socks, Some(HERE)), None, &[]).order.len(), 5);
         // Loopback of our own never counts as "same subnet".
-        let p = order(&peer(&["10.0.0.1:1", "127.0.0.2:2"], Some(other)), Some(HERE), &own());
+        let p = order(
+            &peer(&["10.0.0.1:1", "127.0.0.2:2"], Some(other)),
+            Some(HERE),
+            &own(),
+        );
         assert_eq!(ips(&p), ["10.0.0.1:1"]);
     }
 
     #[test]
     fn budgets_share_the_remaining_time() {
-        assert_eq!(attempt_budget(Duration::from_secs(6), 3), Duration::from_secs(2));
-        assert_eq!(attempt_budget(Duration::from_secs(6), 1), Duration::from_secs(6));
-        assert_eq!(attempt_budget(Duration::from_secs(6), 0), Duration::from_secs(6));
+        assert_eq!(
+            attempt_budget(Duration::from_secs(6), 3),
+            Duration::from_secs(2)
+        );
+        assert_eq!(
+            attempt_budget(Duration::from_secs(6), 1),
+            Duration::from_secs(6)
+        );
+        assert_eq!(
+            attempt_budget(Duration::from_secs(6), 0),
+            Duration::from_secs(6)
+        );
+        assert_eq!(attempt_budget(Duration::from_secs(2), 4), MIN_ATTEMPT);
+        let little = Duration::from_millis(300);
+        assert_eq!(attempt_budget(little, 4), little);
     }
 
     #[test]
@@ -246,7 +271,11 @@ mod tests {
         });
         match all_fail {
             Err(TransportError::Refused(m)) => {
-                for part in ["10.0.0.1:1: silence", "10.0.0.2:2: wrong secret", "10.0.0.3:3"] {
+                for part in [
+                    "10.0.0.1:1: silence",
+                    "10.0.0.2:2: wrong secret",
+                    "10.0.0.3:3",
+                ] {
                     assert!(m.contains(part), "{m}");
                 }
             }
@@ -262,9 +291,13 @@ mod tests {
         assert_eq!(n, 1);
         // A single address's error comes back as it is.
         let one = peer(&["10.0.0.1:1"], None);
-        let e = try_in_order::<()>("tcp", &one, &order(&one, None, &[]), Duration::from_secs(1), |_, _| {
-            Err(TransportError::Refused("no".into()))
-        });
+        let e = try_in_order::<()>(
+            "tcp",
+            &one,
+            &order(&one, None, &[]),
+            Duration::from_secs(1),
+            |_, _| Err(TransportError::Refused("no".into())),
+        );
         assert_eq!(e.unwrap_err().detail(), "no");
     }
 

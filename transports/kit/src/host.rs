@@ -31,7 +31,11 @@ impl fmt::Display for HostId {
     }
 }
 
-fn hex<T>(s: &str, digits: usize, conv: fn(&str, u32) -> Result<T, std::num::ParseIntError>) -> Option<T> {
+fn hex<T>(
+    s: &str,
+    digits: usize,
+    conv: fn(&str, u32) -> Result<T, std::num::ParseIntError>,
+) -> Option<T> {
     if s.len() != digits || !s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) {
         return None;
     }

@@ -364,25 +364,40 @@ mod tests {
         assert_eq!(ips("eth0"), ["10.0.0.5", "10.0.1.5", "fd00::2"]);
         assert_eq!(ips("lo"), ["127.0.0.1", "::1"]);
         assert_eq!(ips("10.0.1.5"), ["10.0.1.5"]);
-        assert_eq!(ips("10.0.0.0/16,ib0"), ["10.0.0.5", "10.0.1.5", "192.168.7.1"]);
+        assert_eq!(
+            ips("10.0.0.0/16,ib0"),
+            ["10.0.0.5", "10.0.1.5", "192.168.7.1"]
+        );
         assert_eq!(ips("fd00::/8"), ["fd00::2"]);
-        assert_eq!(ips("0.0.0.0/0"), ["127.0.0.1", "10.0.0.5", "10.0.1.5", "192.168.7.1"]);
+        assert_eq!(
+            ips("0.0.0.0/0"),
+            ["127.0.0.1", "10.0.0.5", "10.0.1.5", "192.168.7.1"]
+        );
         // Overlapping items select each address once, in the host's order.
-        assert_eq!(ips("ib0,eth0,10.0.0.5"), ["10.0.0.5", "10.0.1.5", "192.168.7.1", "fd00::2"]);
+        assert_eq!(
+            ips("ib0,eth0,10.0.0.5"),
+            ["10.0.0.5", "10.0.1.5", "192.168.7.1", "fd00::2"]
+        );
     }
 
     #[test]
     fn what_is_not_there_is_an_error_naming_it() {
         let err = |s: &str| select(&s.parse().unwrap(), &host()).unwrap_err();
         assert_eq!(err("eth7"), InterfaceError::NoSuchInterface("eth7".into()));
-        assert_eq!(err("eth0,eth7"), InterfaceError::NoSuchInterface("eth7".into()));
+        assert_eq!(
+            err("eth0,eth7"),
+            InterfaceError::NoSuchInterface("eth7".into())
+        );
         assert!(err("eth7").to_string().contains("\"eth7\""));
         assert_eq!(
             err("10.9.9.9"),
             InterfaceError::NoSuchAddress("10.9.9.9".parse().unwrap())
         );
         assert!(err("172.16.0.0/12").to_string().contains("172.16.0.0/12"));
-        assert_eq!(select(&InterfaceSpec::all(), &[]), Err(InterfaceError::Nothing));
+        assert_eq!(
+            select(&InterfaceSpec::all(), &[]),
+            Err(InterfaceError::Nothing)
+        );
     }
 
     #[test]
@@ -411,7 +426,10 @@ mod tests {
             many_distinct.as_str(),
         ] {
             assert!(
-                matches!(InterfaceSpec::parse(bad), Err(InterfaceError::Malformed { .. })),
+                matches!(
+                    InterfaceSpec::parse(bad),
+                    Err(InterfaceError::Malformed { .. })
+                ),
                 "{bad:?}"
             );
         }

@@ -67,7 +67,11 @@ fn advertised(ips: impl IntoIterator<Item = IpAddr>) -> Vec<IpAddr> {
 }
 
 /// The plan for the `selected` addresses, an explicit `bind` and `advertise`.
-pub fn plan(selected: &[LocalAddr], bind: Option<SocketAddr>, advertise: Option<IpAddr>) -> ListenPlan {
+pub fn plan(
+    selected: &[LocalAddr],
+    bind: Option<SocketAddr>,
+    advertise: Option<IpAddr>,
+) -> ListenPlan {
     let own = selected.to_vec();
     let (bind, dual_stack, ips) = match bind {
         Some(b) if !b.ip().is_unspecified() => (b, false, vec![b.ip()]),
@@ -174,12 +178,20 @@ mod tests {
 
     #[test]
     fn plans() {
-        let all = sel(&[("lo", "127.0.0.1"), ("eth0", "192.0.2.2"), ("lo", "::1"), ("eth0", "fd00::2")]);
+        let all = sel(&[
+            ("lo", "127.0.0.1"),
+            ("eth0", "192.0.2.2"),
+            ("lo", "::1"),
+            ("eth0", "fd00::2"),
+        ]);
         let p = plan(&all, None, None);
         assert_eq!(p.bind.to_string(), "[::]:0");
         assert!(p.dual_stack);
         assert_eq!(p.only_v6(), Some(false));
-        assert_eq!(strs(&p.advertise), ["192.0.2.2", "fd00::2", "127.0.0.1", "::1"]);
+        assert_eq!(
+            strs(&p.advertise),
+            ["192.0.2.2", "fd00::2", "127.0.0.1", "::1"]
+        );
         let q = p.ipv4_only().unwrap();
         assert_eq!(q.bind.to_string(), "0.0.0.0:0");
         assert_eq!(strs(&q.advertise), ["192.0.2.2", "127.0.0.1"]);
@@ -194,9 +206,20 @@ mod tests {
         let one = plan(&sel(&[("eth0", "192.0.2.2")]), None, None);
         assert_eq!(one.bind.to_string(), "192.0.2.2:0");
         assert_eq!(one.only_v6(), None);
-        let v4 = plan(&sel(&[("eth0", "192.0.2.2"), ("eth1", "10.0.0.1")]), None, None);
-        assert_eq!((v4.bind.to_string(), v4.dual_stack), ("0.0.0.0:0".into(), false));
-        let v6 = plan(&sel(&[("eth0", "fd00::2"), ("eth1", "fd01::2")]), None, None);
+        let v4 = plan(
+            &sel(&[("eth0", "192.0.2.2"), ("eth1", "10.0.0.1")]),
+            None,
+            None,
+        );
+        assert_eq!(
+            (v4.bind.to_string(), v4.dual_stack),
+            ("0.0.0.0:0".into(), false)
+        );
+        let v6 = plan(
+            &sel(&[("eth0", "fd00::2"), ("eth1", "fd01::2")]),
+            None,
+            None,
+        );
         assert_eq!(v6.only_v6(), Some(true));
 
         let b = plan(&all, Some("127.0.0.1:0".parse().unwrap()), None);
@@ -206,7 +229,11 @@ mod tests {
         assert_eq!(strs(&b.advertise), ["192.0.2.2", "127.0.0.1"]);
         let b = plan(&[], Some("0.0.0.0:0".parse().unwrap()), None);
         assert_eq!(strs(&b.advertise), ["127.0.0.1"]);
-        let a = plan(&all, Some("0.0.0.0:0".parse().unwrap()), Some("10.1.2.3".parse().unwrap()));
+        let a = plan(
+            &all,
+            Some("0.0.0.0:0".parse().unwrap()),
+            Some("10.1.2.3".parse().unwrap()),
+        );
         assert_eq!(strs(&a.advertise), ["10.1.2.3"]);
     }
 

@@ -102,7 +102,10 @@ mod tests {
         assert_eq!(Address::parse(&v6.to_bytes()).unwrap(), v6);
         let list = b"10.0.0.1:5,127.0.0.1:5/0000000000000001/1e58d25827fe4174b1d990c8a059d799.00000000effffff9?unreliable";
         let l = Address::parse(list).unwrap();
-        assert_eq!((l.sockets.len(), l.unreliable, l.host.is_some()), (2, true, true));
+        assert_eq!(
+            (l.sockets.len(), l.unreliable, l.host.is_some()),
+            (2, true, true)
+        );
         assert_eq!(l.to_bytes(), list);
         assert_eq!(l.primary(), "127.0.0.1:5".parse().unwrap());
         for bad in [

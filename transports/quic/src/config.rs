@@ -108,7 +108,10 @@ mod tests {
         assert_eq!(c.idle_timeout, Duration::from_millis(500));
         assert_eq!(c.linger, Duration::ZERO);
         assert_eq!(c.net.bind, Some("0.0.0.0:0".parse().unwrap()));
-        let c = Config::parse(&format!("secret={S}\nadvertise=10.1.2.3\ninterfaces=lo,eth0")).unwrap();
+        let c = Config::parse(&format!(
+            "secret={S}\nadvertise=10.1.2.3\ninterfaces=lo,eth0"
+        ))
+        .unwrap();
         assert_eq!(c.net.advertise, Some("10.1.2.3".parse::<IpAddr>().unwrap()));
         assert_eq!(c.net.interfaces.to_string(), "lo,eth0");
     }

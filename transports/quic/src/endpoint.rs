@@ -83,7 +83,10 @@ fn transport_config(cfg: &Config) -> Result<TransportConfig, TransportError> {
 }
 
 /// A UDP socket bound to `bind`; `only_v6` sets `IPV6_V6ONLY` on an IPv6 socket.
-fn udp_socket(bind: SocketAddr, only_v6: Option<bool>) -> Result<std::net::UdpSocket, TransportError> {
+fn udp_socket(
+    bind: SocketAddr,
+    only_v6: Option<bool>,
+) -> Result<std::net::UdpSocket, TransportError> {
     let sock = socket2::Socket::new(
         socket2::Domain::for_address(bind),
         socket2::Type::DGRAM,
@@ -97,8 +100,9 @@ fn udp_socket(bind: SocketAddr, only_v6: Option<bool>) -> Result<std::net::UdpSo
         tracing::debug!("quic: SO_SNDBUF: {e}");
     }
     if let Some(v6) = only_v6 {
-        sock.set_only_v6(v6)
-            .map_err(|e| TransportError::Unavailable(format!("quic: IPV6_V6ONLY on {bind}: {e}")))?;
+        sock.set_only_v6(v6).map_err(|e| {
+            TransportError::Unavailable(format!("quic: IPV6_V6ONLY on {bind}: {e}"))
+        })?;
     }
     sock.bind(&bind.into()).map_err(|e| {
         let msg = format!("quic: cannot bind {bind}: {e}");
@@ -154,7 +158,10 @@ impl Inner {
             .partition(|&&to| self.plan.can_reach(self.bound, to));
         plan.order = order;
         plan.skipped.extend(unreachable.into_iter().map(|to| {
-            (to, "not reachable from this endpoint's socket (address family, or bound to loopback)")
+            (
+                to,
+                "not reachable from this endpoint's socket (address family, or bound to loopback)",
+            )
         }));
         let left = deadline.saturating_duration_since(Instant::now());
         dial::try_in_order("quic", &peer, &plan, left, |to, budget| {
@@ -286,7 +293,9 @@ impl TransportPlugin for QuicTransport {
         let driver = Driver::new(engine, socket, udp, host, pool)
             .map_err(|e| TransportError::Unavailable(format!("quic: eventfd: {e}")))?;
         let here = host_id()
-            .inspect_err(|e| tracing::debug!("quic: no host id ({e}); peers try loopback as any address"))
+            .inspect_err(|e| {
+                tracing::debug!("quic: no host id ({e}); peers try loopback as any address")
+            })
             .ok();
         let address = plan.endpoint(bound.port(), id, here).to_bytes();
         let inner = Arc::new(Inner {

@@ -28,13 +28,20 @@ fn the_default_selection_advertises_the_host_and_connects() {
     assert_eq!(addr.host, Some(host_id().unwrap()));
     let host = local_addresses(&InterfaceSpec::all()).unwrap();
     for h in host.iter().filter(|h| !h.ip.is_loopback()) {
-        assert!(addr.sockets.iter().any(|s| s.ip() == h.ip), "{h:?} in {addr:?}");
+        assert!(
+            addr.sockets.iter().any(|s| s.ip() == h.ip),
+            "{h:?} in {addr:?}"
+        );
     }
-    assert!(addr.sockets.iter().any(|s| s.ip().is_loopback()), "{addr:?}");
+    assert!(
+        addr.sockets.iter().any(|s| s.ip().is_loopback()),
+        "{addr:?}"
+    );
     let ch = a.connect(&b.local_address().unwrap(), PATIENCE).unwrap();
     a.send(ch, &[b"over the default selection"]).unwrap();
     // The same host: the connection took loopback.
-    let used = ipl_transport_quic::QuicTransport::peer_addresses(&a.local_address().unwrap()).unwrap();
+    let used =
+        ipl_transport_quic::QuicTransport::peer_addresses(&a.local_address().unwrap()).unwrap();
     assert_eq!(used.len(), 1, "{used:?}");
     assert!(used[0].ip().is_loopback(), "{used:?}");
     let ev = log_b.wait("message", |e| e.messages.len() == 1);
@@ -67,7 +74,10 @@ fn an_ipv4_peer_is_reached_from_a_dual_stack_socket() {
 #[test]
 fn an_interface_that_does_not_exist_is_an_error_naming_it() {
     let secret = PoolSecret::generate().unwrap();
-    for (spec, named) in [("nosuch0", "nosuch0"), ("lo,10.253.254.0/24", "10.253.254.0/24")] {
+    for (spec, named) in [
+        ("nosuch0", "nosuch0"),
+        ("lo,10.253.254.0/24", "10.253.254.0/24"),
+    ] {
         let cfg = format!("{}\ninterfaces={spec}", config(&secret));
         match plugin().create(&cfg, Log::new()) {
             Err(TransportError::InvalidArgument(m)) => assert!(m.contains(named), "{m}"),
@@ -93,7 +103,11 @@ fn dead_addresses_are_skipped_within_the_timeout() {
     let start = Instant::now();
     let ch = a.connect(&dead.to_bytes(), timeout).unwrap();
     // Generous slack: the bound is the timeout, not a speed.
-    assert!(start.elapsed() < timeout + Duration::from_secs(2), "{:?}", start.elapsed());
+    assert!(
+        start.elapsed() < timeout + Duration::from_secs(2),
+        "{:?}",
+        start.elapsed()
+    );
     a.send(ch, &[b"via the second"]).unwrap();
     log_b.until("message", |e| e.messages.len() == 1);
     let (c, _) = endpoint(&config(&secret));

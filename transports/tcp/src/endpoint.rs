@@ -223,7 +223,9 @@ impl Inner {
         let plan = dial::order(addr, self.here, &self.plan.own);
         dial::try_in_order("tcp", addr, &plan, timeout, |to, budget| {
             if self.stopping.load(Ordering::SeqCst) {
-                return Err(TransportError::Closed("tcp endpoint is shutting down".into()));
+                return Err(TransportError::Closed(
+                    "tcp endpoint is shutting down".into(),
+                ));
             }
             self.dial(to, addr.id, budget)
         })
@@ -530,7 +532,14 @@ impl TcpTransport {
     pub fn peer_addresses(address: &[u8]) -> Option<Vec<SocketAddr>> {
         let id = Address::parse("tcp", address).ok()?.id;
         let inner = directory().lock().get(&id).and_then(Weak::upgrade)?;
-        let peers = inner.state.lock().peers.conns.values().map(|c| c.peer).collect();
+        let peers = inner
+            .state
+            .lock()
+            .peers
+            .conns
+            .values()
+            .map(|c| c.peer)
+            .collect();
         Some(peers)
     }
 
@@ -654,7 +663,9 @@ impl TransportPlugin for TcpTransport {
             .ok_or_else(|| TransportError::Other("tcp: listener has no address".into()))?;
         let id = random_id()?;
         let here = host_id()
-            .inspect_err(|e| tracing::debug!("tcp: no host id ({e}); peers try loopback as any address"))
+            .inspect_err(|e| {
+                tracing::debug!("tcp: no host id ({e}); peers try loopback as any address")
+            })
             .ok();
         let address = plan.endpoint(bound.port(), id, here).to_bytes();
         let inner = Arc::new(Inner {

@@ -38,9 +38,15 @@ fn the_default_selection_advertises_the_host_and_connects() {
     // Every non-loopback address of the host is advertised, and loopback.
     let host = local_addresses(&InterfaceSpec::all()).unwrap();
     for h in host.iter().filter(|h| !h.ip.is_loopback()) {
-        assert!(addr.sockets.iter().any(|s| s.ip() == h.ip), "{h:?} in {addr:?}");
+        assert!(
+            addr.sockets.iter().any(|s| s.ip() == h.ip),
+            "{h:?} in {addr:?}"
+        );
     }
-    assert!(addr.sockets.iter().any(|s| s.ip().is_loopback()), "{addr:?}");
+    assert!(
+        addr.sockets.iter().any(|s| s.ip().is_loopback()),
+        "{addr:?}"
+    );
     // Non-loopback first: the address is for peers on other hosts too.
     if host.iter().any(|h| !h.ip.is_loopback()) {
         assert!(!addr.sockets[0].ip().is_loopback(), "{addr:?}");
@@ -48,7 +54,8 @@ fn the_default_selection_advertises_the_host_and_connects() {
     let ch = a.connect(&b.local_address().unwrap(), PATIENCE).unwrap();
     a.send(ch, &[b"over the default selection"]).unwrap();
     // The same host: the connection took loopback.
-    let used = ipl_transport_tcp::TcpTransport::peer_addresses(&a.local_address().unwrap()).unwrap();
+    let used =
+        ipl_transport_tcp::TcpTransport::peer_addresses(&a.local_address().unwrap()).unwrap();
     assert_eq!(used.len(), 1, "{used:?}");
     assert!(used[0].ip().is_loopback(), "{used:?}");
     let ev = log_b.wait("message", |e| e.messages.len() == 1);
@@ -90,7 +97,10 @@ fn an_interface_that_does_not_exist_is_an_error_naming_it() {
             Ok(_) => panic!("{spec}: created"),
         }
     }
-    match plugin().create(&format!("{}\ninterfaces=eth0,,lo", config(&secret)), Log::new()) {
+    match plugin().create(
+        &format!("{}\ninterfaces=eth0,,lo", config(&secret)),
+        Log::new(),
+    ) {
         Err(TransportError::InvalidArgument(m)) => assert!(m.contains("empty item"), "{m}"),
         other => panic!("{:?}", other.map(|_| ())),
     }
@@ -104,22 +114,35 @@ fn dead_addresses_are_skipped_within_the_timeout() {
     let to = address(&b);
     let live = to.primary();
     // A closed port: refused at once.
-    let closed = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let closed = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
     // A listener nobody accepts on: the connection is queued, the handshake is never
     // answered, the attempt ends when its share of the timeout is over.
     let silent = TcpListener::bind("127.0.0.1:0").unwrap();
     let timeout = Duration::from_secs(4);
     let start = Instant::now();
     let ch = a
-        .connect(&rewritten(&to, vec![closed, silent.local_addr().unwrap(), live]), timeout)
+        .connect(
+            &rewritten(&to, vec![closed, silent.local_addr().unwrap(), live]),
+            timeout,
+        )
         .unwrap();
     // Generous slack: the bound is the timeout, not a speed.
-    assert!(start.elapsed() < timeout + Duration::from_secs(2), "{:?}", start.elapsed());
+    assert!(
+        start.elapsed() < timeout + Duration::from_secs(2),
+        "{:?}",
+        start.elapsed()
+    );
     a.send(ch, &[b"via the third"]).unwrap();
     log_b.until("message", |e| e.messages.len() == 1);
     // All dead: one error listing every address, within the timeout.
     let (c, _) = endpoint(&config(&secret));
-    match c.connect(&rewritten(&to, vec![closed, silent.local_addr().unwrap()]), timeout) {
+    match c.connect(
+        &rewritten(&to, vec![closed, silent.local_addr().unwrap()]),
+        timeout,
+    ) {
         Err(TransportError::Refused(m) | TransportError::Timeout(m)) => {
             assert!(m.contains(&closed.to_string()), "{m}");
             assert!(m.contains(&silent.local_addr().unwrap().to_string()), "{m}");

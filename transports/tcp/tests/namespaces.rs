@@ -60,8 +60,13 @@ impl Hosts {
         ip(&["netns", "add", &a])?;
         ip(&["netns", "add", &b])?;
         // Interface names have at most 15 bytes.
-        let (va, vb) = (format!("ia{}", tag % 1_000_000), format!("ib{}", tag % 1_000_000));
-        ip(&["link", "add", &va, "netns", &a, "type", "veth", "peer", "name", &vb, "netns", &b])?;
+        let (va, vb) = (
+            format!("ia{}", tag % 1_000_000),
+            format!("ib{}", tag % 1_000_000),
+        );
+        ip(&[
+            "link", "add", &va, "netns", &a, "type", "veth", "peer", "name", &vb, "netns", &b,
+        ])?;
         for (ns, dev, addr) in [(&a, &va, SERVER_IP), (&b, &vb, CLIENT_IP)] {
             ip(&["-n", ns, "addr", "add", &format!("{addr}/24"), "dev", dev])?;
             ip(&["-n", ns, "link", "set", dev, "up"])?;
@@ -76,7 +81,13 @@ impl Hosts {
         let mut cmd = Command::new("ip");
         cmd.args(["netns", "exec", &self.names[i]])
             .arg(exe)
-            .args(["--exact", "netns_member", "--ignored", "--nocapture", "--test-threads=1"])
+            .args([
+                "--exact",
+                "netns_member",
+                "--ignored",
+                "--nocapture",
+                "--test-threads=1",
+            ])
             .env(ROLE, role)
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit());
@@ -150,10 +161,16 @@ fn two_namespace_hosts_connect_over_their_veth_link() {
     let parsed = Address::parse("tcp", server_addr.as_bytes()).unwrap();
     // The server advertises its veth address and its own loopback.
     assert!(
-        parsed.sockets.iter().any(|s| s.ip().to_string() == SERVER_IP),
+        parsed
+            .sockets
+            .iter()
+            .any(|s| s.ip().to_string() == SERVER_IP),
         "{server_addr}"
     );
-    assert!(parsed.sockets.iter().any(|s| s.ip().is_loopback()), "{server_addr}");
+    assert!(
+        parsed.sockets.iter().any(|s| s.ip().is_loopback()),
+        "{server_addr}"
+    );
     hosts
         .spawn(1, "client", &[(SECRET, secret), (PEER, server_addr)])
         .expect("start the client");
@@ -177,7 +194,10 @@ fn netns_member() {
     let (t, log) = endpoint(&cfg);
     match role.as_str() {
         "server" => {
-            println!("address={}", String::from_utf8(t.local_address().unwrap()).unwrap());
+            println!(
+                "address={}",
+                String::from_utf8(t.local_address().unwrap()).unwrap()
+            );
             // Echo the client's message, then wait for it to go.
             let e = log.wait("the client's message", |e| e.messages.len() == 1);
             let (ch, msg) = e.messages[0].clone();
