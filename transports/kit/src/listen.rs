@@ -147,14 +147,35 @@ impl ListenPlan {
         family && (!bound.ip().is_loopback() || to.ip().is_loopback())
     }
 
-    /// The endpoint's address: every advertised IP with the bound port.
+    /// The endpoint's address: every advertised IP with the bound port. A host with
+    /// more addresses than an address may list ([`MAX_SOCKETS`](crate::address::MAX_SOCKETS))
+    /// keeps its loopback addresses and the first others (the rest is logged).
     pub fn endpoint(&self, port: u16, id: u64, host: Option<HostId>) -> IpEndpoint {
+        let max = crate::address::MAX_SOCKETS;
+        let loopback: Vec<IpAddr> = self
+            .advertise
+            .iter()
+            .copied()
+            .filter(|ip| ip.is_loopback())
+            .take(2)
+            .collect();
+        let others = self
+            .advertise
+            .iter()
+            .copied()
+            .filter(|ip| !ip.is_loopback());
+        let ips: Vec<IpAddr> = others.take(max - loopback.len()).chain(loopback).collect();
+        if ips.len() < self.advertise.len() {
+            tracing::warn!(
+                "{} addresses selected, an address lists at most {max}; advertising {ips:?} \
+                 (select fewer with interfaces=)",
+                self.advertise.len()
+            );
+        }
         IpEndpoint {
-            sockets: self
-                .advertise
-                .iter()
-                .take(crate::address::MAX_SOCKETS)
-                .map(|&ip| SocketAddr::new(ip, port))
+            sockets: ips
+                .into_iter()
+                .map(|ip| SocketAddr::new(ip, port))
                 .collect(),
             id,
             host,
@@ -235,6 +256,20 @@ mod tests {
             Some("10.1.2.3".parse().unwrap()),
         );
         assert_eq!(strs(&a.advertise), ["10.1.2.3"]);
+    }
+
+    #[test]
+    fn a_host_with_many_addresses_keeps_loopback() {
+        let mut many: Vec<LocalAddr> = (1..=40)
+            .map(|i| LocalAddr::new("eth0", IpAddr::from([10, 0, 0, i]), 24))
+            .collect();
+        many.push(LocalAddr::new("lo", "127.0.0.1".parse().unwrap(), 8));
+        let e = plan(&many, None, None).endpoint(9, 1, None);
+        assert_eq!(e.sockets.len(), crate::address::MAX_SOCKETS);
+        assert!(e.sockets.iter().any(|s| s.ip().is_loopback()));
+        assert_eq!(e.sockets[0].to_string(), "10.0.0.1:9");
+        // What it publishes parses.
+        assert_eq!(IpEndpoint::parse("tcp", &e.to_bytes()).unwrap(), e);
     }
 
     #[test]
