@@ -11,6 +11,7 @@
 //! | `IPL_TRANSPORT` | [`prefer_transport`](crate::IbisBuilder::prefer_transport) | the transport to prefer (an error if it lacks a requested capability) | the best one |
 //! | `IPL_SPIN_US` | [`spin`](crate::IbisBuilder::spin) | microseconds a blocking receive polls before it sleeps; `0` switches polling off (the receiver sleeps at once) | 50 |
 //! | `IPL_WINDOW_BYTES` | [`window_bytes`](crate::IbisBuilder::window_bytes) | the flow-control window per connection, in bytes; a pool must agree on it | 64 MiB |
+//! | `IPL_INTERFACES` | [`interfaces`](crate::IbisBuilder::interfaces) | the network interfaces the network transports (tcp, quic) listen on and advertise: a comma list of addresses, interface names and CIDR networks (`eth0,10.1.0.0/16`), as Open MPI's `btl_tcp_if_include`; one this host lacks fails `build` naming it | all |
 //!
 //! Read by [`IbisBuilder::from_env`](crate::IbisBuilder::from_env), the variables the
 //! launcher (`ipl-run`) sets for each process:
@@ -46,6 +47,8 @@ pub const TRANSPORT: &str = "IPL_TRANSPORT";
 pub const SPIN_US: &str = "IPL_SPIN_US";
 /// The variable setting the flow-control window, in bytes.
 pub const WINDOW_BYTES: &str = "IPL_WINDOW_BYTES";
+/// The variable selecting the network interfaces.
+pub const INTERFACES: &str = "IPL_INTERFACES";
 /// The variable naming the pool.
 pub const POOL: &str = "IPL_POOL";
 /// The variable giving the pool's size (closed world).
@@ -97,10 +100,12 @@ pub(crate) struct Tuning {
     pub(crate) spin: Option<Duration>,
     /// `IPL_WINDOW_BYTES`, if at least `2 * MIN_COST`.
     pub(crate) window_bytes: Option<u64>,
+    /// `IPL_INTERFACES`, as given (checked by the builder, which reports a bad value).
+    pub(crate) interfaces: Option<String>,
 }
 
 impl Tuning {
-    /// Reads `IPL_TRANSPORT`, `IPL_SPIN_US` and `IPL_WINDOW_BYTES`.
+    /// Reads `IPL_TRANSPORT`, `IPL_SPIN_US`, `IPL_WINDOW_BYTES` and `IPL_INTERFACES`.
     pub(crate) fn from_env() -> Self {
         Self::read(&Environment)
     }
@@ -110,6 +115,7 @@ impl Tuning {
             transport: src.var(TRANSPORT),
             spin: src.number(SPIN_US).map(Duration::from_micros),
             window_bytes: window(src),
+            interfaces: src.var(INTERFACES),
         }
     }
 }
@@ -192,8 +198,10 @@ mod tests {
             ("IPL_SPIN_US", "0"),
             ("IPL_WINDOW_BYTES", "1048576"),
             ("IPL_TRANSPORT", "shm"),
+            ("IPL_INTERFACES", "eth0,10.0.0.0/8"),
         ]));
         assert_eq!(t.spin, Some(Duration::ZERO));
+        assert_eq!(t.interfaces.as_deref(), Some("eth0,10.0.0.0/8"));
         assert_eq!(t.window_bytes, Some(1 << 20));
         assert_eq!(t.transport.as_deref(), Some("shm"));
         let t = Tuning::read(&Table(&[("IPL_SPIN_US", "120")]));
@@ -207,6 +215,7 @@ mod tests {
             ("IPL_SPIN_US", "fast"),
             ("IPL_WINDOW_BYTES", "100"),
             ("IPL_TRANSPORT", ""),
+            ("IPL_INTERFACES", ""),
         ]));
         assert_eq!(t, Tuning::default());
     }

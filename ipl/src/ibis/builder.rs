@@ -39,6 +39,7 @@ pub struct IbisBuilder {
     pool_size: Option<usize>,
     transport_config: String,
     secret: Option<PoolSecret>,
+    interfaces: Option<String>,
 }
 
 impl Default for IbisBuilder {
@@ -57,8 +58,20 @@ impl Default for IbisBuilder {
             pool_size: None,
             transport_config: String::new(),
             secret: None,
+            interfaces: None,
         }
     }
+}
+
+/// An interface selection that this host can serve, in its canonical form; otherwise an
+/// [`InvalidConfig`](IplError::InvalidConfig) error naming what is wrong or missing.
+fn checked_interfaces(spec: &str) -> Result<String> {
+    use ipl_transport_kit::interfaces::{local_addresses, InterfaceSpec};
+    let bad =
+        |e: &dyn std::fmt::Display| IplError::InvalidConfig(format!("interfaces {spec:?}: {e}"));
+    let parsed = InterfaceSpec::parse(spec).map_err(|e| bad(&e))?;
+    local_addresses(&parsed).map_err(|e| bad(&e))?;
+    Ok(parsed.to_string())
 }
 
 /// The process-wide embedded registry used when the builder is given none.
@@ -199,6 +212,19 @@ impl IbisBuilder {
         self
     }
 
+    /// The network interfaces the network transports (tcp, quic) listen on and advertise
+    /// to peers (default: `IPL_INTERFACES`, else all): a comma list of IP addresses,
+    /// interface names and networks in CIDR form, as Open MPI's `btl_tcp_if_include`
+    /// (`"eth0"`, `"10.1.0.0/16,ib0"`); `""` or `"all"` for every interface. `build`
+    /// fails with [`InvalidConfig`](IplError::InvalidConfig) naming an interface,
+    /// address or network this host does not have. Passed to every transport as the
+    /// configuration line `interfaces=<spec>`; an `interfaces=` line of
+    /// [`transport_config`](Self::transport_config) takes precedence.
+    pub fn interfaces(mut self, spec: impl Into<String>) -> Self {
+        self.interfaces = Some(spec.into());
+        self
+    }
+
     /// `key=value` lines passed to every transport's `create`.
     pub fn transport_config(mut self, cfg: impl Into<String>) -> Self {
         self.transport_config = cfg.into();
@@ -244,9 +270,13 @@ impl IbisBuilder {
         if wanted.is_empty() {
             wanted.push(negotiate::preferred_or_best(&plugins, prefer.as_deref())?);
         }
-        // The configuration every transport gets: the user's lines, then pool, cluster and
-        // secret.
-        let mut config_text = self.transport_config.clone();
+        // The configuration every transport gets: the interfaces, the user's lines, then
+        // pool, cluster and secret. A transport ignores the keys it does not know.
+        let mut config_text = String::new();
+        if let Some(spec) = self.interfaces.or(env.interfaces) {
+            config_text.push_str(&format!("interfaces={}\n", checked_interfaces(&spec)?));
+        }
+        config_text.push_str(&self.transport_config);
         config_text.push_str(&format!("\npool={}\ncluster={}\n", self.pool, self.cluster));
         if let Some(s) = &self.secret {
             config_text.push_str(&format!("secret={}\n", s.to_hex()));

@@ -40,7 +40,7 @@ pub fn entries<'a>(
 pub mod fields {
     use ipl_auth::PoolSecret;
     use ipl_transport_abi::TransportError;
-    use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+    use std::net::{IpAddr, SocketAddr};
 
     fn invalid(msg: String) -> TransportError {
         TransportError::InvalidArgument(msg)
@@ -99,6 +99,15 @@ pub mod fields {
         Ok(ip)
     }
 
+    /// `interfaces=`: an interface selection (see [`crate::interfaces`]).
+    pub fn interfaces(
+        transport: &str,
+        value: &str,
+    ) -> Result<crate::interfaces::InterfaceSpec, TransportError> {
+        crate::interfaces::InterfaceSpec::parse(value)
+            .map_err(|e| invalid(format!("{transport} config: {e}")))
+    }
+
     /// `max_message=`: bytes, from 1 to `limit`.
     pub fn max_message(transport: &str, value: &str, limit: u32) -> Result<u32, TransportError> {
         value
@@ -111,37 +120,22 @@ pub mod fields {
                 ))
             })
     }
-
-    /// The IP peers should dial: the advertised one, else the bound one, with an
-    /// unspecified bound address replaced by loopback of its family.
-    ///
-    /// ```
-    /// use ipl_transport_kit::config::fields::advertised_ip;
-    /// let ip = advertised_ip(None, &"0.0.0.0:5".parse().unwrap());
-    /// assert_eq!(ip, std::net::Ipv4Addr::LOCALHOST);
-    /// ```
-    pub fn advertised_ip(advertise: Option<IpAddr>, bound: &SocketAddr) -> IpAddr {
-        match advertise {
-            Some(ip) => ip,
-            None => match bound.ip() {
-                IpAddr::V4(ip) if ip.is_unspecified() => IpAddr::V4(Ipv4Addr::LOCALHOST),
-                IpAddr::V6(ip) if ip.is_unspecified() => IpAddr::V6(Ipv6Addr::LOCALHOST),
-                ip => ip,
-            },
-        }
-    }
 }
 
 /// The keys every network transport (tcp, quic) reads: `secret=` (required), `pool=`,
-/// `bind=` (default `127.0.0.1:0`), `advertise=` and `max_message=`.
+/// `interfaces=` (an [`InterfaceSpec`](crate::interfaces::InterfaceSpec); default all),
+/// `bind=` (default: from the interfaces, see [`listen`](crate::listen)), `advertise=`
+/// and `max_message=`.
 #[derive(Debug, Clone)]
 pub struct NetConfig {
     /// The pool secret.
     pub secret: ipl_auth::PoolSecret,
     /// The pool's name (empty if not given).
     pub pool: String,
-    /// The local address to bind.
-    pub bind: std::net::SocketAddr,
+    /// The interfaces to listen on and advertise (`interfaces=`).
+    pub interfaces: crate::interfaces::InterfaceSpec,
+    /// The local address to bind, if given (`bind=`).
+    pub bind: Option<std::net::SocketAddr>,
     /// The IP peers should dial, if not the bound one.
     pub advertise: Option<std::net::IpAddr>,
     /// The largest message, in bytes.
@@ -188,14 +182,16 @@ impl NetConfig {
         let t = defaults.transport;
         let mut secret = None;
         let mut pool = String::new();
-        let mut bind = std::net::SocketAddr::new(std::net::Ipv4Addr::LOCALHOST.into(), 0);
+        let mut bind = None;
+        let mut interfaces = crate::interfaces::InterfaceSpec::all();
         let mut advertise = None;
         let mut max_message = defaults.max_message;
         for (key, value) in entries(text, t)? {
             match key {
                 "secret" => secret = Some(fields::secret(t, value)?),
                 "pool" => pool = value.to_string(),
-                "bind" => bind = fields::bind(t, value)?,
+                "bind" => bind = Some(fields::bind(t, value)?),
+                "interfaces" => interfaces = fields::interfaces(t, value)?,
                 "advertise" => advertise = Some(fields::advertise(t, value)?),
                 "max_message" => {
                     max_message = fields::max_message(t, value, defaults.max_message_limit)?
@@ -211,14 +207,35 @@ impl NetConfig {
         Ok(NetConfig {
             secret,
             pool,
+            interfaces,
             bind,
             advertise,
             max_message,
         })
     }
 
-    /// The IP peers should dial, given the address actually bound.
-    pub fn advertised_ip(&self, bound: &std::net::SocketAddr) -> std::net::IpAddr {
-        fields::advertised_ip(self.advertise, bound)
+    /// Where to listen and what to advertise: the host's addresses that `interfaces=`
+    /// selects (an interface, address or network this host lacks is an
+    /// [`InvalidArgument`](TransportError::InvalidArgument) naming it), shaped by
+    /// `bind=` and `advertise=` (see [`listen`](crate::listen)).
+    pub fn listen_plan(
+        &self,
+        transport: &str,
+    ) -> Result<crate::listen::ListenPlan, TransportError> {
+        let selected = match crate::interfaces::local_addresses(&self.interfaces) {
+            Ok(s) => s,
+            // A fixed bind address needs no interface list.
+            Err(e) if self.bind.is_some() && self.interfaces.is_all() => {
+                tracing::debug!("{transport}: {e}");
+                Vec::new()
+            }
+            Err(e) => {
+                return Err(TransportError::InvalidArgument(format!(
+                    "{transport} config: interfaces={}: {e}",
+                    self.interfaces
+                )))
+            }
+        };
+        Ok(crate::listen::plan(&selected, self.bind, self.advertise))
     }
 }

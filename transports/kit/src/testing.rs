@@ -2,7 +2,8 @@
 //! records what a [`TransportInstance`] reports and lets a
 //! test wait for it (with a bound, never a timing assertion), the set-up of endpoints
 //! as the IPL makes them, and a payload pattern for integrity checks. Used by the tests
-//! of the tcp, quic and shm transports.
+//! of the tcp, quic and shm transports. [`netns`] makes two hosts on one machine (network
+//! namespaces joined by a veth pair) for tests that cross hosts.
 //!
 //! ```
 //! use ipl_transport_kit::testing::{pattern, EventLog};
@@ -14,6 +15,8 @@
 //! assert_eq!(pattern(1, 16), pattern(1, 16));
 //! assert_ne!(pattern(1, 16), pattern(2, 16));
 //! ```
+
+pub mod netns;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;

@@ -1,6 +1,5 @@
 //! The endpoint's `key=value` configuration.
 
-use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
 use ipl_auth::PoolSecret;
@@ -21,8 +20,8 @@ pub const DEFAULT_LINGER: Duration = Duration::from_secs(10);
 pub(crate) struct Config {
     pub secret: PoolSecret,
     pub pool: String,
-    pub bind: SocketAddr,
-    pub advertise: Option<IpAddr>,
+    /// The shared keys (interfaces, bind, advertise), for the listen plan.
+    pub net: NetConfig,
     pub max_message: u32,
     pub idle_timeout: Duration,
     pub linger: Duration,
@@ -75,33 +74,28 @@ impl Config {
             Ok(true)
         })?;
         Ok(Config {
-            advertise: net.advertise,
-            secret: net.secret,
-            pool: net.pool,
-            bind: net.bind,
+            secret: net.secret.clone(),
+            pool: net.pool.clone(),
             max_message: net.max_message,
+            net,
             idle_timeout,
             linger,
         })
-    }
-
-    /// The IP peers should dial, given the address actually bound.
-    pub fn advertised_ip(&self, bound: &SocketAddr) -> IpAddr {
-        ipl_transport_kit::config::fields::advertised_ip(self.advertise, bound)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::net::Ipv4Addr;
+    use std::net::IpAddr;
 
     const S: &str = "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff";
 
     #[test]
     fn defaults_and_keys() {
         let c = Config::parse(&format!("secret={S}\n# comment\n\nfoo=bar\n")).unwrap();
-        assert_eq!(c.bind, "127.0.0.1:0".parse().unwrap());
+        assert_eq!(c.net.bind, None);
+        assert!(c.net.interfaces.is_all());
         assert_eq!(c.max_message, DEFAULT_MAX_MESSAGE);
         assert_eq!(c.idle_timeout, DEFAULT_IDLE_TIMEOUT);
         assert_eq!(c.linger, DEFAULT_LINGER);
@@ -113,15 +107,13 @@ mod tests {
         assert_eq!(c.max_message, 1024);
         assert_eq!(c.idle_timeout, Duration::from_millis(500));
         assert_eq!(c.linger, Duration::ZERO);
-        assert_eq!(
-            c.advertised_ip(&"0.0.0.0:5".parse().unwrap()),
-            IpAddr::V4(Ipv4Addr::LOCALHOST)
-        );
-        let c = Config::parse(&format!("secret={S}\nadvertise=10.1.2.3")).unwrap();
-        assert_eq!(
-            c.advertised_ip(&"0.0.0.0:5".parse().unwrap()),
-            "10.1.2.3".parse::<IpAddr>().unwrap()
-        );
+        assert_eq!(c.net.bind, Some("0.0.0.0:0".parse().unwrap()));
+        let c = Config::parse(&format!(
+            "secret={S}\nadvertise=10.1.2.3\ninterfaces=lo,eth0"
+        ))
+        .unwrap();
+        assert_eq!(c.net.advertise, Some("10.1.2.3".parse::<IpAddr>().unwrap()));
+        assert_eq!(c.net.interfaces.to_string(), "lo,eth0");
     }
 
     #[test]
@@ -138,6 +130,7 @@ mod tests {
             format!("secret={S}\nidle_timeout_ms=5"),
             format!("secret={S}\nlinger_ms=-1"),
             format!("secret={S}\njunk"),
+            format!("secret={S}\ninterfaces=,"),
         ] {
             let e = Config::parse(&bad).unwrap_err();
             assert!(

@@ -3,13 +3,15 @@
 //! no receiver polls.
 
 use std::collections::HashMap;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
 use ipl_transport_abi::{HostSink, TransportCapabilities, TransportError, TransportPlugin};
-use ipl_transport_kit::BufferPool;
+use ipl_transport_kit::host::{host_id, HostId};
+use ipl_transport_kit::listen::ListenPlan;
+use ipl_transport_kit::{dial, BufferPool};
 use parking_lot::Mutex;
 use quinn_proto::{IdleTimeout, TransportConfig, VarInt};
 
@@ -39,6 +41,12 @@ struct Inner {
     id: u64,
     cfg: Config,
     address: Vec<u8>,
+    /// Where the socket is bound.
+    bound: SocketAddr,
+    /// Where it listens and what it advertises (its own addresses rank a peer's).
+    plan: ListenPlan,
+    /// This endpoint's host, if known.
+    here: Option<HostId>,
     driver: Driver,
     stopping: AtomicBool,
 }
@@ -74,7 +82,11 @@ fn transport_config(cfg: &Config) -> Result<TransportConfig, TransportError> {
     Ok(t)
 }
 
-fn udp_socket(bind: SocketAddr) -> Result<std::net::UdpSocket, TransportError> {
+/// A UDP socket bound to `bind`; `only_v6` sets `IPV6_V6ONLY` on an IPv6 socket.
+fn udp_socket(
+    bind: SocketAddr,
+    only_v6: Option<bool>,
+) -> Result<std::net::UdpSocket, TransportError> {
     let sock = socket2::Socket::new(
         socket2::Domain::for_address(bind),
         socket2::Type::DGRAM,
@@ -86,6 +98,11 @@ fn udp_socket(bind: SocketAddr) -> Result<std::net::UdpSocket, TransportError> {
     }
     if let Err(e) = sock.set_send_buffer_size(SOCKET_BUFFER) {
         tracing::debug!("quic: SO_SNDBUF: {e}");
+    }
+    if let Some(v6) = only_v6 {
+        sock.set_only_v6(v6).map_err(|e| {
+            TransportError::Unavailable(format!("quic: IPV6_V6ONLY on {bind}: {e}"))
+        })?;
     }
     sock.bind(&bind.into()).map_err(|e| {
         let msg = format!("quic: cannot bind {bind}: {e}");
@@ -109,29 +126,80 @@ impl QuicTransport {
         let stats = inner.driver.lock().engine.stats();
         Some(stats)
     }
+
+    /// The remote addresses of the connections of the live endpoint at `address` in
+    /// this process (`None` if there is none). For tests: which path a connection took.
+    #[doc(hidden)]
+    pub fn peer_addresses(address: &[u8]) -> Option<Vec<SocketAddr>> {
+        let id = Address::parse(address).ok()?.id;
+        let inner = directory().lock().get(&id).and_then(Weak::upgrade)?;
+        let peers = inner.driver.lock().engine.peer_addresses();
+        Some(peers)
+    }
 }
 
 impl Inner {
-    /// A ready connection to `addr`'s endpoint: the existing one, or a new one.
+    /// A ready connection to `addr`'s endpoint: the existing one, or a new one to one of
+    /// its addresses, tried in the order of [`dial`] with a share of the time left
+    /// before `deadline` each.
     fn connection(
         &self,
-        addr: Address,
+        addr: &Address,
+        deadline: Instant,
+    ) -> Result<quinn_proto::ConnectionHandle, TransportError> {
+        if let Some(ch) = self.driver.lock().engine.ready_conn(addr.id) {
+            return Ok(ch);
+        }
+        let peer = addr.endpoint();
+        let mut plan = dial::order(&peer, self.here, &self.plan.own);
+        let (order, unreachable): (Vec<_>, Vec<_>) = plan
+            .order
+            .iter()
+            .partition(|&&to| self.plan.can_reach(self.bound, to));
+        plan.order = order;
+        plan.skipped.extend(unreachable.into_iter().map(|to| {
+            (
+                to,
+                "not reachable from this endpoint's socket (address family, or bound to loopback)",
+            )
+        }));
+        let left = deadline.saturating_duration_since(Instant::now());
+        dial::try_in_order("quic", &peer, &plan, left, |to, budget| {
+            if self.stopping.load(Ordering::SeqCst) {
+                return Err(shutting_down());
+            }
+            self.dial_one(to, addr.id, Instant::now() + budget, budget)
+        })
+    }
+
+    /// Dials endpoint `id` at `to` (an IPv4 address as IPv4-mapped IPv6 on a dual-stack
+    /// socket) and waits for the connection until `deadline`.
+    fn dial_one(
+        &self,
+        to: SocketAddr,
+        id: u64,
         deadline: Instant,
         timeout: Duration,
     ) -> Result<quinn_proto::ConnectionHandle, TransportError> {
         let d = &self.driver;
+        let dest = match to.ip() {
+            IpAddr::V4(v4) if self.bound.is_ipv6() => {
+                SocketAddr::new(IpAddr::V6(v4.to_ipv6_mapped()), to.port())
+            }
+            _ => to,
+        };
         let ch = {
             let mut g = d.lock();
-            if let Some(ch) = g.engine.ready_conn(addr.id) {
+            if let Some(ch) = g.engine.ready_conn(id) {
                 return Ok(ch);
             }
             let now = Instant::now();
-            let ch = g.engine.dial(now, addr.socket, addr.id)?;
+            let ch = g.engine.dial(now, dest, id)?;
             d.drive(&mut g, now);
             d.after_drive(&mut g);
             ch
         };
-        let state = d.wait_for(Some(deadline), |e, _| match e.dial_state(ch, addr.id) {
+        let state = d.wait_for(Some(deadline), |e, _| match e.dial_state(ch, id) {
             DialState::Pending => None,
             s => Some(s),
         });
@@ -140,11 +208,10 @@ impl Inner {
             Some(DialState::Failed(e)) => Err(e),
             Some(DialState::Pending) | None => {
                 let mut g = d.lock();
-                g.engine.abandon(ch, addr.id, Instant::now());
+                g.engine.abandon(ch, id, Instant::now());
                 d.flush(&mut g);
                 Err(TransportError::Timeout(format!(
-                    "quic connection to {} not established within {timeout:?}",
-                    addr.socket
+                    "quic connection to {to} not established within {timeout:?}"
                 )))
             }
         }
@@ -196,7 +263,16 @@ impl TransportPlugin for QuicTransport {
         let transport = Arc::new(transport_config(&cfg)?);
         let server = tls.server_config(&me, transport.clone())?;
         let client = tls.client_config(&me, transport)?;
-        let socket = udp_socket(cfg.bind)?;
+        let mut plan = cfg.net.listen_plan("quic")?;
+        let socket = match udp_socket(plan.bind, plan.only_v6()) {
+            Err(e) if plan.dual_stack => {
+                // No IPv6 here: IPv4 only.
+                tracing::debug!("quic: {e}; IPv4 only");
+                plan = plan.ipv4_only().unwrap_or(plan);
+                udp_socket(plan.bind, plan.only_v6())
+            }
+            r => r,
+        }?;
         let bound = socket
             .local_addr()
             .map_err(|e| TransportError::Other(format!("quic: socket has no address: {e}")))?;
@@ -216,16 +292,19 @@ impl TransportPlugin for QuicTransport {
         );
         let driver = Driver::new(engine, socket, udp, host, pool)
             .map_err(|e| TransportError::Unavailable(format!("quic: eventfd: {e}")))?;
-        let address = Address {
-            socket: SocketAddr::new(cfg.advertised_ip(&bound), bound.port()),
-            id,
-            unreliable: false,
-        }
-        .to_bytes();
+        let here = host_id()
+            .inspect_err(|e| {
+                tracing::debug!("quic: no host id ({e}); peers try loopback as any address")
+            })
+            .ok();
+        let address = plan.endpoint(bound.port(), id, here).to_bytes();
         let inner = Arc::new(Inner {
             id,
             cfg,
             address,
+            bound,
+            plan,
+            here,
             driver,
             stopping: AtomicBool::new(false),
         });
@@ -262,7 +341,7 @@ impl TransportPlugin for QuicTransport {
             if inner.stopping.load(Ordering::SeqCst) {
                 return Err(shutting_down());
             }
-            let ch = inner.connection(addr, deadline, timeout)?;
+            let ch = inner.connection(&addr, deadline)?;
             let opened = d.wait_for(Some(deadline), |e, _| {
                 match e.open_channel(ch, addr.unreliable) {
                     Ok(Some(local)) => Some(Ok(local)),
@@ -279,9 +358,9 @@ impl TransportPlugin for QuicTransport {
                 Some(Err(e)) => last = Some(e),
                 None => {
                     return Err(TransportError::Timeout(format!(
-                        "quic: no channel to {} could be opened within {timeout:?} \
+                        "quic: no channel to endpoint {:016x} could be opened within {timeout:?} \
                          (at most {MAX_CHANNELS_PER_PEER} per peer)",
-                        addr.socket
+                        addr.id
                     )))
                 }
             }

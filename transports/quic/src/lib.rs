@@ -3,13 +3,20 @@
 //! connection per pair of endpoints carrying all their channels.
 //!
 //! **Configuration** (`key=value` lines given to `create`; unknown keys are ignored):
-//! `secret=<64 hex>` the pool's secret (required), `pool=<name>`, `bind=<ip:port>`
-//! (UDP; default `127.0.0.1:0`), `advertise=<ip>`, `max_message=<bytes>` (default 1 GiB),
+//! `secret=<64 hex>` the pool's secret (required), `pool=<name>`, `interfaces=<list>`
+//! (the interfaces to listen on and advertise, see [`ipl_transport_kit::interfaces`];
+//! default all), `bind=<ip:port>` (UDP; listen there instead), `advertise=<ip>` (publish
+//! this IP instead), `max_message=<bytes>` (default 1 GiB),
 //! `idle_timeout_ms` (a peer silent this long is lost; default 10 000, keep-alives every
 //! quarter of it), `linger_ms` (how long `shutdown` waits for sent data to be
 //! acknowledged, default 10 000).
-//! **Address**: UTF-8 `ip:port/id`, `id` being the endpoint's random 64-bit id in 16 hex
-//! digits. `connect` also accepts the address with [`UNRELIABLE_SUFFIX`] appended.
+//! **Address** ([`ipl_transport_kit::address`]): UTF-8 `ip:port[,ip:port...]/id/host`,
+//! every selected address with the socket's port, the endpoint's random 64-bit id in 16
+//! hex digits and the host's id. `connect` tries the addresses in the order of
+//! [`ipl_transport_kit::dial`] (same host: loopback first; then the same subnet), each
+//! with a share of the timeout; it also accepts the address with [`UNRELIABLE_SUFFIX`]
+//! appended. One UDP socket: the selected address, or the wildcard (`[::]` dual-stack
+//! when both families are selected, IPv4 peers dialed as IPv4-mapped addresses).
 //!
 //! **Security** ([`tls`]): every member derives the same CA from the pool secret and has
 //! it sign a certificate for its endpoint id; TLS is mutual and verified with the

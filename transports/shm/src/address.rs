@@ -7,10 +7,14 @@
 
 use ipl_transport_abi::TransportError;
 
+/// Longest address accepted, in bytes (a peer's address is untrusted input).
+pub const MAX_ADDRESS_LEN: usize = 512;
+
 /// What identifies this host (and network namespace) for the shm transport.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HostId {
-    /// `/proc/sys/kernel/random/boot_id`: differs per machine and per boot.
+    /// The boot id (`/proc/sys/kernel/random/boot_id`) in 32 hex digits: differs per
+    /// machine and per boot.
     pub boot_id: String,
     /// The network namespace (abstract Unix sockets are per namespace).
     pub netns: String,
@@ -26,24 +30,18 @@ fn clean(s: &str) -> String {
 }
 
 impl HostId {
-    /// This host's identity, read from `/proc`.
+    /// This host's identity: the one every transport uses
+    /// ([`ipl_transport_kit::host::host_id`]: boot id and the network namespace's inode),
+    /// written as the boot id in 32 hex digits and `net:[<inode>]`.
     pub fn local() -> Result<HostId, String> {
-        let boot_id = std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
-            .map_err(|e| format!("cannot read the boot id: {e}"))?;
-        let netns = std::fs::read_link("/proc/self/ns/net")
-            .map(|p| p.to_string_lossy().into_owned())
-            .unwrap_or_else(|_| "net:[?]".into());
+        let h = ipl_transport_kit::host::host_id()?;
         let hostname = std::fs::read_to_string("/proc/sys/kernel/hostname")
             .unwrap_or_else(|_| "localhost".into());
-        let id = HostId {
-            boot_id: clean(&boot_id),
-            netns: clean(&netns),
+        Ok(HostId {
+            boot_id: format!("{:032x}", h.boot),
+            netns: format!("net:[{}]", h.netns),
             hostname: clean(&hostname),
-        };
-        if id.boot_id.is_empty() {
-            return Err("empty boot id".into());
-        }
-        Ok(id)
+        })
     }
 }
 
@@ -74,6 +72,9 @@ impl Address {
                 String::from_utf8_lossy(&bytes[..bytes.len().min(120)])
             ))
         };
+        if bytes.len() > MAX_ADDRESS_LEN {
+            return Err(bad("longer than 512 bytes"));
+        }
         let text = std::str::from_utf8(bytes).map_err(|_| bad("not UTF-8"))?;
         let parts: Vec<&str> = text.splitn(5, ';').collect();
         let [tag, boot, netns, id, host] = parts[..] else {
@@ -131,6 +132,10 @@ mod tests {
     #[test]
     fn round_trip_strictness_and_reachability() {
         let here = HostId::local().unwrap();
+        // The host identity of every transport: the same boot and namespace.
+        let kit = ipl_transport_kit::host::host_id().unwrap();
+        assert_eq!(here.boot_id, format!("{:032x}", kit.boot));
+        assert_eq!(here.netns, format!("net:[{}]", kit.netns));
         let a = Address {
             host: here.clone(),
             id: 0x0123_4567_89ab_cdef,
@@ -149,6 +154,7 @@ mod tests {
             ns.check_reachable(&here),
             Err(TransportError::Unavailable(_))
         ));
+        let long = format!("shm1;b;n;0123456789abcdef;{}", "h".repeat(600));
         for bad in [
             &b""[..],
             b"shm1;b;n;0123456789abcdef",
@@ -158,6 +164,7 @@ mod tests {
             b"shm1;b;n;123;h",
             b"127.0.0.1:4000/0123456789abcdef",
             b"\xff",
+            long.as_bytes(),
         ] {
             assert!(
                 matches!(Address::parse(bad), Err(TransportError::InvalidArgument(_))),

@@ -1,7 +1,5 @@
 //! The endpoint's `key=value` configuration.
 
-use std::net::{IpAddr, SocketAddr};
-
 use ipl_transport_abi::TransportError;
 use ipl_transport_kit::config::{NetConfig, NetDefaults};
 
@@ -36,24 +34,20 @@ impl Config {
     pub fn auth_context(&self) -> Vec<u8> {
         format!("{}{}", crate::wire::AUTH_CONTEXT_PREFIX, self.pool).into_bytes()
     }
-
-    /// The IP peers should dial, given the address actually bound.
-    pub fn advertised_ip(&self, bound: &SocketAddr) -> IpAddr {
-        self.0.advertised_ip(bound)
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::net::Ipv4Addr;
+    use std::net::IpAddr;
 
     const S: &str = "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff";
 
     #[test]
     fn defaults_and_keys() {
         let c = Config::parse(&format!("secret={S}\n# comment\n\nfoo=bar\n")).unwrap();
-        assert_eq!(c.bind, "127.0.0.1:0".parse().unwrap());
+        assert_eq!(c.bind, None);
+        assert!(c.interfaces.is_all());
         assert_eq!(c.max_message, DEFAULT_MAX_MESSAGE);
         assert_eq!(c.auth_context(), b"ipl-tcp/");
         let c = Config::parse(&format!(
@@ -62,15 +56,10 @@ mod tests {
         .unwrap();
         assert_eq!(c.auth_context(), b"ipl-tcp/p1");
         assert_eq!(c.max_message, 1024);
-        assert_eq!(
-            c.advertised_ip(&"0.0.0.0:5".parse().unwrap()),
-            IpAddr::V4(Ipv4Addr::LOCALHOST)
-        );
-        let c = Config::parse(&format!("secret={S}\nadvertise=10.1.2.3")).unwrap();
-        assert_eq!(
-            c.advertised_ip(&"0.0.0.0:5".parse().unwrap()),
-            "10.1.2.3".parse::<IpAddr>().unwrap()
-        );
+        assert_eq!(c.bind, Some("0.0.0.0:0".parse().unwrap()));
+        let c = Config::parse(&format!("secret={S}\nadvertise=10.1.2.3\ninterfaces=lo")).unwrap();
+        assert_eq!(c.advertise, Some("10.1.2.3".parse::<IpAddr>().unwrap()));
+        assert_eq!(c.interfaces.to_string(), "lo");
     }
 
     #[test]
@@ -85,6 +74,8 @@ mod tests {
             format!("secret={S}\nmax_message=0"),
             format!("secret={S}\nmax_message=99999999999"),
             format!("secret={S}\njunk"),
+            format!("secret={S}\ninterfaces=eth0,,lo"),
+            format!("secret={S}\ninterfaces=10.0.0.0/40"),
         ] {
             let e = Config::parse(&bad).unwrap_err();
             assert!(

@@ -15,7 +15,9 @@ use ipl_transport_abi::{HostSink, TransportCapabilities, TransportError, Transpo
 use ipl_transport_kit::channels::{
     ChannelLink, ChannelTable, LinkChannels, PeerLink, Peers, Route,
 };
-use ipl_transport_kit::{BufferPool, Gate};
+use ipl_transport_kit::host::{host_id, HostId};
+use ipl_transport_kit::listen::ListenPlan;
+use ipl_transport_kit::{dial, BufferPool, Gate};
 use socket2::{SockAddr, Socket};
 
 use crate::config::Config;
@@ -123,6 +125,10 @@ struct Inner {
     address: Vec<u8>,
     /// The address the listener is bound to.
     bound: SocketAddr,
+    /// Where it listens and what it advertises (its own addresses rank a peer's).
+    plan: ListenPlan,
+    /// This endpoint's host, if known.
+    here: Option<HostId>,
     host: HostSink,
     /// Receive buffers, recycled when the host releases them.
     pool: BufferPool,
@@ -208,15 +214,32 @@ impl Inner {
         })
     }
 
-    /// Dials `addr`, runs the initiator's side of the handshake, and registers the
-    /// connection with a reader thread.
+    /// Dials each of `addr`'s addresses in turn (see [`dial`]) until one connects.
+    fn dial_any(
+        self: &Arc<Self>,
+        addr: &Address,
+        timeout: Duration,
+    ) -> Result<Arc<Conn>, TransportError> {
+        let plan = dial::order(addr, self.here, &self.plan.own);
+        dial::try_in_order("tcp", addr, &plan, timeout, |to, budget| {
+            if self.stopping.load(Ordering::SeqCst) {
+                return Err(TransportError::Closed(
+                    "tcp endpoint is shutting down".into(),
+                ));
+            }
+            self.dial(to, addr.id, budget)
+        })
+    }
+
+    /// Dials `peer`, runs the initiator's side of the handshake with endpoint `want`,
+    /// and registers the connection with a reader thread.
     fn dial(
         self: &Arc<Self>,
-        addr: Address,
+        peer: SocketAddr,
+        want: u64,
         timeout: Duration,
     ) -> Result<Arc<Conn>, TransportError> {
         let deadline = Instant::now() + timeout;
-        let peer = addr.socket;
         let io_err = |what: &str, e: std::io::Error| -> TransportError {
             if net::is_timeout(&e) {
                 TransportError::Timeout(format!("tcp {what} {peer}: {e}"))
@@ -264,7 +287,7 @@ impl Inner {
         let mut third = [0u8; FINISH_LEN + 16];
         third[..FINISH_LEN].copy_from_slice(&finish);
         third[FINISH_LEN..FINISH_LEN + 8].copy_from_slice(&self.id.to_le_bytes());
-        third[FINISH_LEN + 8..].copy_from_slice(&addr.id.to_le_bytes());
+        third[FINISH_LEN + 8..].copy_from_slice(&want.to_le_bytes());
         net::write_all(&sock, &third).map_err(|e| io_err("handshake with", e))?;
         let mut their = [0u8; 8];
         set_timeouts(Some(remaining()?))?;
@@ -280,10 +303,9 @@ impl Inner {
             }
         }
         let peer_id = u64::from_le_bytes(their);
-        if peer_id != addr.id {
+        if peer_id != want {
             return Err(TransportError::Refused(format!(
-                "no tcp endpoint {:016x} at {peer} any more (found {peer_id:016x})",
-                addr.id
+                "no tcp endpoint {want:016x} at {peer} any more (found {peer_id:016x})"
             )));
         }
         set_timeouts(None)?;
@@ -504,6 +526,23 @@ impl TcpTransport {
         })
     }
 
+    /// The remote addresses of the connections of the live endpoint at `address` in
+    /// this process (`None` if there is none). For tests: which path a connection took.
+    #[doc(hidden)]
+    pub fn peer_addresses(address: &[u8]) -> Option<Vec<SocketAddr>> {
+        let id = Address::parse("tcp", address).ok()?.id;
+        let inner = directory().lock().get(&id).and_then(Weak::upgrade)?;
+        let peers = inner
+            .state
+            .lock()
+            .peers
+            .conns
+            .values()
+            .map(|c| c.peer)
+            .collect();
+        Some(peers)
+    }
+
     fn accept_loop(inner: Arc<Inner>, listener: Arc<Socket>) {
         loop {
             let accepted = listener.accept();
@@ -520,8 +559,10 @@ impl TcpTransport {
                     continue;
                 }
             };
+            // An IPv4 peer of a dual-stack listener shows as ::ffff:a.b.c.d.
             let peer = from
                 .as_socket()
+                .map(|a| SocketAddr::new(a.ip().to_canonical(), a.port()))
                 .unwrap_or_else(|| SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), 0));
             net::tune(&sock);
             let sock = Arc::new(sock);
@@ -596,8 +637,18 @@ impl TransportPlugin for TcpTransport {
 
     fn create(config: &str, host: HostSink) -> Result<Self, TransportError> {
         let cfg = Config::parse(config)?;
-        let listener = net::listen(cfg.bind).map_err(|e| {
-            let msg = format!("tcp: cannot listen on {}: {e}", cfg.bind);
+        let mut plan = cfg.listen_plan("tcp")?;
+        let listener = match net::listen(plan.bind, plan.only_v6()) {
+            Err(e) if plan.dual_stack => {
+                // No IPv6 here: IPv4 only.
+                tracing::debug!("tcp: cannot listen on {} ({e}); IPv4 only", plan.bind);
+                plan = plan.ipv4_only().unwrap_or(plan);
+                net::listen(plan.bind, plan.only_v6())
+            }
+            r => r,
+        }
+        .map_err(|e| {
+            let msg = format!("tcp: cannot listen on {}: {e}", plan.bind);
             match e.kind() {
                 std::io::ErrorKind::AddrNotAvailable | std::io::ErrorKind::InvalidInput => {
                     TransportError::InvalidArgument(msg)
@@ -611,18 +662,20 @@ impl TransportPlugin for TcpTransport {
             .and_then(|a| a.as_socket())
             .ok_or_else(|| TransportError::Other("tcp: listener has no address".into()))?;
         let id = random_id()?;
-        let advertised = SocketAddr::new(cfg.advertised_ip(&bound), bound.port());
-        let address = Address {
-            socket: advertised,
-            id,
-        }
-        .to_bytes();
+        let here = host_id()
+            .inspect_err(|e| {
+                tracing::debug!("tcp: no host id ({e}); peers try loopback as any address")
+            })
+            .ok();
+        let address = plan.endpoint(bound.port(), id, here).to_bytes();
         let inner = Arc::new(Inner {
             id,
             context: cfg.auth_context(),
             cfg,
             address,
             bound,
+            plan,
+            here,
             host,
             pool: BufferPool::new(16, 64 << 20),
             gate: Gate::new(),
@@ -667,7 +720,7 @@ impl TransportPlugin for TcpTransport {
             &inner.stopping,
             || match inner.existing(addr.id) {
                 Some(c) => Ok(c),
-                None => inner.dial(addr, timeout),
+                None => inner.dial_any(&addr, timeout),
             },
             |conn| TransportError::Closed(format!("tcp connection to {} was lost", conn.peer)),
             |conn, wire| {

@@ -3,11 +3,16 @@
 //!
 //! **Configuration** (`key=value` lines given to `create`; unknown keys are ignored):
 //! `secret=<64 hex>` the pool's secret (required; the IPL passes the value of
-//! `IPL_POOL_SECRET`), `pool=<name>`, `bind=<ip:port>` (default `127.0.0.1:0`),
-//! `advertise=<ip>` (the IP published in the address; default the bound IP, or loopback
-//! when bound to the unspecified address), `max_message=<bytes>` (default 1 GiB).
-//! **Address**: UTF-8 `ip:port/id`, `id` being the endpoint's random 64-bit id in 16 hex
-//! digits, so a stale address never reaches a newer endpoint on the same port.
+//! `IPL_POOL_SECRET`), `pool=<name>`, `interfaces=<list>` (the interfaces to listen on
+//! and advertise, see [`ipl_transport_kit::interfaces`]; default all; the IPL passes
+//! `IPL_INTERFACES`), `bind=<ip:port>` (listen there instead), `advertise=<ip>` (publish
+//! this IP instead), `max_message=<bytes>` (default 1 GiB).
+//! **Address** ([`ipl_transport_kit::address`]): UTF-8
+//! `ip:port[,ip:port...]/id/host`, every selected address with the listening port, the
+//! endpoint's random 64-bit id in 16 hex digits (a stale address never reaches a newer
+//! endpoint on the same port) and the host's id. `connect` tries the addresses in the
+//! order of [`ipl_transport_kit::dial`] (same host: loopback first; then the same
+//! subnet), each with a share of the timeout, and moves on when one fails.
 //!
 //! **Channel pairing** (as in Ibis): `connect` reuses the connection to the target
 //! endpoint, whichever side opened it, and only dials when there is none. If two

@@ -48,10 +48,13 @@ pub(crate) fn tune(sock: &Socket) {
     }
 }
 
-/// Binds and listens.
-pub(crate) fn listen(addr: SocketAddr) -> io::Result<Socket> {
+/// Binds and listens; `only_v6` sets `IPV6_V6ONLY` on an IPv6 socket.
+pub(crate) fn listen(addr: SocketAddr, only_v6: Option<bool>) -> io::Result<Socket> {
     let sock = new_socket(&addr)?;
     sock.set_reuse_address(true)?;
+    if let Some(v6) = only_v6 {
+        sock.set_only_v6(v6)?;
+    }
     // Accepted sockets inherit these; the receive buffer must be set before listen() to
     // take effect on the TCP window scale.
     tune(&sock);

@@ -184,6 +184,15 @@ impl Engine {
         }
     }
 
+    /// The remote addresses of the ready connections (IPv4-mapped ones as IPv4).
+    pub(crate) fn peer_addresses(&self) -> Vec<std::net::SocketAddr> {
+        self.conns
+            .values()
+            .filter(|c| matches!(c.phase, Phase::Ready))
+            .map(|c| std::net::SocketAddr::new(c.peer.ip().to_canonical(), c.peer.port()))
+            .collect()
+    }
+
     /// Starts an orderly shutdown: every channel says [`wire::GOODBYE`] (the peer
     /// reports it lost after the messages before it) and is finished; no new
     /// connection is accepted.

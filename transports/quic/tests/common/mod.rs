@@ -228,7 +228,12 @@ impl RawPeer {
         .unwrap();
         let mut endpoint = Endpoint::new(Arc::new(EndpointConfig::default()), None, false, None);
         let (handle, conn) = endpoint
-            .connect(Instant::now(), client, addr.socket, &server_name(addr.id))
+            .connect(
+                Instant::now(),
+                client,
+                addr.primary(),
+                &server_name(addr.id),
+            )
             .map_err(|e| e.to_string())?;
         let shared = Arc::new(Shared {
             state: Mutex::new(State {

@@ -29,7 +29,7 @@ pub fn endpoint(cfg: &str) -> (TransportInstance, Arc<Log>) {
 /// The socket address and id inside an endpoint address.
 pub fn parse(addr: &[u8]) -> (SocketAddr, u64) {
     let a = ipl_transport_tcp::Address::parse("tcp", addr).unwrap();
-    (a.socket, a.id)
+    (a.primary(), a.id)
 }
 
 /// Dials `target` with a raw socket and performs the handshake by hand, as endpoint
