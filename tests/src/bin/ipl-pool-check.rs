@@ -124,6 +124,7 @@ fn run(scenario: &str) -> Res<()> {
         .port_type(rep)
         .port_type(mc)
         .port_type(sink)
+        .port_type(mesh_type()?)
         .build()?;
     ibis.registry().wait_until_pool_closed(Some(WAIT))?;
     let members = ibis.registry().members()?;
@@ -360,6 +361,19 @@ impl ipl::ReceivePortConnectUpcall for Lost {
     }
 }
 
+/// The port type of the `transports` scenario: everybody to everybody.
+fn mesh_type() -> ipl::Result<PortType> {
+    PortType::new(
+        P::CONNECTION_MANY_TO_ONE
+            | P::CONNECTION_ONE_TO_MANY
+            | P::RECEIVE_EXPLICIT
+            | P::RECEIVE_TIMEOUT
+            | P::SERIALIZATION_DATA
+            | P::COMMUNICATION_RELIABLE
+            | P::COMMUNICATION_FIFO,
+    )
+}
+
 /// See the module documentation.
 fn cut(ibis: &Ibis, members: &[IbisIdentifier]) -> Res<()> {
     use std::io::Write as _;
@@ -427,15 +441,7 @@ fn transports(ibis: &Ibis, members: &[IbisIdentifier]) -> Res<()> {
         want("IPL_CHECK_SAME", "shm"),
         want("IPL_CHECK_OTHER", "tcp"),
     );
-    let t = PortType::new(
-        P::CONNECTION_MANY_TO_ONE
-            | P::CONNECTION_ONE_TO_MANY
-            | P::RECEIVE_EXPLICIT
-            | P::RECEIVE_TIMEOUT
-            | P::SERIALIZATION_BYTE
-            | P::COMMUNICATION_RELIABLE
-            | P::COMMUNICATION_FIFO,
-    )?;
+    let t = mesh_type()?;
     let me = ibis.identifier().clone();
     let rp = ibis.create_receive_port(&t, "mesh")?;
     rp.enable_connections();
