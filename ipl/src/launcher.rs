@@ -308,7 +308,9 @@ mod tests {
     /// 4.1, MPICH 4.0 Hydra, Slurm 22.05), and what is read from it.
     #[test]
     fn each_launcher_is_detected_from_its_own_variables() {
-        let cases: &[(&str, &[(&str, &str)], Option<Launched>)] = &[
+        /// What, the variables, what is detected.
+        type Case<'a> = (&'a str, &'a [(&'a str, &'a str)], Option<Launched>);
+        let cases: &[Case] = &[
             ("nothing", &[("HOME", "/root")], None),
             (
                 "open mpi",

@@ -238,6 +238,8 @@ pub struct ClusterLaunch {
     /// Extra variables for the launcher's environment (and, named with `-x` for Open
     /// MPI, the tasks').
     pub env: Vec<(OsString, OsString)>,
+    /// Where the launcher's output (stdout and stderr) goes; `None`: `ipl-run`'s own.
+    pub output: Option<std::path::PathBuf>,
 }
 
 impl ClusterLaunch {
@@ -252,6 +254,7 @@ impl ClusterLaunch {
             registry_address: None,
             timeout: None,
             env: Vec::new(),
+            output: None,
         }
     }
 }
@@ -338,6 +341,21 @@ pub fn run(config: &ClusterLaunch) -> io::Result<ClusterOutcome> {
     );
     tracing::info!(%registry, bound = %bound, %pool, ?family, ?argv, "starting the launcher");
 
+    let mut cmd = Command::new(&argv[0]);
+    cmd.args(&argv[1..]);
+    for k in REMOVED {
+        cmd.env_remove(k);
+    }
+    cmd.envs(config.env.iter().map(|(k, v)| (k, v)))
+        .env(ENV_REGISTRY, registry.to_string())
+        .env(ENV_POOL, &pool)
+        .env(ENV_SECRET, secret.to_hex())
+        .stdin(Stdio::null());
+    if let Some(path) = &config.output {
+        let file = std::fs::File::create(path)
+            .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))?;
+        cmd.stdout(file.try_clone()?).stderr(file);
+    }
     let stop = Arc::new(AtomicBool::new(false));
     let mut handlers = Vec::new();
     for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
@@ -349,16 +367,6 @@ pub fn run(config: &ClusterLaunch) -> io::Result<ClusterOutcome> {
         }
     };
 
-    let mut cmd = Command::new(&argv[0]);
-    cmd.args(&argv[1..]);
-    for k in REMOVED {
-        cmd.env_remove(k);
-    }
-    cmd.envs(config.env.iter().map(|(k, v)| (k, v)))
-        .env(ENV_REGISTRY, registry.to_string())
-        .env(ENV_POOL, &pool)
-        .env(ENV_SECRET, secret.to_hex())
-        .stdin(Stdio::null());
     let mut child = match cmd.spawn() {
         Ok(c) => c,
         Err(e) => {
@@ -382,12 +390,12 @@ pub fn run(config: &ClusterLaunch) -> io::Result<ClusterOutcome> {
             }
         }
         if deadline.is_some_and(|d| Instant::now() >= d) {
-            eprintln!("[ipl-run] timeout expired: stopping the launcher");
+            tracing::warn!("timeout expired: stopping the launcher");
             timed_out = true;
             break stop_launcher(&mut child);
         }
         if stop.load(Ordering::Relaxed) {
-            eprintln!("[ipl-run] interrupted: stopping the launcher");
+            tracing::warn!("interrupted: stopping the launcher");
             interrupted = true;
             break stop_launcher(&mut child);
         }
