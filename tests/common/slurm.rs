@@ -1,6 +1,7 @@
 //! A throwaway Slurm cluster on this host for one test: `slurmctld` and one `slurmd`
-//! (the node is this host, by its host name, reached on 127.0.0.1), each in the
-//! foreground as a child of the test, with a `slurm.conf` of their own in a temporary
+//! (the node is this host, by its host name, reached on 127.0.0.1; or one `slurmd` per
+//! network-namespace host, `common/netns.rs`), each in the foreground as a child of the
+//! test, with a `slurm.conf` of their own in a temporary
 //! directory (state, spool, logs and pid files there too), free ports, no
 //! authentication (`auth/none`, `cred/none`: nothing leaves 127.0.0.1),
 //! `proctrack/linuxproc` and `task/none` (no cgroups), and `SlurmdParameters=
@@ -29,8 +30,33 @@ pub struct SlurmCluster {
     dir: PathBuf,
     conf: PathBuf,
     daemons: Vec<Child>,
-    /// The node's name (this host's name).
-    pub node: String,
+    /// The network namespace of the controller (and of `sinfo`), if not this one.
+    ctl_netns: Option<PathBuf>,
+    /// The nodes' names.
+    pub nodes: Vec<String>,
+}
+
+/// A node of a cluster: its name, its address, its network namespace (`None`: this
+/// one).
+pub struct Node {
+    /// The node's name (SLURMD_NODENAME).
+    pub name: String,
+    /// Where slurmctld and srun reach it.
+    pub addr: String,
+    /// Its network namespace file, if it is a namespace host.
+    pub netns: Option<PathBuf>,
+}
+
+/// `program`, run in `netns` (with `nsenter`) if given.
+fn command(netns: Option<&PathBuf>, program: &std::path::Path) -> Command {
+    match netns {
+        Some(ns) => {
+            let mut c = Command::new("nsenter");
+            c.arg(format!("--net={}", ns.display())).arg(program);
+            c
+        }
+        None => Command::new(program),
+    }
 }
 
 /// A port nobody listens on now (the kernel's choice; released at once).
@@ -70,20 +96,37 @@ fn is_root() -> bool {
 }
 
 impl SlurmCluster {
-    /// Writes the configuration, starts both daemons and waits until the node is idle.
+    /// One node, this host (by its host name, at 127.0.0.1), claiming `cpus` CPUs.
     pub fn start(cpus: usize) -> Result<SlurmCluster, String> {
+        let name = ipl::launcher::hostname().ok_or("this host has no name")?;
+        let node = Node {
+            name,
+            addr: "127.0.0.1".into(),
+            netns: None,
+        };
+        Self::start_nodes(None, &[node], cpus)
+    }
+
+    /// The controller at `ctl` (`None`: this host; else its address and namespace) and
+    /// one slurmd per node: writes the configuration, starts the daemons and waits
+    /// until every node is idle.
+    pub fn start_nodes(
+        ctl: Option<(&str, PathBuf)>,
+        nodes: &[Node],
+        cpus: usize,
+    ) -> Result<SlurmCluster, String> {
         static NEXT: AtomicUsize = AtomicUsize::new(0);
         let dir = std::env::temp_dir().join(format!(
             "ibis-slurm-{}-{}",
             std::process::id(),
             NEXT.fetch_add(1, Ordering::Relaxed)
         ));
-        let node = ipl::launcher::hostname().ok_or("this host has no name")?;
         let mut cluster = SlurmCluster {
             conf: dir.join("slurm.conf"),
             dir,
             daemons: Vec::new(),
-            node,
+            ctl_netns: ctl.as_ref().map(|(_, ns)| ns.clone()),
+            nodes: nodes.iter().map(|n| n.name.clone()).collect(),
         };
         for sub in ["state", "spool", "log"] {
             std::fs::create_dir_all(cluster.dir.join(sub)).map_err(|e| e.to_string())?;
@@ -94,10 +137,26 @@ impl SlurmCluster {
             d_port = free_port().map_err(|e| e.to_string())?;
         }
         let d = cluster.dir.display();
-        let node = &cluster.node;
+        // slurmctld accepts "localhost" as its own name whatever the host's name is;
+        // the address in parentheses is where the others reach it.
+        let ctl_host = match &ctl {
+            Some((addr, _)) => format!("localhost({addr})"),
+            None => "localhost".into(),
+        };
+        let host = ipl::launcher::hostname().ok_or("this host has no name")?;
+        let node_lines: String = nodes
+            .iter()
+            .map(|n| {
+                format!(
+                    "NodeName={} NodeHostname={host} NodeAddr={} CPUs={cpus} State=UNKNOWN\n",
+                    n.name, n.addr
+                )
+            })
+            .collect();
+        let names = cluster.nodes.join(",");
         let conf = format!(
             "ClusterName=ibistest\n\
-             SlurmctldHost=localhost\n\
+             SlurmctldHost={ctl_host}\n\
              SlurmctldPort={ctld_port}\n\
              SlurmdPort={d_port}\n\
              AuthType=auth/none\n\
@@ -105,11 +164,11 @@ impl SlurmCluster {
              SlurmUser=root\n\
              SlurmdUser=root\n\
              StateSaveLocation={d}/state\n\
-             SlurmdSpoolDir={d}/spool\n\
+             SlurmdSpoolDir={d}/spool/%n\n\
              SlurmctldPidFile={d}/slurmctld.pid\n\
-             SlurmdPidFile={d}/slurmd.pid\n\
+             SlurmdPidFile={d}/slurmd-%n.pid\n\
              SlurmctldLogFile={d}/log/slurmctld.log\n\
-             SlurmdLogFile={d}/log/slurmd.log\n\
+             SlurmdLogFile={d}/log/slurmd-%n.log\n\
              ProctrackType=proctrack/linuxproc\n\
              TaskPlugin=task/none\n\
              MpiDefault=none\n\
@@ -122,15 +181,25 @@ impl SlurmCluster {
              AccountingStorageType=accounting_storage/none\n\
              JobAcctGatherType=jobacct_gather/none\n\
              MailProg=/bin/true\n\
-             NodeName={node} NodeHostname={node} NodeAddr=127.0.0.1 CPUs={cpus} State=UNKNOWN\n\
-             PartitionName=debug Nodes={node} Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES\n"
+             {node_lines}\
+             PartitionName=debug Nodes={names} Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES\n"
         );
         std::fs::write(&cluster.conf, conf).map_err(|e| e.to_string())?;
-        for daemon in ["slurmctld", "slurmd"] {
-            let program = find(daemon).ok_or_else(|| format!("{daemon} is not installed"))?;
-            let log = std::fs::File::create(cluster.dir.join("log").join(format!("{daemon}.out")))
+        let ctld = find("slurmctld").ok_or("slurmctld is not installed")?;
+        let slurmd = find("slurmd").ok_or("slurmd is not installed")?;
+        let mut daemons = vec![(
+            "slurmctld".to_owned(),
+            command(cluster.ctl_netns.as_ref(), &ctld),
+        )];
+        for n in nodes {
+            let mut c = command(n.netns.as_ref(), &slurmd);
+            c.args(["-N", &n.name]);
+            daemons.push((format!("slurmd-{}", n.name), c));
+        }
+        for (name, mut c) in daemons {
+            let log = std::fs::File::create(cluster.dir.join("log").join(format!("{name}.out")))
                 .map_err(|e| e.to_string())?;
-            let child = Command::new(program)
+            let child = c
                 .arg("-D")
                 .arg("-f")
                 .arg(&cluster.conf)
@@ -139,7 +208,7 @@ impl SlurmCluster {
                 .stdout(log.try_clone().map_err(|e| e.to_string())?)
                 .stderr(log)
                 .spawn()
-                .map_err(|e| format!("starting {daemon}: {e}"))?;
+                .map_err(|e| format!("starting {name}: {e}"))?;
             cluster.daemons.push(child);
         }
         cluster.wait_idle()?;
@@ -160,7 +229,7 @@ impl SlurmCluster {
                     ));
                 }
             }
-            let out = Command::new(&sinfo)
+            let out = command(self.ctl_netns.as_ref(), &sinfo)
                 .args(["-h", "-o", "%T"])
                 .env("SLURM_CONF", &self.conf)
                 .stdin(Stdio::null())
@@ -183,16 +252,19 @@ impl SlurmCluster {
         vec![("SLURM_CONF".into(), self.conf.clone().into())]
     }
 
-    /// The daemons' logs, for a failure's message.
+    /// The daemons' logs (their last lines), for a failure's message.
     pub fn logs(&self) -> String {
-        let log = self.dir.join("log");
-        ["slurmctld.log", "slurmd.log", "slurmctld.out", "slurmd.out"]
+        let mut files: Vec<PathBuf> = std::fs::read_dir(self.dir.join("log"))
+            .map(|d| d.filter_map(|e| e.ok().map(|e| e.path())).collect())
+            .unwrap_or_default();
+        files.sort();
+        files
             .iter()
             .map(|f| {
-                let text = std::fs::read_to_string(log.join(f)).unwrap_or_default();
-                let tail: Vec<&str> = text.lines().rev().take(20).collect();
-                let tail: Vec<&str> = tail.into_iter().rev().collect();
-                format!("--- {f}\n{}\n", tail.join("\n"))
+                let text = std::fs::read_to_string(f).unwrap_or_default();
+                let lines: Vec<&str> = text.lines().collect();
+                let tail = &lines[lines.len().saturating_sub(20)..];
+                format!("--- {}\n{}\n", f.display(), tail.join("\n"))
             })
             .collect()
     }
@@ -200,7 +272,7 @@ impl SlurmCluster {
 
 impl Drop for SlurmCluster {
     fn drop(&mut self) {
-        // slurmd first (it ends its step daemons), then the controller.
+        // The slurmds first (they end their step daemons), then the controller.
         for d in self.daemons.iter_mut().rev() {
             let _ = Command::new("kill")
                 .args(["-TERM", &d.id().to_string()])

@@ -7,12 +7,17 @@
 //!
 //! Per launcher: `launch-member` on 4 processes (every rank once, size 4, 4 joins, one
 //! pool, the cluster is this host's name), then the Satin application `fib 25 --check`
-//! on 4 processes (the right answer, 4 processes in the master's report).
+//! on 4 processes (the right answer, 4 processes in the master's report). And `srun -N
+//! 2 -n 4` over two network-namespace hosts (`common/netns.rs`, the registry on a third),
+//! where the members of each node form their own cluster.
 //!
 //! A launcher that is not installed (or Slurm without root) is reported and the test
 //! passes, unless `IBIS_REQUIRE_LAUNCHERS=1` (CI) makes that a failure. Only 127.0.0.1 is
-//! used: the registry is advertised there (`--registry-address 127.0.0.1`).
+//! used, or links inside the namespaces the test makes: the registry is advertised on
+//! 127.0.0.1 (`--registry-address 127.0.0.1`), or on the namespace host's address.
 
+#[path = "../common/netns.rs"]
+mod netns;
 #[path = "../common/slurm.rs"]
 mod slurm;
 
@@ -39,6 +44,7 @@ const OPEN_MPI: &[&str] = &[
 ];
 const MPICH: &[&str] = &["mpiexec.mpich", "-n", "4"];
 const SRUN: &[&str] = &["srun", "-N", "1", "-n", "4"];
+const SRUN_TWO_NODES: &[&str] = &["srun", "-N", "2", "-n", "4"];
 
 /// `Err(why)` when `program` cannot be run here.
 fn installed(program: &str) -> Result<(), String> {
@@ -202,7 +208,84 @@ fn slurm_srun_forms_one_pool_and_fib_is_right() {
     let env = cluster.env();
     members_form_one_pool(SRUN, &env, "slurm");
     fib_is_right(SRUN, &env, "slurm");
-    assert_eq!(cluster.node, ipl::launcher::hostname().unwrap());
+    assert_eq!(cluster.nodes, [ipl::launcher::hostname().unwrap()]);
+}
+
+/// `srun -N 2 -n 4` over two network-namespace hosts (a third runs slurmctld, srun and
+/// ipl-run's registry): every member joins the registry across the bridge at the
+/// address ipl-run found by itself, and each one's cluster is its node, so the pool
+/// has two clusters. (Only membership: the transports' connections across hosts are
+/// another part of the work.)
+#[test]
+fn slurm_srun_over_two_namespace_hosts_gives_a_cluster_per_node() {
+    if let Some(why) = slurm::unavailable().or_else(netns::unavailable) {
+        return skip("slurm over namespace hosts", &why);
+    }
+    let hosts = netns::NetHosts::new(3).expect("namespace hosts");
+    let nodes: Vec<slurm::Node> = (1..3)
+        .map(|i| slurm::Node {
+            name: format!("h{i}"),
+            addr: hosts.addresses[i].clone(),
+            netns: Some(hosts.path(i)),
+        })
+        .collect();
+    let cluster =
+        slurm::SlurmCluster::start_nodes(Some((&hosts.addresses[0], hosts.path(0))), &nodes, 4)
+            .unwrap_or_else(|e| panic!("the throwaway Slurm cluster did not start: {e}"));
+    let dir = temp_dir("slurm-netns");
+    let mut cfg = ClusterLaunch::new(
+        SRUN_TWO_NODES.iter().map(OsString::from).collect(),
+        MEMBER,
+        Vec::new(),
+    );
+    cfg.timeout = Some(TIMEOUT);
+    cfg.env = cluster.env();
+    cfg.env
+        .push(("LAUNCH_MEMBER_DIR".into(), dir.as_os_str().to_owned()));
+    let output = dir.join("launcher-output.txt");
+    cfg.output = Some(output.clone());
+    // ipl-run's part runs on host 0: a thread of its own moves there (its registry
+    // socket and the srun it starts live there).
+    let outcome = std::thread::scope(|s| {
+        s.spawn(|| {
+            hosts.move_thread_into(0)?;
+            run(&cfg).map_err(|e| e.to_string())
+        })
+        .join()
+        .expect("the launching thread")
+    })
+    .expect("run srun on host 0");
+    let text = std::fs::read_to_string(&output).unwrap_or_default();
+    assert_eq!(
+        outcome.exit_code(),
+        0,
+        "{outcome:?}\n{text}\n{}",
+        cluster.logs()
+    );
+    assert_eq!(
+        outcome.registry.ip().to_string(),
+        hosts.addresses[0],
+        "the registry is advertised on host 0's own address"
+    );
+    let mut clusters = BTreeSet::new();
+    let mut ranks = BTreeSet::new();
+    for rank in 0..4 {
+        let line = std::fs::read_to_string(dir.join(format!("member-{rank}.txt")))
+            .unwrap_or_else(|e| panic!("no report of rank {rank}: {e}\n{text}"));
+        let f = fields(&line);
+        assert_eq!(f["launcher"], "slurm", "{line}");
+        assert_eq!(f["size"], "4", "{line}");
+        assert_eq!(f["joins"], "4", "{line}");
+        ranks.insert(f["rank"].clone());
+        clusters.insert(f["cluster"].clone());
+    }
+    assert_eq!(ranks.len(), 4);
+    assert_eq!(
+        clusters,
+        BTreeSet::from(["h1".to_owned(), "h2".to_owned()]),
+        "a cluster per node"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Under a launcher but without ipl-run: no registry to meet at, so every process runs
