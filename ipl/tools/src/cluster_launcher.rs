@@ -84,7 +84,7 @@ pub fn family(program: &OsStr, version_text: impl FnOnce() -> Option<String>) ->
     Family::Other
 }
 
-/// `program --version`'s output (stdout and stderr), within [`VERSION_TIMEOUT`].
+/// `program --version`'s output (stdout and stderr), within 5 s.
 pub fn version_text(program: &OsStr) -> Option<String> {
     let mut child = Command::new(program)
         .arg("--version")
