@@ -19,12 +19,30 @@
 //! | Variable | Builder option | Meaning |
 //! |---|---|---|
 //! | `IPL_POOL` | [`pool`](crate::IbisBuilder::pool) | the pool to join |
-//! | `IPL_POOL_SIZE` | [`pool_size`](crate::IbisBuilder::pool_size) | the pool's size; also asks for a closed world |
+//! | `IPL_POOL_SIZE` | [`pool_size`](crate::IbisBuilder::pool_size) | the pool's size; also asks for a closed world (wins over a launcher's size) |
 //! | `IPL_CLUSTER` | [`cluster`](crate::IbisBuilder::cluster) | this member's cluster |
-//! | `IPL_RANK` | [`name`](crate::IbisBuilder::name) | this member's name is `member-<rank>` |
+//! | `IPL_CLUSTER_MAP` | [`cluster`](crate::IbisBuilder::cluster) | `node=cluster,...`: this member's cluster is its node's entry (a node not listed is an error) |
+//! | `IPL_RANK` | [`name`](crate::IbisBuilder::name) | this member's name is `member-<rank>` (wins over a launcher's rank) |
 //! | `IPL_POOL_SECRET` | [`secret`](crate::IbisBuilder::secret) | the pool's secret, in hex (see `ipl_auth`) |
 //! | `IPL_POOL_SECRET_FILE` | [`secret`](crate::IbisBuilder::secret) | a file holding the pool's secret (64 hex digits), owned by the user and private to them (`chmod 600`), else refused; read when `IPL_POOL_SECRET` is not set. Unlike the environment, other processes of the user cannot read it in `/proc/<pid>/environ` |
 //! | `IPL_REGISTRY` | [`registry_backend`](crate::IbisBuilder::registry_backend) | the registry server's address: joins over the network (needs the secret) |
+//!
+//! and the variables of a cluster's launcher ([`launcher`](crate::launcher) has the
+//! rules), read by `from_env` too, first match wins:
+//!
+//! | Launcher | Rank | Size | Node (the default cluster) |
+//! |---|---|---|---|
+//! | Open MPI `mpirun` | `OMPI_COMM_WORLD_RANK` (else `PMIX_RANK`) | `OMPI_COMM_WORLD_SIZE` | the host name |
+//! | MPICH/Hydra `mpiexec` | `PMI_RANK` | `PMI_SIZE` | the host name |
+//! | Slurm `srun` (a job step: `SLURM_STEP_ID` set) | `SLURM_PROCID` | `SLURM_STEP_NUM_TASKS`, else `SLURM_NTASKS` | `SLURMD_NODENAME` |
+//!
+//! Under such a launcher the pool is a closed world of the launcher's size and each
+//! member's cluster is its node (unless `IPL_CLUSTER` or `IPL_CLUSTER_MAP` say
+//! otherwise). The launcher does not say where the registry is: `ipl-run --launcher
+//! 'srun -n 8' -- PROGRAM` starts one and passes `IPL_REGISTRY`, `IPL_POOL` and
+//! `IPL_POOL_SECRET` down. Without `IPL_REGISTRY` each process runs as a pool of one,
+//! with a warning. A launcher value that is not a number, a size of 0 or a rank not
+//! below the size is an error naming the variable.
 //!
 //! A variable that is unset or empty leaves the option as it is. A value of `IPL_SPIN_US`
 //! or `IPL_WINDOW_BYTES` that is not a number (or a window below
@@ -34,6 +52,7 @@
 
 use std::time::Duration;
 
+use crate::launcher::{self, Launched, LauncherError};
 use crate::protocol::MIN_COST;
 
 /// The poll budget of a blocking receive when neither the builder nor `IPL_SPIN_US` sets
@@ -142,15 +161,17 @@ fn window(src: &impl Source) -> Option<u64> {
 
 /// The variables a launcher sets for each process (see [`IbisBuilder::from_env`]
 /// (crate::IbisBuilder::from_env)).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Launch {
     /// `IPL_POOL`.
     pub(crate) pool: Option<String>,
-    /// `IPL_POOL_SIZE`, as given (parsed by the builder, which reports a bad value).
-    pub(crate) pool_size: Option<String>,
-    /// `IPL_CLUSTER`.
-    pub(crate) cluster: Option<String>,
-    /// `IPL_RANK`.
+    /// The launcher, rank and size ([`launcher::detect`]; `IPL_POOL_SIZE` and
+    /// `IPL_RANK` included).
+    pub(crate) launched: Result<Option<Launched>, LauncherError>,
+    /// This member's cluster ([`launcher::cluster`]: `IPL_CLUSTER`, `IPL_CLUSTER_MAP`,
+    /// the node).
+    pub(crate) cluster: Result<Option<String>, LauncherError>,
+    /// `IPL_RANK`, as given (the member's name when no pool size is known).
     pub(crate) rank: Option<String>,
     /// Whether `IPL_POOL_SECRET` or `IPL_POOL_SECRET_FILE` is set
     /// (`ipl_auth::PoolSecret::from_env` reads them).
@@ -166,16 +187,32 @@ impl Launch {
     }
 
     fn read(src: &impl Source) -> Self {
+        Self::read_with_host(src, &launcher::hostname)
+    }
+
+    fn read_with_host(src: &impl Source, hostname: &dyn Fn() -> Option<String>) -> Self {
+        let get = |k: &str| src.var(k);
+        let launched = launcher::detect(&get);
+        let cluster = match &launched {
+            Ok(l) => launcher::cluster(&get, l.as_ref(), hostname),
+            Err(e) => Err(e.clone()),
+        };
         Launch {
             pool: src.var(POOL),
-            pool_size: src.var(POOL_SIZE),
-            cluster: src.var(CLUSTER),
+            launched,
+            cluster,
             rank: src.var(RANK),
             secret: src.var(ipl_auth::SECRET_ENV).is_some()
                 || src.var(ipl_auth::SECRET_FILE_ENV).is_some(),
             registry: src.var(REGISTRY),
         }
     }
+}
+
+/// The launcher that started this process, from the process environment (see
+/// [`launcher::detect`]); `Ok(None)` when none did.
+pub fn launcher() -> Result<Option<Launched>, LauncherError> {
+    launcher::detect(&|k| Environment.var(k))
 }
 
 #[cfg(test)]
@@ -231,13 +268,39 @@ mod tests {
             ("IPL_REGISTRY", "127.0.0.1:1"),
         ]));
         assert_eq!(l.pool.as_deref(), Some("p"));
-        assert_eq!(l.pool_size.as_deref(), Some("4"));
-        assert_eq!(l.cluster.as_deref(), Some("c"));
+        assert_eq!(
+            l.launched,
+            Ok(Some(Launched {
+                kind: launcher::LauncherKind::IplRun,
+                rank: Some(2),
+                size: 4,
+                node: None
+            }))
+        );
+        assert_eq!(l.cluster, Ok(Some("c".into())));
         assert_eq!(l.rank.as_deref(), Some("2"));
         assert!(l.secret);
         assert_eq!(l.registry.as_deref(), Some("127.0.0.1:1"));
         let l = Launch::read(&Table(&[("IPL_POOL_SECRET_FILE", "/run/user/1/s")]));
         assert!(l.secret);
         assert!(!Launch::read(&Table(&[])).secret);
+    }
+
+    #[test]
+    fn under_srun_the_cluster_is_the_node() {
+        let host = || Some("thishost".to_owned());
+        let l = Launch::read_with_host(
+            &Table(&[
+                ("SLURM_PROCID", "1"),
+                ("SLURM_NTASKS", "2"),
+                ("SLURM_STEP_ID", "0"),
+                ("SLURMD_NODENAME", "n1"),
+            ]),
+            &host,
+        );
+        assert_eq!(l.launched.unwrap().unwrap().size, 2);
+        assert_eq!(l.cluster, Ok(Some("n1".into())));
+        let l = Launch::read_with_host(&Table(&[("PMI_RANK", "5"), ("PMI_SIZE", "2")]), &host);
+        assert!(l.launched.unwrap_err().to_string().contains("PMI_RANK"));
     }
 }

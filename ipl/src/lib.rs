@@ -60,6 +60,7 @@ pub mod config;
 pub mod error;
 mod ibis;
 pub mod identifiers;
+pub mod launcher;
 mod message;
 pub mod negotiate;
 pub mod port_type;

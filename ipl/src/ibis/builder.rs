@@ -168,24 +168,42 @@ impl IbisBuilder {
     /// Configures the builder from the environment a launcher (`ipl-run`) sets:
     /// `IPL_POOL`, `IPL_POOL_SIZE` (closed world when set), `IPL_CLUSTER`,
     /// `IPL_POOL_SECRET`, `IPL_REGISTRY` (the registry server's address: joins over the
-    /// network) and `IPL_RANK` (the member's name). Variables that are not set leave the
-    /// builder as it is; [`config`](crate::config) lists every variable the IPL reads.
+    /// network) and `IPL_RANK` (the member's name), and the rank, size and node of a
+    /// cluster's launcher (`srun`, `mpirun`, `mpiexec`: [`launcher`](crate::launcher)).
+    /// Variables that are not set leave the builder as it is; [`config`](crate::config)
+    /// lists every variable the IPL reads.
     pub fn from_env(mut self) -> Result<Self> {
         let env = config::Launch::from_env();
         if let Some(p) = env.pool {
             self.pool = p;
         }
-        if let Some(n) = env.pool_size {
-            let n: usize = n.parse().map_err(|_| {
-                IplError::InvalidPortType(format!("IPL_POOL_SIZE={n:?} is not a number"))
-            })?;
-            self.pool_size = Some(n);
+        let bad = |e: crate::launcher::LauncherError| IplError::InvalidConfig(e.to_string());
+        let launched = match env.launched.map_err(bad)? {
+            // A cluster's launcher without a registry to meet at: every process is a
+            // pool of its own rather than waiting for a pool that cannot form.
+            Some(l) if l.kind.is_external() && env.registry.is_none() => {
+                tracing::warn!(
+                    launcher = %l.kind,
+                    rank = ?l.rank,
+                    size = l.size,
+                    "started by a launcher but IPL_REGISTRY is not set: this process runs \
+                     as a pool of one (start the program with `ipl-run --launcher '...' --` \
+                     to form one pool)"
+                );
+                None
+            }
+            l => l,
+        };
+        if let Some(l) = &launched {
+            self.pool_size = Some(l.size);
             self.capabilities |= IbisCapabilities::CLOSED_WORLD;
         }
-        if let Some(c) = env.cluster {
+        if let Some(c) = env.cluster.map_err(bad)? {
             self.cluster = c;
         }
-        if let Some(r) = env.rank {
+        if let Some(r) = launched.as_ref().and_then(|l| l.rank) {
+            self.name = Some(format!("member-{r}"));
+        } else if let Some(r) = env.rank {
             self.name = Some(format!("member-{r}"));
         }
         if env.secret {

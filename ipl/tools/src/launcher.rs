@@ -13,6 +13,10 @@
 //! | [`ENV_CLUSTER`] `IPL_CLUSTER` | `cluster-<k>`, see [`cluster_of`] |
 //! | [`ENV_RANK`] `IPL_RANK` | `i` in `0..N`, for log prefixes only |
 //!
+//! Under a cluster's launcher (`ipl-run --launcher`, [`crate::cluster_launcher`]) the
+//! tasks get only `IPL_REGISTRY`, `IPL_POOL` and `IPL_POOL_SECRET`, and take rank, size
+//! and cluster from the launcher's own variables (`ipl::launcher`).
+//!
 //! A process joins with [`PoolEnv::from_env`] and [`PoolEnv::join`]. Its
 //! identity (member id, join order) comes from the registry, not from the
 //! rank.

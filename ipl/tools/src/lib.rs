@@ -2,7 +2,9 @@
 //!
 //! * `ipl-server`: a standalone registry server ([`ipl_registry::RegistryServer`]).
 //! * `ipl-run`: starts a registry in-process and launches a pool of N
-//!   processes wired to it through environment variables ([`launcher`]).
+//!   processes wired to it through environment variables ([`launcher`]), or has a
+//!   cluster's launcher (`srun`, `mpirun`, `mpiexec`) start them
+//!   ([`cluster_launcher`]).
 //!
 //! The binaries are thin; the logic lives here so that it can be tested and
 //! reused: [`launcher::launch`] is `ipl-run`, [`launcher::PoolEnv`] is what a
@@ -10,6 +12,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod cluster_launcher;
 pub mod launcher;
 
 /// Sets up `tracing` output on stderr: `RUST_LOG` if set, else `default`

@@ -91,9 +91,35 @@ pub const MASTER_ELECTION: &str = "satin-master";
 pub const PORT_NAME: &str = "satin";
 
 /// Whether this process was started as a member of a pool (`IPL_REGISTRY` is set, as
-/// `ipl-run` does): then [`SatinBuilder::build_distributed`] joins it.
+/// `ipl-run` does, also under `ipl-run --launcher 'srun ...'`): then
+/// [`SatinBuilder::build_distributed`] joins it.
+///
+/// A process started by a cluster's launcher (`srun`, `mpirun`, `mpiexec`: see
+/// [`ipl::launcher`]) without `IPL_REGISTRY` has no registry to meet the others at: it
+/// is not launched, and runs as a pool of one, with a warning saying so (once per
+/// process). A launcher variable with an absurd value is warned about the same way.
 pub fn launched() -> bool {
-    std::env::var("IPL_REGISTRY").is_ok_and(|v| !v.is_empty())
+    if std::env::var("IPL_REGISTRY").is_ok_and(|v| !v.is_empty()) {
+        return true;
+    }
+    static WARNED: std::sync::Once = std::sync::Once::new();
+    match ipl::config::launcher() {
+        Ok(Some(l)) if l.kind.is_external() => WARNED.call_once(|| {
+            tracing::warn!(
+                launcher = %l.kind,
+                rank = ?l.rank,
+                size = l.size,
+                "started by a launcher but IPL_REGISTRY is not set: every process runs \
+                 as a pool of one; start it with `ipl-run --launcher '...' -- PROGRAM` to \
+                 form one pool"
+            )
+        }),
+        Err(e) => WARNED.call_once(
+            || tracing::warn!(error = %e, "launcher variables ignored; running as a pool of one"),
+        ),
+        _ => {}
+    }
+    false
 }
 
 /// Settings of the distributed layer (set them on the [`SatinBuilder`]).

@@ -6,34 +6,68 @@ use std::ffi::OsString;
 use std::time::Duration;
 
 use clap::Parser;
+use ipl_tools::cluster_launcher::{self, ClusterLaunch};
 use ipl_tools::launcher::{launch, LaunchConfig, DEFAULT_GRACE, EXIT_FAILED};
 
 /// Starts an IPL registry in this process and launches N copies of PROGRAM
 /// as one closed-world pool. Each process gets IPL_REGISTRY, IPL_POOL,
 /// IPL_POOL_SIZE, IPL_POOL_SECRET, IPL_CLUSTER and IPL_RANK; its output
 /// lines are prefixed with `[i] `. Exits 0 only if every process exits 0.
+///
+/// With --launcher 'srun -n 8' (or 'mpirun -n 8', 'mpiexec -n 8') the cluster's
+/// launcher starts the processes instead: ipl-run runs the registry on an address
+/// the other hosts reach and passes IPL_REGISTRY, IPL_POOL and IPL_POOL_SECRET
+/// down; each process takes its rank, the pool size and its cluster (its node)
+/// from the launcher. ipl-run then exits with the launcher's status.
 #[derive(Parser, Debug)]
 #[command(name = "ipl-run", version)]
 struct Args {
-    /// Number of processes.
-    #[arg(short = 'n', long = "processes", value_parser = clap::value_parser!(u32).range(1..))]
-    n: u32,
+    /// Number of processes (without --launcher).
+    #[arg(short = 'n', long = "processes", value_parser = clap::value_parser!(u32).range(1..),
+          required_unless_present = "launcher", conflicts_with = "launcher")]
+    n: Option<u32>,
     /// Number of clusters to spread the processes over (process i gets
-    /// cluster-(i*C/N)).
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    /// cluster-(i*C/N)); under --launcher each process's cluster is its node.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..),
+          conflicts_with = "launcher")]
     clusters: u32,
+    /// A cluster's launcher command that starts the processes, split as a shell
+    /// would: 'srun -N 3 -n 6', 'mpirun -n 4', 'mpiexec -n 4'.
+    #[arg(long)]
+    launcher: Option<String>,
+    /// With --launcher: where the registry server listens [default: 0.0.0.0:0,
+    /// every interface, any port].
+    #[arg(long)]
+    registry_bind: Option<std::net::SocketAddr>,
+    /// With --launcher: the address the processes reach the registry at
+    /// (default: the bound address, else this host's first non-loopback address).
+    #[arg(long)]
+    registry_address: Option<std::net::IpAddr>,
     /// Pool name (default: unique per run).
     #[arg(long)]
     pool: Option<String>,
     /// Kill all processes and fail after this many seconds.
     #[arg(long)]
     timeout: Option<f64>,
-    /// After a process failed, seconds the others get before being killed.
+    /// After a process failed, seconds the others get before being killed
+    /// (without --launcher).
     #[arg(long, default_value_t = DEFAULT_GRACE.as_secs_f64())]
     grace: f64,
     /// The program and its arguments.
     #[arg(required = true, allow_hyphen_values = true, last = true)]
     command: Vec<OsString>,
+}
+
+impl Args {
+    /// What clap does not check: the registry options belong to --launcher.
+    fn check(&self) -> Result<(), String> {
+        if self.launcher.is_none()
+            && (self.registry_bind.is_some() || self.registry_address.is_some())
+        {
+            return Err("--registry-bind and --registry-address need --launcher".into());
+        }
+        Ok(())
+    }
 }
 
 fn seconds(what: &str, s: f64) -> Result<Duration, String> {
@@ -43,6 +77,10 @@ fn seconds(what: &str, s: f64) -> Result<Duration, String> {
 fn main() {
     ipl_tools::init_tracing("warn");
     let args = Args::parse();
+    if let Err(e) = args.check() {
+        eprintln!("ipl-run: {e}");
+        std::process::exit(EXIT_FAILED);
+    }
     let mut command = args.command.into_iter();
     let Some(program) = command.next() else {
         eprintln!("ipl-run: no program given");
@@ -62,7 +100,42 @@ fn main() {
             std::process::exit(EXIT_FAILED);
         }
     };
-    let mut config = LaunchConfig::new(args.n as usize, program, command.collect());
+    if let Some(text) = &args.launcher {
+        let launcher = match cluster_launcher::split_launcher(text) {
+            Ok(l) => l,
+            Err(e) => {
+                eprintln!("ipl-run: {e}");
+                std::process::exit(EXIT_FAILED);
+            }
+        };
+        let mut config = ClusterLaunch::new(launcher, program, command.collect());
+        config.pool = args.pool;
+        config.timeout = timeout;
+        if let Some(b) = args.registry_bind {
+            config.registry_bind = b;
+        }
+        config.registry_address = args.registry_address;
+        match cluster_launcher::run(&config) {
+            Ok(outcome) => {
+                let code = outcome.exit_code();
+                if code != 0 {
+                    eprintln!(
+                        "[ipl-run] the launcher ended with {}",
+                        outcome
+                            .status
+                            .map_or_else(|| "no status (killed)".to_owned(), |s| s.to_string())
+                    );
+                }
+                std::process::exit(code);
+            }
+            Err(e) => {
+                eprintln!("ipl-run: {e}");
+                std::process::exit(EXIT_FAILED);
+            }
+        }
+    }
+    let n = args.n.unwrap_or(1);
+    let mut config = LaunchConfig::new(n as usize, program, command.collect());
     config.clusters = args.clusters as usize;
     config.pool = args.pool;
     config.timeout = timeout;
@@ -99,8 +172,45 @@ mod tests {
         Args::command().debug_assert();
         let a = Args::try_parse_from(["ipl-run", "-n", "3", "--clusters", "2", "--", "prog", "-x"])
             .unwrap();
-        assert_eq!((a.n, a.clusters), (3, 2));
+        assert_eq!((a.n, a.clusters), (Some(3), 2));
         assert_eq!(a.command, vec!["prog", "-x"]);
         assert!(Args::try_parse_from(["ipl-run", "-n", "0", "--", "p"]).is_err());
+        assert!(
+            Args::try_parse_from(["ipl-run", "--", "p"]).is_err(),
+            "-n or --launcher"
+        );
+        let a = Args::try_parse_from([
+            "ipl-run",
+            "--launcher",
+            "srun -N 3 -n 6",
+            "--registry-address",
+            "10.0.0.1",
+            "--",
+            "fib",
+            "30",
+        ])
+        .unwrap();
+        assert_eq!(a.launcher.as_deref(), Some("srun -N 3 -n 6"));
+        assert_eq!(a.registry_address, Some("10.0.0.1".parse().unwrap()));
+        assert_eq!(a.registry_bind, None);
+        assert!(
+            Args::try_parse_from(["ipl-run", "-n", "2", "--launcher", "srun", "--", "p"]).is_err(),
+            "-n and --launcher exclude each other"
+        );
+        assert!(
+            Args::try_parse_from([
+                "ipl-run",
+                "-n",
+                "2",
+                "--registry-bind",
+                "0.0.0.0:1",
+                "--",
+                "p"
+            ])
+            .unwrap()
+            .check()
+            .is_err(),
+            "--registry-bind needs --launcher"
+        );
     }
 }
