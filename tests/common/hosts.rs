@@ -49,7 +49,7 @@ fn ip(args: &[&str]) -> Result<(), String> {
 }
 
 /// Why this machine cannot make hosts, if it cannot.
-fn unavailable() -> Option<String> {
+pub fn unavailable() -> Option<String> {
     if !rustix::process::geteuid().is_root() {
         return Some("not root: network namespaces need it".into());
     }
@@ -130,6 +130,12 @@ impl Hosts {
         Ipv4Addr::new(10, 77, 0, (i + 1) as u8)
     }
 
+    /// The namespace file of host `i` (for `nsenter --net=`, which leaves `/sys` as it
+    /// is, as slurmd needs).
+    pub fn path(&self, i: usize) -> std::path::PathBuf {
+        std::path::PathBuf::from(format!("/run/netns/{}", self.netns(i)))
+    }
+
     /// A command that runs `program` on host `i` (`ip netns exec`).
     pub fn command(&self, i: usize, program: impl AsRef<OsStr>) -> Command {
         let mut c = Command::new("ip");
@@ -140,7 +146,7 @@ impl Hosts {
     /// Moves the calling thread onto host `i`: sockets it makes from now on live in that
     /// host's network (and stay there when other threads use them).
     pub fn enter(&self, i: usize) -> std::io::Result<()> {
-        let f = File::open(format!("/run/netns/{}", self.netns(i)))?;
+        let f = File::open(self.path(i))?;
         rustix::thread::move_into_link_name_space(
             std::os::fd::AsFd::as_fd(&f),
             Some(rustix::thread::LinkNameSpaceType::Network),

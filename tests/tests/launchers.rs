@@ -16,8 +16,8 @@
 //! used, or links inside the namespaces the test makes: the registry is advertised on
 //! 127.0.0.1 (`--registry-address 127.0.0.1`), or on the namespace host's address.
 
-#[path = "../common/netns.rs"]
-mod netns;
+#[path = "../common/hosts.rs"]
+mod hosts;
 #[path = "../common/slurm.rs"]
 mod slurm;
 
@@ -44,7 +44,7 @@ const OPEN_MPI: &[&str] = &[
 ];
 const MPICH: &[&str] = &["mpiexec.mpich", "-n", "4"];
 const SRUN: &[&str] = &["srun", "-N", "1", "-n", "4"];
-const SRUN_TWO_NODES: &[&str] = &["srun", "-N", "2", "-n", "4"];
+const SRUN_THREE_NODES: &[&str] = &["srun", "-N", "3", "-n", "6"];
 
 /// `Err(why)` when `program` cannot be run here.
 fn installed(program: &str) -> Result<(), String> {
@@ -211,32 +211,20 @@ fn slurm_srun_forms_one_pool_and_fib_is_right() {
     assert_eq!(cluster.nodes, [ipl::launcher::hostname().unwrap()]);
 }
 
-/// `srun -N 2 -n 4` over two network-namespace hosts (a third runs slurmctld, srun and
-/// ipl-run's registry): every member joins the registry across the bridge at the
-/// address ipl-run found by itself, and each one's cluster is its node, so the pool
-/// has two clusters. (Only membership: the transports' connections across hosts are
-/// another part of the work.)
-#[test]
-fn slurm_srun_over_two_namespace_hosts_gives_a_cluster_per_node() {
-    if let Some(why) = slurm::unavailable().or_else(netns::unavailable) {
-        return skip("slurm over namespace hosts", &why);
-    }
-    let hosts = netns::NetHosts::new(3).expect("namespace hosts");
-    let nodes: Vec<slurm::Node> = (1..3)
-        .map(|i| slurm::Node {
-            name: format!("h{i}"),
-            addr: hosts.addresses[i].clone(),
-            netns: Some(hosts.path(i)),
-        })
-        .collect();
-    let cluster =
-        slurm::SlurmCluster::start_nodes(Some((&hosts.addresses[0], hosts.path(0))), &nodes, 4)
-            .unwrap_or_else(|e| panic!("the throwaway Slurm cluster did not start: {e}"));
-    let dir = temp_dir("slurm-netns");
+/// Runs `program args` under `srun -N 3 -n 6` of `cluster` from host 0 of `hosts`
+/// (where ipl-run's registry lives, at the address ipl-run finds by itself); returns
+/// the launcher's output.
+fn srun_on_hosts(
+    hosts: &hosts::Hosts,
+    cluster: &slurm::SlurmCluster,
+    program: &str,
+    args: &[&str],
+    dir: &Path,
+) -> String {
     let mut cfg = ClusterLaunch::new(
-        SRUN_TWO_NODES.iter().map(OsString::from).collect(),
-        MEMBER,
-        Vec::new(),
+        SRUN_THREE_NODES.iter().map(OsString::from).collect(),
+        program,
+        args.iter().map(OsString::from).collect(),
     );
     cfg.timeout = Some(TIMEOUT);
     cfg.env = cluster.env();
@@ -248,7 +236,7 @@ fn slurm_srun_over_two_namespace_hosts_gives_a_cluster_per_node() {
     // socket and the srun it starts live there).
     let outcome = std::thread::scope(|s| {
         s.spawn(|| {
-            hosts.move_thread_into(0)?;
+            hosts.enter(0).map_err(|e| e.to_string())?;
             run(&cfg).map_err(|e| e.to_string())
         })
         .join()
@@ -259,32 +247,84 @@ fn slurm_srun_over_two_namespace_hosts_gives_a_cluster_per_node() {
     assert_eq!(
         outcome.exit_code(),
         0,
-        "{outcome:?}\n{text}\n{}",
+        "{program} {args:?}: {outcome:?}\n{text}\n{}",
         cluster.logs()
     );
     assert_eq!(
-        outcome.registry.ip().to_string(),
-        hosts.addresses[0],
+        outcome.registry.ip(),
+        IpAddr::V4(hosts.addr(0)),
         "the registry is advertised on host 0's own address"
     );
+    text
+}
+
+/// `srun -N 3 -n 6` over three network-namespace hosts (a fourth runs slurmctld, srun
+/// and ipl-run's registry): every member joins the registry across the bridge, each
+/// one's cluster is its node (three clusters), and fib on the six processes, talking
+/// across the hosts, gives the right answer.
+#[test]
+fn slurm_srun_over_three_namespace_hosts_gives_a_cluster_per_node_and_fib_is_right() {
+    if let Some(why) = slurm::unavailable().or_else(hosts::unavailable) {
+        return skip("slurm over namespace hosts", &why);
+    }
+    let Some(hosts) = hosts::Hosts::new(4) else {
+        return;
+    };
+    let nodes: Vec<slurm::Node> = (1..4)
+        .map(|i| slurm::Node {
+            name: format!("h{i}"),
+            addr: hosts.addr(i).to_string(),
+            netns: Some(hosts.path(i)),
+        })
+        .collect();
+    let cluster = slurm::SlurmCluster::start_nodes(
+        Some((&hosts.addr(0).to_string(), hosts.path(0))),
+        &nodes,
+        6,
+    )
+    .unwrap_or_else(|e| panic!("the throwaway Slurm cluster did not start: {e}"));
+
+    let dir = temp_dir("slurm-netns");
+    let text = srun_on_hosts(&hosts, &cluster, MEMBER, &[], &dir);
     let mut clusters = BTreeSet::new();
     let mut ranks = BTreeSet::new();
-    for rank in 0..4 {
+    for rank in 0..6 {
         let line = std::fs::read_to_string(dir.join(format!("member-{rank}.txt")))
             .unwrap_or_else(|e| panic!("no report of rank {rank}: {e}\n{text}"));
         let f = fields(&line);
         assert_eq!(f["launcher"], "slurm", "{line}");
-        assert_eq!(f["size"], "4", "{line}");
-        assert_eq!(f["joins"], "4", "{line}");
+        assert_eq!(f["size"], "6", "{line}");
+        assert_eq!(f["joins"], "6", "{line}");
         ranks.insert(f["rank"].clone());
         clusters.insert(f["cluster"].clone());
     }
-    assert_eq!(ranks.len(), 4);
+    assert_eq!(ranks.len(), 6);
     assert_eq!(
         clusters,
-        BTreeSet::from(["h1".to_owned(), "h2".to_owned()]),
+        BTreeSet::from(["h1".to_owned(), "h2".to_owned(), "h3".to_owned()]),
         "a cluster per node"
     );
+    let _ = std::fs::remove_dir_all(&dir);
+
+    let dir = temp_dir("slurm-netns-fib");
+    let report = dir.join("report.txt");
+    let report_arg = report.to_string_lossy().into_owned();
+    let args = [
+        "fib",
+        "25",
+        "--check",
+        "--workers",
+        "1",
+        "--report",
+        &report_arg,
+    ];
+    let text = srun_on_hosts(&hosts, &cluster, APP, &args, &dir);
+    let report = std::fs::read_to_string(&report)
+        .unwrap_or_else(|e| panic!("no report from the master: {e}\n{text}"));
+    let kv: BTreeMap<&str, &str> = report.lines().filter_map(|l| l.split_once(" = ")).collect();
+    assert_eq!(kv.get("result"), Some(&"75025"), "{report}");
+    assert_eq!(kv.get("check"), Some(&"ok"), "{report}");
+    assert_eq!(kv.get("processes"), Some(&"6"), "{report}");
     let _ = std::fs::remove_dir_all(&dir);
 }
 
