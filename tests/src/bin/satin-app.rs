@@ -19,6 +19,10 @@ struct Cli {
 
 fn main() -> ExitCode {
     ipl_tools::init_tracing("warn");
+    // Linked in, so that `IPL_TRANSPORT=shm|quic` works without plugin libraries (a
+    // test build has not necessarily built them).
+    ipl::register_static_plugin(&ipl_transport_shm::PLUGIN);
+    ipl::register_static_plugin(&ipl_transport_quic::PLUGIN);
     let cli = Cli::parse();
     exit_status("satin-app", cli.app.run())
 }
