@@ -3,7 +3,11 @@
 //! test wait for it (with a bound, never a timing assertion), the set-up of endpoints
 //! as the IPL makes them, and a payload pattern for integrity checks. Used by the tests
 //! of the tcp, quic and shm transports. [`netns`] makes two hosts on one machine (network
-//! namespaces joined by a veth pair) for tests that cross hosts.
+//! namespaces joined by a veth pair) for tests that cross hosts. The IP transports (tcp,
+//! quic) share their test scenarios, each taking the transport as an
+//! [`IpTransport`](addresses::IpTransport): [`addresses`] (interface selection,
+//! advertised addresses, the dial order) and [`across_hosts`] (a connection between two
+//! namespace hosts).
 //!
 //! ```
 //! use ipl_transport_kit::testing::{pattern, EventLog};
@@ -16,6 +20,8 @@
 //! assert_ne!(pattern(1, 16), pattern(2, 16));
 //! ```
 
+pub mod across_hosts;
+pub mod addresses;
 pub mod netns;
 
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -22,11 +22,19 @@ use quinn_proto::{
 
 use ipl_auth::PoolSecret;
 use ipl_transport_abi::{Plugin, TransportInstance};
+use ipl_transport_kit::testing::addresses::IpTransport;
 use ipl_transport_quic::tls::{server_name, Identity, PoolTls};
 use ipl_transport_quic::wire::{StreamHeader, STREAM_HEADER_LEN};
 use ipl_transport_quic::Address;
 
 pub const POOL: &str = "test";
+
+/// This transport as the kit's shared scenarios take it.
+pub const TRANSPORT: IpTransport = IpTransport {
+    name: "quic",
+    plugin,
+    peer_addresses: ipl_transport_quic::QuicTransport::peer_addresses,
+};
 
 pub fn plugin() -> Plugin {
     Plugin::from_static(&ipl_transport_quic::PLUGIN).unwrap()

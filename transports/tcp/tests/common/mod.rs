@@ -11,7 +11,15 @@ use std::sync::Arc;
 
 use ipl_auth::{Initiator, PoolSecret, CHALLENGE_LEN};
 use ipl_transport_abi::{Plugin, TransportInstance};
+use ipl_transport_kit::testing::addresses::IpTransport;
 use ipl_transport_tcp::wire;
+
+/// This transport as the kit's shared scenarios take it.
+pub const TRANSPORT: IpTransport = IpTransport {
+    name: "tcp",
+    plugin,
+    peer_addresses: ipl_transport_tcp::TcpTransport::peer_addresses,
+};
 
 pub fn plugin() -> Plugin {
     Plugin::from_static(&ipl_transport_tcp::PLUGIN).unwrap()
