@@ -13,6 +13,9 @@ fuzz_target!(|data: &[u8]| {
     // A control message that decodes encodes back to something that decodes alike.
     if let Ok(ipl::protocol::Frame::Control(c)) = decoded {
         let again = ipl::protocol::encode_control(&c);
-        assert!(matches!(ipl::protocol::decode(&again), Ok(ipl::protocol::Frame::Control(_))));
+        assert!(matches!(
+            ipl::protocol::decode(&again),
+            Ok(ipl::protocol::Frame::Control(_))
+        ));
     }
 });

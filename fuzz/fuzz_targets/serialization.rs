@@ -4,8 +4,8 @@
 //! more than the message holds.
 #![no_main]
 
-use libfuzzer_sys::fuzz_target;
 use ipl_serialization::MessageReader;
+use libfuzzer_sys::fuzz_target;
 
 #[derive(serde::Deserialize, Debug)]
 #[allow(dead_code)]
