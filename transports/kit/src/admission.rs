@@ -40,6 +40,7 @@ pub struct Admission {
     limit: usize,
     shared: Arc<Counts>,
     log: Mutex<RateLimit>,
+    dropped_log: Mutex<RateLimit>,
 }
 
 #[derive(Debug, Default)]
@@ -67,6 +68,7 @@ impl Admission {
             limit: limit.max(1),
             shared: Arc::default(),
             log: Mutex::new(RateLimit::new(REFUSAL_LOG_INTERVAL)),
+            dropped_log: Mutex::new(RateLimit::new(REFUSAL_LOG_INTERVAL)),
         }
     }
 
@@ -99,6 +101,27 @@ impl Admission {
             );
         }
         None
+    }
+
+    /// Logs a connection dropped during its handshake (a stranger, a wrong secret, the
+    /// deadline): a warning at most once per [`REFUSAL_LOG_INTERVAL`] with the number
+    /// left out since the last one, the others at debug level, so that a stream of
+    /// strangers cannot flood the log.
+    pub fn dropped(&self, peer: &dyn std::fmt::Display, reason: &dyn std::fmt::Display) {
+        match self.dropped_log.lock().allow(Instant::now()) {
+            Some(suppressed) => tracing::warn!(
+                component = self.what,
+                peer = %peer,
+                suppressed,
+                "{}: dropping a connection from {peer}: {reason} (at most one such \
+                 warning per {}s; {suppressed} left out since the last)",
+                self.what,
+                REFUSAL_LOG_INTERVAL.as_secs()
+            ),
+            None => {
+                tracing::debug!(peer = %peer, "{}: dropping a connection from {peer}: {reason}",self.what,)
+            }
+        }
     }
 
     /// Connections in the handshake now.

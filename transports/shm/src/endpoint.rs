@@ -192,7 +192,7 @@ impl Inner {
                 if self.stopping.load(Ordering::SeqCst) {
                     tracing::debug!("shm: handshake cut by shutdown: {why}");
                 } else {
-                    tracing::warn!("shm: dropping a connection: {why}");
+                    self.admission.dropped(&"a local process", &why);
                 }
             }
         }

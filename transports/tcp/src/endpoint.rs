@@ -367,7 +367,7 @@ impl Inner {
             if self.stopping.load(Ordering::SeqCst) {
                 tracing::debug!(peer = %peer, "tcp: handshake with {peer} cut by shutdown: {what}");
             } else {
-                tracing::warn!(peer = %peer, "tcp: dropping connection from {peer}: {what}");
+                self.admission.dropped(&peer, what);
             }
             Dropped
         };

@@ -31,6 +31,7 @@ pub(crate) struct Admission {
     limit: usize,
     shared: Arc<Counts>,
     log: Mutex<RateLimit>,
+    dropped_log: Mutex<RateLimit>,
 }
 
 #[derive(Debug, Default)]
@@ -55,6 +56,7 @@ impl Admission {
             limit,
             shared: Arc::default(),
             log: Mutex::new(RateLimit::new(REFUSAL_LOG_INTERVAL)),
+            dropped_log: Mutex::new(RateLimit::new(REFUSAL_LOG_INTERVAL)),
         }
     }
 
@@ -85,6 +87,25 @@ impl Admission {
             );
         }
         None
+    }
+
+    /// Logs a connection dropped during its handshake (a stranger, a wrong secret, the
+    /// deadline): a warning at most once per [`REFUSAL_LOG_INTERVAL`] with the number
+    /// left out since the last one, the others at debug level, so that a stream of
+    /// strangers cannot flood the log.
+    pub(crate) fn dropped(&self, peer: &dyn std::fmt::Display, reason: &dyn std::fmt::Display) {
+        match self.dropped_log.lock().allow(Instant::now()) {
+            Some(suppressed) => tracing::warn!(
+                peer = %peer,
+                suppressed,
+                "registry: dropping a connection from {peer}: {reason} (at most one such \
+                 warning per {}s; {suppressed} left out since the last)",
+                REFUSAL_LOG_INTERVAL.as_secs()
+            ),
+            None => {
+                tracing::debug!(peer = %peer, "registry: dropping a connection from {peer}: {reason}")
+            }
+        }
     }
 
     /// Connections in the handshake now.

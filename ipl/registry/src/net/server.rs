@@ -59,8 +59,10 @@ fn key(m: &IbisIdentifier) -> Key {
 ///   and declares it dead if no pong arrives within the probe timeout.
 ///   `maybe_dead` and `assume_dead` only reach members of the caller's pool.
 /// * Connections that fail the handshake, send malformed frames or announce
-///   oversized ones are logged (`tracing::warn!`, with the peer address) and
-///   closed; nobody else notices.
+///   oversized ones are logged (`tracing::warn!`, with the peer address; the
+///   handshake failures at most once per
+///   [`REFUSAL_LOG_INTERVAL`](super::admission::REFUSAL_LOG_INTERVAL), the rest
+///   at debug level) and closed; nobody else notices.
 /// * A new connection has [`with_handshake_timeout`](Self::with_handshake_timeout)
 ///   in all to authenticate, however slowly its bytes arrive; at most
 ///   [`with_max_handshakes`](Self::with_max_handshakes) connections are in the
@@ -485,7 +487,7 @@ fn serve_connection_inner(
     );
     drop(slot);
     if let Err(reason) = result {
-        tracing::warn!(peer = %peer, reason = %reason, "registry connection refused");
+        shared.admission.dropped(&peer, &reason);
         let _ = stream.shutdown(Shutdown::Both);
         return Ok(());
     }
