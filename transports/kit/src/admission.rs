@@ -41,6 +41,7 @@ pub struct Admission {
     shared: Arc<Counts>,
     log: Mutex<RateLimit>,
     dropped_log: Mutex<RateLimit>,
+    accept_log: Mutex<RateLimit>,
 }
 
 #[derive(Debug, Default)]
@@ -69,6 +70,7 @@ impl Admission {
             shared: Arc::default(),
             log: Mutex::new(RateLimit::new(REFUSAL_LOG_INTERVAL)),
             dropped_log: Mutex::new(RateLimit::new(REFUSAL_LOG_INTERVAL)),
+            accept_log: Mutex::new(RateLimit::new(REFUSAL_LOG_INTERVAL)),
         }
     }
 
@@ -121,6 +123,20 @@ impl Admission {
             None => {
                 tracing::debug!(peer = %peer, "{}: dropping a connection from {peer}: {reason}",self.what,)
             }
+        }
+    }
+
+    /// Logs a failed `accept` (e.g. out of file descriptors), at most once per
+    /// [`REFUSAL_LOG_INTERVAL`] with the number left out since the last.
+    pub fn accept_failed(&self, error: &dyn std::fmt::Display) {
+        if let Some(suppressed) = self.accept_log.lock().allow(Instant::now()) {
+            tracing::warn!(
+                suppressed,
+                "{}: accept failed: {error} (at most one such warning per {}s; \
+                 {suppressed} left out since the last)",
+                self.what,
+                REFUSAL_LOG_INTERVAL.as_secs()
+            );
         }
     }
 

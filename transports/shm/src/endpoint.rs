@@ -205,7 +205,7 @@ impl Inner {
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return,
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
                 Err(e) => {
-                    tracing::warn!("shm: accept failed: {e}");
+                    self.admission.accept_failed(&e);
                     return;
                 }
             };

@@ -589,7 +589,7 @@ impl TcpTransport {
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
                 Err(e) => {
                     // E.g. out of file descriptors: wait a little instead of spinning.
-                    tracing::warn!("tcp: accept failed: {e}");
+                    inner.admission.accept_failed(&e);
                     thread::sleep(Duration::from_millis(50));
                     continue;
                 }

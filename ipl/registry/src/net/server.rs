@@ -386,7 +386,7 @@ fn accept_loop(listener: &TcpListener, shared: &Arc<ServerShared>) -> io::Result
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => thread::sleep(ACCEPT_POLL),
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Err(e) => {
-                tracing::warn!(error = %e, "accept failed");
+                shared.admission.accept_failed(&e);
                 thread::sleep(ACCEPT_POLL);
             }
         }
