@@ -1,5 +1,7 @@
 //! Helpers for transport authors, on top of the plugin ABI of `ipl-transport-abi`:
 //!
+//! - [`admission`]: the bound on connections in the handshake, the handshake deadline
+//!   and the rate-limited refusal warning of an accepting endpoint;
 //! - [`channels`]: the channel tables of an endpoint that carries many channels over one
 //!   link per peer (channel pairing);
 //! - [`gate`]: the in-flight [`Gate`] that keeps host callbacks from running after
@@ -26,6 +28,7 @@
 #![forbid(unsafe_code)]
 
 pub mod address;
+pub mod admission;
 pub mod channels;
 pub mod config;
 pub mod dial;

@@ -7,7 +7,7 @@
 //! quic) share their test scenarios, each taking the transport as an
 //! [`IpTransport`](addresses::IpTransport): [`addresses`] (interface selection,
 //! advertised addresses, the dial order) and [`across_hosts`] (a connection between two
-//! namespace hosts).
+//! namespace hosts). [`strangers`] plays the strangers that never finish a handshake.
 //!
 //! ```
 //! use ipl_transport_kit::testing::{pattern, EventLog};
@@ -23,6 +23,7 @@
 pub mod across_hosts;
 pub mod addresses;
 pub mod netns;
+pub mod strangers;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;

@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use ipl_auth::PoolSecret;
 use ipl_transport_abi::TransportError;
+use ipl_transport_kit::admission::DEFAULT_MAX_HANDSHAKES;
 use ipl_transport_kit::config::fields;
 
 use crate::layout::valid_capacity;
@@ -56,6 +57,12 @@ pub struct Config {
     /// that hides a lost wake-up as a delay of up to this long (tests raise it so
     /// that a lost wake-up shows).
     pub idle_check: Duration,
+    /// `shm.handshake_timeout_ms`: how long an accepted connection has to complete the
+    /// handshake, in all.
+    pub handshake_timeout: Duration,
+    /// `shm.max_handshakes`: accepted connections in the handshake at once; one beyond
+    /// is closed at once.
+    pub max_handshakes: usize,
 }
 
 fn invalid(msg: String) -> TransportError {
@@ -84,6 +91,8 @@ impl Config {
             spin: Duration::from_micros(DEFAULT_SPIN_US),
             send_timeout: DEFAULT_SEND_TIMEOUT,
             idle_check: DEFAULT_IDLE_CHECK,
+            handshake_timeout: crate::handshake::ACCEPT_TIMEOUT,
+            max_handshakes: DEFAULT_MAX_HANDSHAKES,
         };
         for (key, value) in ipl_transport_kit::config::entries(text, "shm")? {
             match key {
@@ -118,6 +127,10 @@ impl Config {
                 "shm.idle_check_ms" => {
                     c.idle_check = Duration::from_millis(number(key, value, 1, 86_400_000)?)
                 }
+                "shm.handshake_timeout_ms" => {
+                    c.handshake_timeout = Duration::from_millis(number(key, value, 1, 3_600_000)?)
+                }
+                "shm.max_handshakes" => c.max_handshakes = number(key, value, 1, 1 << 20)? as usize,
                 other => tracing::debug!(key = other, "shm config: ignoring unknown key"),
             }
         }
@@ -143,6 +156,14 @@ mod tests {
         assert_eq!(c.ring_size, DEFAULT_RING_SIZE);
         assert_eq!(c.wait, WaitMode::SpinBlock);
         assert_eq!(c.auth_context(), b"ipl-shm/");
+        assert_eq!(c.handshake_timeout, crate::handshake::ACCEPT_TIMEOUT);
+        assert_eq!(c.max_handshakes, DEFAULT_MAX_HANDSHAKES);
+        let c = Config::parse(&format!(
+            "secret={S}\nshm.handshake_timeout_ms=300\nshm.max_handshakes=4"
+        ))
+        .unwrap();
+        assert_eq!(c.handshake_timeout, Duration::from_millis(300));
+        assert_eq!(c.max_handshakes, 4);
         let c = Config::parse(&format!(
             "secret={S}\npool=p\nshm.ring_size=65536\nmax_message=10\nshm.wait=block\n\
              shm.spin_us=0\nshm.send_timeout_ms=5\nshm.idle_check_ms=7"
@@ -168,6 +189,8 @@ mod tests {
             format!("secret={S}\nmax_message=0"),
             format!("secret={S}\nshm.send_timeout_ms=x"),
             format!("secret={S}\nshm.idle_check_ms=0"),
+            format!("secret={S}\nshm.handshake_timeout_ms=0"),
+            format!("secret={S}\nshm.max_handshakes=0"),
             format!("secret={S}\njunk"),
         ] {
             let e = Config::parse(&bad).unwrap_err();

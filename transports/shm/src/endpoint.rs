@@ -18,6 +18,7 @@ use ipl_transport_abi::ffi::CloseCode;
 use ipl_transport_abi::{
     ChannelSink, HostSink, PluginBuffer, TransportCapabilities, TransportError, TransportPlugin,
 };
+use ipl_transport_kit::admission::{Admission, Slot};
 use ipl_transport_kit::channels::{ChannelTable, Route};
 use ipl_transport_kit::Gate;
 
@@ -62,6 +63,8 @@ struct Inner {
     /// Wakes the endpoint thread (new link, shutdown).
     ctl: OwnedFd,
     handshakes: Mutex<Handshakes>,
+    /// Accepted connections still in the handshake, and their bound.
+    admission: Admission,
     /// Host threads parked in `wait`.
     parking: Parking,
     /// The endpoint thread is in (or about to enter) its `poll`. A parked host thread
@@ -156,15 +159,23 @@ impl Inner {
         Ok(link)
     }
 
-    /// The accepting side's handshake, on its own thread.
-    fn serve_accepted(self: Arc<Self>, token: u64, sock: UnixStream) {
+    /// The accepting side's handshake, on its own thread, bounded by `deadline`.
+    fn serve_accepted(
+        self: Arc<Self>,
+        token: u64,
+        sock: UnixStream,
+        slot: Slot,
+        deadline: Instant,
+    ) {
         let result = handshake::respond(
             sock,
             &self.cfg.secret,
             &self.context,
             self.id,
             handshake_max_cap(&self.cfg),
+            deadline,
         );
+        drop(slot);
         self.handshakes.lock().pending.remove(&token);
         match result {
             Ok(est) => {
@@ -181,7 +192,7 @@ impl Inner {
                 if self.stopping.load(Ordering::SeqCst) {
                     tracing::debug!("shm: handshake cut by shutdown: {why}");
                 } else {
-                    tracing::warn!("shm: dropping a connection: {why}");
+                    self.admission.dropped(&"a local process", &why);
                 }
             }
         }
@@ -194,9 +205,16 @@ impl Inner {
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return,
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
                 Err(e) => {
-                    tracing::warn!("shm: accept failed: {e}");
+                    self.admission.accept_failed(&e);
                     return;
                 }
+            };
+            let deadline = Instant::now() + self.cfg.handshake_timeout;
+            // Beyond `shm.max_handshakes` strangers could hold every thread and file
+            // descriptor: closed at once (and counted, the warning rate-limited).
+            let Some(slot) = self.admission.admit(&"a local process") else {
+                drop(sock);
+                continue;
             };
             if sock.set_nonblocking(false).is_err() {
                 continue;
@@ -213,7 +231,7 @@ impl Inner {
             let me = self.clone();
             match thread::Builder::new()
                 .name("ipl-shm-accept".into())
-                .spawn(move || me.serve_accepted(token, sock))
+                .spawn(move || me.serve_accepted(token, sock, slot, deadline))
             {
                 Ok(h) => hs.threads.push(h),
                 Err(e) => {
@@ -627,6 +645,7 @@ impl TransportPlugin for ShmTransport {
         let inner = Arc::new(Inner {
             id,
             context: cfg.auth_context(),
+            admission: Admission::new("shm", cfg.max_handshakes),
             cfg,
             here,
             address,

@@ -20,6 +20,7 @@ use std::time::{Duration, Instant};
 
 use ipl_auth::{AuthError, Initiator, PoolSecret, Responder, CHALLENGE_LEN, FINISH_LEN, HELLO_LEN};
 use ipl_transport_abi::TransportError;
+use ipl_transport_kit::admission::{self, DeadlineIo};
 
 use crate::layout::{check_segment, segment_header, segment_size, valid_capacity};
 use crate::region::Region;
@@ -28,7 +29,8 @@ use crate::sys;
 /// The first bytes a connecting endpoint sends: protocol name and version.
 pub const MAGIC: [u8; 8] = *b"IPLSHM\x00\x01";
 
-/// How long the accepting side waits for each handshake message.
+/// Default `shm.handshake_timeout_ms`: how long an accepted connection has to complete
+/// the handshake, in all (a deadline for the whole handshake, not for each read).
 pub const ACCEPT_TIMEOUT: Duration = Duration::from_secs(5);
 
 const THIRD_LEN: usize = FINISH_LEN + 24;
@@ -142,30 +144,36 @@ pub fn initiate(
     })
 }
 
-/// The accepting side, on an accepted socket. `Err` carries a description for the log;
-/// the caller drops the connection.
+/// The accepting side, on an accepted socket, all of it before `deadline`: every read
+/// and write may use only the time left, so a peer that trickles its bytes is dropped
+/// at the deadline. `Err` carries a description for the log; the caller drops the
+/// connection.
 pub fn respond(
-    mut sock: UnixStream,
+    sock: UnixStream,
     secret: &PoolSecret,
     context: &[u8],
     my_id: u64,
     max_cap: usize,
+    deadline: Instant,
 ) -> Result<Established, String> {
-    sock.set_read_timeout(Some(ACCEPT_TIMEOUT))
-        .and_then(|_| sock.set_write_timeout(Some(ACCEPT_TIMEOUT)))
-        .map_err(|e| format!("socket option: {e}"))?;
+    let set_timeouts = |left: Duration| {
+        sock.set_read_timeout(Some(left))?;
+        sock.set_write_timeout(Some(left))
+    };
+    let arm = || admission::left(deadline).and_then(set_timeouts);
+    let mut io = DeadlineIo::new(&sock, deadline, set_timeouts);
     let mut first = [0u8; MAGIC.len() + HELLO_LEN];
-    sock.read_exact(&mut first)
+    io.read_exact(&mut first)
         .map_err(|e| format!("handshake: {e}"))?;
     if first[..MAGIC.len()] != MAGIC {
         return Err("not an IPL shm endpoint (bad preamble)".into());
     }
     let (resp, challenge) = Responder::on_hello(secret, context, &first[MAGIC.len()..])
         .map_err(|e| format!("handshake: {e}"))?;
-    sock.write_all(&challenge)
+    io.write_all(&challenge)
         .map_err(|e| format!("handshake: {e}"))?;
     let mut third = [0u8; THIRD_LEN];
-    let fd = match sys::recv_with_fd(&sock, &mut third) {
+    let fd = match sys::recv_with_fd(&sock, &mut third, arm) {
         Ok(fd) => fd,
         Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
             return Err("it does not know this pool's secret (hung up)".into())
@@ -184,7 +192,7 @@ pub fn respond(
     if wanted != my_id {
         let mut reply = [0u8; 9];
         reply[..8].copy_from_slice(&my_id.to_le_bytes());
-        let _ = sock.write_all(&reply);
+        let _ = io.write_all(&reply);
         return Err(format!(
             "peer wanted endpoint {wanted:016x}, a stale address"
         ));
@@ -212,7 +220,7 @@ pub fn respond(
     let mut reply = [0u8; 9];
     reply[..8].copy_from_slice(&my_id.to_le_bytes());
     reply[8] = 1;
-    sock.write_all(&reply)
+    io.write_all(&reply)
         .map_err(|e| format!("handshake: {e}"))?;
     sock.set_read_timeout(None)
         .and_then(|_| sock.set_write_timeout(None))

@@ -77,14 +77,21 @@ pub fn send_with_fd(sock: impl AsFd, data: &[u8], fd: &OwnedFd) -> io::Result<()
 
 /// Reads exactly `buf.len()` bytes and the one descriptor sent along with them (the
 /// first descriptor received; any others are closed). `Ok(None)` means no descriptor
-/// came. An end of stream before all bytes is an `UnexpectedEof` error.
-pub fn recv_with_fd(sock: impl AsFd, buf: &mut [u8]) -> io::Result<Option<OwnedFd>> {
+/// came. An end of stream before all bytes is an `UnexpectedEof` error. `before_each`
+/// runs before every `recvmsg` (e.g. to set the socket's timeout to what is left of a
+/// deadline); its error ends the read.
+pub fn recv_with_fd(
+    sock: impl AsFd,
+    buf: &mut [u8],
+    mut before_each: impl FnMut() -> io::Result<()>,
+) -> io::Result<Option<OwnedFd>> {
     let mut got = 0;
     let mut fd: Option<OwnedFd> = None;
     // Room for a few descriptors, so that a peer sending more than one does not
     // truncate the one we want; the extra ones are closed.
     let mut space = [MaybeUninit::<u8>::uninit(); 4 * ONE_FD_SPACE];
     while got < buf.len() {
+        before_each()?;
         let mut iov = [IoSliceMut::new(&mut buf[got..])];
         let mut control = RecvAncillaryBuffer::new(&mut space);
         let n = match rustix::net::recvmsg(&sock, &mut iov, &mut control, RecvFlags::CMSG_CLOEXEC) {

@@ -1,20 +1,46 @@
 //! The endpoint's `key=value` configuration.
 
+use std::time::Duration;
+
 use ipl_transport_abi::TransportError;
+use ipl_transport_kit::admission::DEFAULT_MAX_HANDSHAKES;
 use ipl_transport_kit::config::{NetConfig, NetDefaults};
 
 /// Default `max_message`: 1 GiB.
 pub const DEFAULT_MAX_MESSAGE: u32 = 1 << 30;
 
-/// A parsed configuration: the keys of every network transport, nothing more.
+/// Default `tcp.handshake_timeout_ms`: how long an accepted connection has to
+/// authenticate, in all.
+pub const DEFAULT_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// A parsed configuration: the keys of every network transport, and the bounds on
+/// connections that have not authenticated yet.
 #[derive(Debug, Clone)]
-pub(crate) struct Config(NetConfig);
+pub(crate) struct Config {
+    net: NetConfig,
+    /// `tcp.handshake_timeout_ms`: the deadline of an accepted connection's handshake.
+    pub handshake_timeout: Duration,
+    /// `tcp.max_handshakes`: accepted connections in the handshake at once.
+    pub max_handshakes: usize,
+}
 
 impl std::ops::Deref for Config {
     type Target = NetConfig;
     fn deref(&self) -> &NetConfig {
-        &self.0
+        &self.net
     }
+}
+
+fn number(key: &str, value: &str, min: u64, max: u64) -> Result<u64, TransportError> {
+    value
+        .parse::<u64>()
+        .ok()
+        .filter(|n| (min..=max).contains(n))
+        .ok_or_else(|| {
+            TransportError::InvalidArgument(format!(
+                "tcp config: {key}={value:?} must be {min}..={max}"
+            ))
+        })
 }
 
 impl Config {
@@ -27,7 +53,23 @@ impl Config {
             max_message_limit: u32::MAX,
             secret_why: "",
         };
-        NetConfig::parse(text, defaults, |_, _| Ok(false)).map(Config)
+        let mut handshake_timeout = DEFAULT_HANDSHAKE_TIMEOUT;
+        let mut max_handshakes = DEFAULT_MAX_HANDSHAKES;
+        let net = NetConfig::parse(text, defaults, |key, value| {
+            match key {
+                "tcp.handshake_timeout_ms" => {
+                    handshake_timeout = Duration::from_millis(number(key, value, 1, 3_600_000)?);
+                }
+                "tcp.max_handshakes" => max_handshakes = number(key, value, 1, 1 << 20)? as usize,
+                _ => return Ok(false),
+            }
+            Ok(true)
+        })?;
+        Ok(Config {
+            net,
+            handshake_timeout,
+            max_handshakes,
+        })
     }
 
     /// The auth context: `ipl-tcp/<pool>`.
@@ -49,7 +91,15 @@ mod tests {
         assert_eq!(c.bind, None);
         assert!(c.interfaces.is_all());
         assert_eq!(c.max_message, DEFAULT_MAX_MESSAGE);
+        assert_eq!(c.handshake_timeout, DEFAULT_HANDSHAKE_TIMEOUT);
+        assert_eq!(c.max_handshakes, DEFAULT_MAX_HANDSHAKES);
         assert_eq!(c.auth_context(), b"ipl-tcp/");
+        let c = Config::parse(&format!(
+            "secret={S}\ntcp.handshake_timeout_ms=300\ntcp.max_handshakes=4"
+        ))
+        .unwrap();
+        assert_eq!(c.handshake_timeout, Duration::from_millis(300));
+        assert_eq!(c.max_handshakes, 4);
         let c = Config::parse(&format!(
             " secret = {S} \npool=p1\nbind=0.0.0.0:0\nmax_message=1024\n"
         ))
@@ -76,6 +126,9 @@ mod tests {
             format!("secret={S}\njunk"),
             format!("secret={S}\ninterfaces=eth0,,lo"),
             format!("secret={S}\ninterfaces=10.0.0.0/40"),
+            format!("secret={S}\ntcp.handshake_timeout_ms=0"),
+            format!("secret={S}\ntcp.max_handshakes=0"),
+            format!("secret={S}\ntcp.max_handshakes=many"),
         ] {
             let e = Config::parse(&bad).unwrap_err();
             assert!(

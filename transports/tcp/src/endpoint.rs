@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use ipl_auth::{AuthError, Initiator, Responder, CHALLENGE_LEN, FINISH_LEN, HELLO_LEN};
 use ipl_transport_abi::ffi::CloseCode;
 use ipl_transport_abi::{HostSink, TransportCapabilities, TransportError, TransportPlugin};
+use ipl_transport_kit::admission::{self, Admission, DeadlineIo, Slot};
 use ipl_transport_kit::channels::{
     ChannelLink, ChannelTable, LinkChannels, PeerLink, Peers, Route,
 };
@@ -25,9 +26,6 @@ use crate::net;
 use crate::wire::{self, HEADER_LEN, KIND_CLOSE, KIND_DATA, KIND_OPEN, MAGIC, OPENED_BY_SENDER};
 use crate::Address;
 use parking_lot::Mutex;
-
-/// How long the accepting side waits for each handshake message.
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// A connection dropped during the accepting side's handshake (already logged).
 struct Dropped;
@@ -132,6 +130,8 @@ struct Inner {
     host: HostSink,
     /// Receive buffers, recycled when the host releases them.
     pool: BufferPool,
+    /// Accepted connections still in the handshake, and their bound.
+    admission: Admission,
     gate: Gate,
     stopping: AtomicBool,
     next_serial: AtomicU64,
@@ -150,6 +150,11 @@ pub struct ConnectionStats {
     /// TCP connections that completed the handshake since the endpoint was created
     /// (dialed or accepted).
     pub established: u64,
+    /// Accepted connections in the handshake now.
+    pub handshakes: usize,
+    /// Accepted connections closed at once because `tcp.max_handshakes` were in the
+    /// handshake.
+    pub refused: u64,
 }
 
 /// A TCP endpoint (the plugin's instance type). See the crate documentation.
@@ -330,8 +335,16 @@ impl Inner {
     }
 
     /// The accepting side of the handshake, on its own thread; then the reader loop.
-    fn serve_accepted(self: Arc<Self>, token: u64, sock: Arc<Socket>, peer: SocketAddr) {
-        let result = self.accept_handshake(&sock, peer);
+    fn serve_accepted(
+        self: Arc<Self>,
+        token: u64,
+        sock: Arc<Socket>,
+        peer: SocketAddr,
+        slot: Slot,
+        deadline: Instant,
+    ) {
+        let result = self.accept_handshake(&sock, peer, deadline);
+        drop(slot);
         self.state.lock().pending.remove(&token);
         match result {
             Ok(conn) => self.read_loop(conn),
@@ -341,12 +354,20 @@ impl Inner {
         }
     }
 
-    fn accept_handshake(&self, sock: &Arc<Socket>, peer: SocketAddr) -> Result<Arc<Conn>, Dropped> {
+    /// The accepting side's handshake, all of it before `deadline` (`tcp.handshake_timeout_ms`
+    /// after accept): every read and write may use only the time left, so a peer that
+    /// trickles its bytes is dropped at the deadline.
+    fn accept_handshake(
+        &self,
+        sock: &Arc<Socket>,
+        peer: SocketAddr,
+        deadline: Instant,
+    ) -> Result<Arc<Conn>, Dropped> {
         let fail = |what: &dyn std::fmt::Display| {
             if self.stopping.load(Ordering::SeqCst) {
                 tracing::debug!(peer = %peer, "tcp: handshake with {peer} cut by shutdown: {what}");
             } else {
-                tracing::warn!(peer = %peer, "tcp: dropping connection from {peer}: {what}");
+                self.admission.dropped(&peer, what);
             }
             Dropped
         };
@@ -355,11 +376,21 @@ impl Inner {
                 .and_then(|_| sock.set_write_timeout(d))
                 .map_err(|e| fail(&format_args!("socket option: {e}")))
         };
-        timeouts(Some(HANDSHAKE_TIMEOUT))?;
+        let set_timeouts = |left: Duration| {
+            sock.set_read_timeout(Some(left))?;
+            sock.set_write_timeout(Some(left))
+        };
+        let mut r = DeadlineIo::new(&**sock, deadline, set_timeouts);
+        // Before a write: the time left as its timeout.
+        let arm = || {
+            admission::left(deadline)
+                .and_then(set_timeouts)
+                .map_err(|e| fail(&format_args!("handshake: {e}")))
+        };
         // The preamble first, so that a client speaking another protocol is dropped at
         // once rather than after the timeout.
         let mut magic = [0u8; MAGIC.len()];
-        match net::read_exact_or_eof(&mut &**sock, &mut magic) {
+        match net::read_exact_or_eof(&mut r, &mut magic) {
             Ok(true) => {}
             Ok(false) => {
                 tracing::debug!(peer = %peer, "tcp: connection closed before the handshake");
@@ -371,7 +402,7 @@ impl Inner {
             return Err(fail(&"not an IPL tcp endpoint (bad preamble)"));
         }
         let mut hello = [0u8; HELLO_LEN];
-        net::read_exact_or_eof(&mut &**sock, &mut hello)
+        net::read_exact_or_eof(&mut r, &mut hello)
             .and_then(|full| {
                 full.then_some(())
                     .ok_or_else(|| std::io::ErrorKind::UnexpectedEof.into())
@@ -379,9 +410,10 @@ impl Inner {
             .map_err(|e| fail(&format_args!("handshake: {e}")))?;
         let (resp, challenge) = Responder::on_hello(&self.cfg.secret, &self.context, &hello)
             .map_err(|e| fail(&format_args!("handshake: {e}")))?;
+        arm()?;
         net::write_all(sock, &challenge).map_err(|e| fail(&format_args!("handshake: {e}")))?;
         let mut third = [0u8; FINISH_LEN + 16];
-        match net::read_exact_or_eof(&mut &**sock, &mut third) {
+        match net::read_exact_or_eof(&mut r, &mut third) {
             Ok(true) => {}
             // The initiator hangs up when our proof is wrong: it does not share the secret.
             Ok(false) => return Err(fail(&"it does not know this pool's secret (hung up)")),
@@ -397,6 +429,7 @@ impl Inner {
         let wanted = u64::from_le_bytes(id);
         if wanted != self.id {
             tracing::debug!(peer = %peer, "tcp: peer wanted endpoint {wanted:016x}, a stale address");
+            arm()?;
             let _ = net::write_all(sock, &self.id.to_le_bytes());
             return Err(Dropped);
         }
@@ -523,6 +556,8 @@ impl TcpTransport {
         Some(ConnectionStats {
             open,
             established: inner.established.load(Ordering::Relaxed),
+            handshakes: inner.admission.pending(),
+            refused: inner.admission.refused(),
         })
     }
 
@@ -554,7 +589,7 @@ impl TcpTransport {
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
                 Err(e) => {
                     // E.g. out of file descriptors: wait a little instead of spinning.
-                    tracing::warn!("tcp: accept failed: {e}");
+                    inner.admission.accept_failed(&e);
                     thread::sleep(Duration::from_millis(50));
                     continue;
                 }
@@ -565,6 +600,13 @@ impl TcpTransport {
                 .map(|a| SocketAddr::new(a.ip().to_canonical(), a.port()))
                 .unwrap_or_else(|| SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), 0));
             net::tune(&sock);
+            let deadline = Instant::now() + inner.cfg.handshake_timeout;
+            // Beyond `tcp.max_handshakes` strangers could hold every thread and file
+            // descriptor: closed at once (and counted, the warning rate-limited).
+            let Some(slot) = inner.admission.admit(&peer) else {
+                drop(sock);
+                continue;
+            };
             let sock = Arc::new(sock);
             let token = inner.next_serial.fetch_add(1, Ordering::Relaxed);
             {
@@ -579,7 +621,7 @@ impl TcpTransport {
             let s = sock.clone();
             match thread::Builder::new()
                 .name("ipl-tcp-conn".into())
-                .spawn(move || me.serve_accepted(token, s, peer))
+                .spawn(move || me.serve_accepted(token, s, peer, slot, deadline))
             {
                 Ok(h) => inner.state.lock().threads.push(h),
                 Err(e) => {
@@ -671,6 +713,7 @@ impl TransportPlugin for TcpTransport {
         let inner = Arc::new(Inner {
             id,
             context: cfg.auth_context(),
+            admission: Admission::new("tcp", cfg.max_handshakes),
             cfg,
             address,
             bound,

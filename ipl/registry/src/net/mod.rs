@@ -12,7 +12,8 @@
 //! * Every connection first runs the `ipl_auth` mutual challenge-response
 //!   with the server's pool secret (context [`protocol::AUTH_CONTEXT`]); a
 //!   client without the secret gets [`RegistryError::Refused`](crate::RegistryError::Refused)
-//!   and the server logs a warning with the peer's address.
+//!   and the server logs a warning with the peer's address (at most one per
+//!   [`REFUSAL_LOG_INTERVAL`], with the number left out).
 //! * Requests are round-trips; the server pushes each member's events (and
 //!   its pool's status) as they happen, before the response of the request
 //!   that caused them.
@@ -61,11 +62,13 @@
 //! # }
 //! ```
 
+pub mod admission;
 pub mod client;
 pub mod heartbeat;
 pub mod protocol;
 pub mod server;
 
+pub use admission::{DEFAULT_MAX_HANDSHAKES, REFUSAL_LOG_INTERVAL};
 pub use client::{NetRegistry, DEFAULT_REQUEST_TIMEOUT};
 pub use heartbeat::{Heartbeat, DEFAULT_HEARTBEAT_INTERVAL, DEFAULT_HEARTBEAT_TIMEOUT};
 pub use server::{RegistryServer, ServerHandle, DEFAULT_HANDSHAKE_TIMEOUT, DEFAULT_PROBE_TIMEOUT};

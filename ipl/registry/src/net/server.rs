@@ -8,7 +8,7 @@ use std::sync::{mpsc, Arc};
 
 use parking_lot::Mutex;
 use std::thread::{self, JoinHandle};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use ipl_auth::{PoolSecret, Responder};
 
@@ -16,6 +16,7 @@ use crate::core::{MaybeDead, RegistryCore};
 use crate::error::{RegistryError, Result};
 use crate::identifier::{IbisIdentifier, MemberId};
 
+use super::admission::{Admission, DeadlineStream, Slot, DEFAULT_MAX_HANDSHAKES};
 use super::heartbeat::{Heartbeat, LastHeard};
 use super::protocol::{
     encode, read_msg, write_msg, Challenge, ClientMsg, FrameError, Hello, Liveness, Reply, Request,
@@ -25,7 +26,8 @@ use super::protocol::{
 /// Default time a suspect has to answer a liveness probe.
 pub const DEFAULT_PROBE_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// Default time a new connection has to complete the handshake.
+/// Default time a new connection has to complete the handshake, from accept to
+/// authenticated (a deadline for the whole handshake, not for each read).
 pub const DEFAULT_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// How often the accept loop checks for shutdown.
@@ -57,8 +59,17 @@ fn key(m: &IbisIdentifier) -> Key {
 ///   and declares it dead if no pong arrives within the probe timeout.
 ///   `maybe_dead` and `assume_dead` only reach members of the caller's pool.
 /// * Connections that fail the handshake, send malformed frames or announce
-///   oversized ones are logged (`tracing::warn!`, with the peer address) and
-///   closed; nobody else notices.
+///   oversized ones are logged (`tracing::warn!`, with the peer address; the
+///   handshake failures at most once per
+///   [`REFUSAL_LOG_INTERVAL`](super::admission::REFUSAL_LOG_INTERVAL), the rest
+///   at debug level) and closed; nobody else notices.
+/// * A new connection has [`with_handshake_timeout`](Self::with_handshake_timeout)
+///   in all to authenticate, however slowly its bytes arrive; at most
+///   [`with_max_handshakes`](Self::with_max_handshakes) connections are in the
+///   handshake at once, and one beyond that is closed at once (counted, and
+///   logged at most once per
+///   [`REFUSAL_LOG_INTERVAL`](super::admission::REFUSAL_LOG_INTERVAL)). Strangers
+///   that hold every slot keep members out only until their deadline.
 ///
 /// Any number of pools are served at once, by name. A pool whose members
 /// have all left or died is forgotten: its state is freed, and a later join
@@ -97,6 +108,8 @@ struct ServerShared {
     heartbeat: Heartbeat,
     probe_timeout: Duration,
     handshake_timeout: Duration,
+    /// The connections in the handshake, and their bound.
+    admission: Admission,
     state: Mutex<ServerState>,
     stop: AtomicBool,
     next_nonce: AtomicU64,
@@ -135,6 +148,7 @@ impl RegistryServer {
                 heartbeat: Heartbeat::default(),
                 probe_timeout: DEFAULT_PROBE_TIMEOUT,
                 handshake_timeout: DEFAULT_HANDSHAKE_TIMEOUT,
+                admission: Admission::new(DEFAULT_MAX_HANDSHAKES),
                 state: Mutex::new(ServerState::default()),
                 stop: AtomicBool::new(false),
                 next_nonce: AtomicU64::new(0),
@@ -164,11 +178,23 @@ impl RegistryServer {
         self
     }
 
-    /// Sets how long a new connection has to complete the handshake
-    /// (default [`DEFAULT_HANDSHAKE_TIMEOUT`]).
+    /// Sets how long a new connection has to complete the handshake, from
+    /// accept to authenticated, however its bytes trickle in (default
+    /// [`DEFAULT_HANDSHAKE_TIMEOUT`]).
     pub fn with_handshake_timeout(mut self, timeout: Duration) -> Self {
         if let Some(s) = Arc::get_mut(&mut self.shared) {
             s.handshake_timeout = timeout;
+        }
+        self
+    }
+
+    /// Sets how many connections may be in the handshake at once (default
+    /// [`DEFAULT_MAX_HANDSHAKES`], at least 1); a connection beyond that is
+    /// closed at once. Each such connection holds a thread and a file
+    /// descriptor for at most the handshake timeout.
+    pub fn with_max_handshakes(mut self, max: usize) -> Self {
+        if let Some(s) = Arc::get_mut(&mut self.shared) {
+            s.admission = Admission::new(max.max(1));
         }
         self
     }
@@ -253,6 +279,18 @@ impl ServerHandle {
         self.shared.state.lock().conns.len()
     }
 
+    /// Number of connections in the handshake now (not yet authenticated).
+    pub fn handshakes(&self) -> usize {
+        self.shared.admission.pending()
+    }
+
+    /// Number of connections closed at once because
+    /// [`with_max_handshakes`](RegistryServer::with_max_handshakes) handshakes
+    /// were running.
+    pub fn refused_connections(&self) -> u64 {
+        self.shared.admission.refused()
+    }
+
     /// Stops accepting, closes all connections and waits for the accept
     /// thread.
     pub fn shutdown(self) {}
@@ -332,10 +370,15 @@ fn accept_loop(listener: &TcpListener, shared: &Arc<ServerShared>) -> io::Result
     while !shared.stop.load(Ordering::SeqCst) {
         match listener.accept() {
             Ok((stream, peer)) => {
+                let deadline = Instant::now() + shared.handshake_timeout;
+                let Some(slot) = shared.admission.admit(&peer) else {
+                    let _ = stream.shutdown(Shutdown::Both);
+                    continue;
+                };
                 let shared = Arc::clone(shared);
                 let spawned = thread::Builder::new()
                     .name("ipl-registry-conn".into())
-                    .spawn(move || serve_connection(&shared, stream, peer));
+                    .spawn(move || serve_connection(&shared, stream, peer, slot, deadline));
                 if let Err(e) = spawned {
                     tracing::error!(peer = %peer, error = %e, "could not start a connection thread");
                 }
@@ -343,7 +386,7 @@ fn accept_loop(listener: &TcpListener, shared: &Arc<ServerShared>) -> io::Result
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => thread::sleep(ACCEPT_POLL),
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Err(e) => {
-                tracing::warn!(error = %e, "accept failed");
+                shared.admission.accept_failed(&e);
                 thread::sleep(ACCEPT_POLL);
             }
         }
@@ -414,8 +457,14 @@ fn handshake(
     }
 }
 
-fn serve_connection(shared: &Arc<ServerShared>, stream: TcpStream, peer: SocketAddr) {
-    if let Err(e) = serve_connection_inner(shared, stream, peer) {
+fn serve_connection(
+    shared: &Arc<ServerShared>,
+    stream: TcpStream,
+    peer: SocketAddr,
+    slot: Slot,
+    deadline: Instant,
+) {
+    if let Err(e) = serve_connection_inner(shared, stream, peer, slot, deadline) {
         tracing::warn!(peer = %peer, error = %e, "registry connection failed");
     }
 }
@@ -424,18 +473,25 @@ fn serve_connection_inner(
     shared: &Arc<ServerShared>,
     stream: TcpStream,
     peer: SocketAddr,
+    slot: Slot,
+    deadline: Instant,
 ) -> io::Result<()> {
     stream.set_nonblocking(false)?;
     stream.set_nodelay(true)?;
-    stream.set_read_timeout(Some(shared.handshake_timeout))?;
-    stream.set_write_timeout(Some(shared.handshake_timeout))?;
-    let mut reader = BufReader::new(stream.try_clone()?);
-    let mut hs_writer = stream.try_clone()?;
-    if let Err(reason) = handshake(shared, &mut reader, &mut hs_writer) {
-        tracing::warn!(peer = %peer, reason = %reason, "registry connection refused");
+    // Unbuffered: nothing the client sends after the handshake is read ahead
+    // and lost; every read and write gets only what is left of the deadline.
+    let result = handshake(
+        shared,
+        &mut DeadlineStream::new(&stream, deadline),
+        &mut DeadlineStream::new(&stream, deadline),
+    );
+    drop(slot);
+    if let Err(reason) = result {
+        shared.admission.dropped(&peer, &reason);
         let _ = stream.shutdown(Shutdown::Both);
         return Ok(());
     }
+    let mut reader = BufReader::new(stream.try_clone()?);
     stream.set_read_timeout(None)?;
     // Writes are done by the writer thread; a client that stops reading
     // for this long is cut off.

@@ -1,0 +1,120 @@
+//! Strangers that never finish the handshake, on 127.0.0.1: the handshake has one
+//! deadline however slowly its bytes trickle in, and beyond the bound on connections in
+//! the handshake a new one is closed at once, while members still get in.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::time::{Duration, Instant};
+
+use ipl_auth::PoolSecret;
+use ipl_registry::net::protocol::{self, Hello, PROTOCOL_VERSION};
+use ipl_registry::{JoinRequest, NetRegistry, PoolConfig, RegistryServer};
+
+/// Bound on every wait.
+const T: Duration = Duration::from_secs(10);
+
+/// Whether the server has closed `s` (EOF or reset); `Ok(false)` if nothing came within
+/// the stream's read timeout. Data from the server is a failure of these tests: the
+/// stranger never completed anything worth an answer.
+fn closed(s: &mut TcpStream) -> bool {
+    let mut b = [0u8; 64];
+    match s.read(&mut b) {
+        Ok(0) => true,
+        Ok(n) => panic!("the server answered a stranger ({n} bytes)"),
+        Err(e)
+            if matches!(
+                e.kind(),
+                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+            ) =>
+        {
+            false
+        }
+        Err(_) => true,
+    }
+}
+
+#[test]
+fn a_slow_loris_is_cut_off_at_the_handshake_deadline() {
+    let secret = PoolSecret::generate().unwrap();
+    let deadline = Duration::from_millis(300);
+    let srv = RegistryServer::bind("127.0.0.1:0", secret)
+        .unwrap()
+        .with_handshake_timeout(deadline)
+        .run_in_background()
+        .unwrap();
+    // A well-formed hello (so nothing about it is refused early), one byte per 100 ms:
+    // each gap is shorter than the handshake timeout.
+    let hello = protocol::encode(&Hello {
+        version: PROTOCOL_VERSION,
+        nonce: [7; ipl_auth::HELLO_LEN],
+    })
+    .unwrap();
+    let mut s = TcpStream::connect(srv.local_addr()).unwrap();
+    s.set_read_timeout(Some(Duration::from_millis(100)))
+        .unwrap();
+    let start = Instant::now();
+    let mut cut = None;
+    for &byte in &hello[..hello.len() - 1] {
+        if s.write_all(&[byte]).is_err() || closed(&mut s) {
+            cut = Some(start.elapsed());
+            break;
+        }
+    }
+    let cut = cut.unwrap_or_else(|| {
+        panic!(
+            "a client trickling {} bytes for {:?} was never cut off (deadline {deadline:?})",
+            hello.len() - 1,
+            start.elapsed()
+        )
+    });
+    assert!(
+        cut < deadline + Duration::from_secs(2),
+        "cut off after {cut:?}"
+    );
+    assert_eq!(srv.connections(), 0);
+}
+
+#[test]
+fn beyond_the_handshake_bound_strangers_are_closed_at_once_and_members_still_join() {
+    let secret = PoolSecret::generate().unwrap();
+    let deadline = Duration::from_secs(2);
+    let srv = RegistryServer::bind("127.0.0.1:0", secret.clone())
+        .unwrap()
+        .with_handshake_timeout(deadline)
+        .with_max_handshakes(4)
+        .run_in_background()
+        .unwrap();
+    let addr: SocketAddr = srv.local_addr();
+    // Four silent strangers hold every slot.
+    let strangers: Vec<TcpStream> = (0..4).map(|_| TcpStream::connect(addr).unwrap()).collect();
+    let end = Instant::now() + T;
+    while srv.handshakes() < 4 {
+        assert!(Instant::now() < end, "the strangers were never accepted");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    // A fifth is closed at once, long before the deadline.
+    let mut fifth = TcpStream::connect(addr).unwrap();
+    fifth.set_read_timeout(Some(deadline / 2)).unwrap();
+    assert!(
+        closed(&mut fifth),
+        "a connection beyond the bound was kept open"
+    );
+    assert!(srv.refused_connections() >= 1);
+    // A member gets in once the strangers' handshakes reach their deadline.
+    let start = Instant::now();
+    let member = loop {
+        match NetRegistry::connect(addr, &secret, T) {
+            Ok(c) => break c,
+            Err(e) => {
+                assert!(start.elapsed() < T, "a member never got in: {e}");
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+    };
+    let m = member
+        .join("pool", PoolConfig::closed_world(1), JoinRequest::new("c"))
+        .unwrap();
+    m.wait_until_pool_closed(Some(T)).unwrap();
+    m.leave().unwrap();
+    drop(strangers);
+}
