@@ -56,6 +56,42 @@ pub const EXIT_TIMEOUT: i32 = 124;
 /// How often children are polled.
 const POLL: Duration = Duration::from_millis(20);
 
+/// The longest output line of a process passed on whole. A longer one is passed on in
+/// pieces of this many bytes, each a line of its own with the process's prefix, so a
+/// process writing without newlines never makes `ipl-run` buffer without bound.
+pub const MAX_LINE: usize = 64 * 1024;
+
+/// Reads one line of at most `max` bytes into `line` (cleared first): up to and with the
+/// next newline, or `max` bytes without one, or what is left before the end of the
+/// input. Returns the number of bytes read, 0 at the end of the input.
+pub fn read_line_capped(r: &mut impl BufRead, line: &mut Vec<u8>, max: usize) -> io::Result<usize> {
+    line.clear();
+    while line.len() < max {
+        let buf = match r.fill_buf() {
+            Ok(b) => b,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        if buf.is_empty() {
+            break;
+        }
+        let window = &buf[..buf.len().min(max - line.len())];
+        match window.iter().position(|&b| b == b'\n') {
+            Some(i) => {
+                line.extend_from_slice(&window[..=i]);
+                r.consume(i + 1);
+                break;
+            }
+            None => {
+                let n = window.len();
+                line.extend_from_slice(window);
+                r.consume(n);
+            }
+        }
+    }
+    Ok(line.len())
+}
+
 /// The cluster index of process `i` of `n` spread over `clusters` clusters:
 /// `i * clusters / n`, so the clusters get contiguous ranks and sizes that
 /// differ by at most one (e.g. 3 processes over 2 clusters: 0, 0, 1).
@@ -253,7 +289,10 @@ impl LaunchOutcome {
     }
 }
 
-/// Copies `from` line by line to `to`, prefixing each line with `prefix`.
+/// Copies `from` line by line to `to`, prefixing each line with `prefix`; lines longer
+/// than [`MAX_LINE`] are passed on in pieces. When `to` cannot be written (e.g. a
+/// closed pipe: `ipl-run ... | head -1`) it stops and closes `from`, so the process
+/// writing gets a broken pipe too, as in a shell pipeline.
 fn forward(
     from: impl Read + Send + 'static,
     prefix: String,
@@ -263,20 +302,22 @@ fn forward(
         .name(format!("ipl-run-output{prefix}"))
         .spawn(move || {
             let mut r = BufReader::new(from);
-            let mut line = Vec::new();
+            let mut line = Vec::with_capacity(MAX_LINE + 1);
             loop {
-                line.clear();
-                match r.read_until(b'\n', &mut line) {
+                match read_line_capped(&mut r, &mut line, MAX_LINE) {
                     Ok(0) | Err(_) => return,
                     Ok(_) => {
                         if line.last() != Some(&b'\n') {
                             line.push(b'\n');
                         }
                         let mut out = to();
-                        let _ = out
+                        let written = out
                             .write_all(prefix.as_bytes())
                             .and_then(|()| out.write_all(&line))
                             .and_then(|()| out.flush());
+                        if written.is_err() {
+                            return;
+                        }
                     }
                 }
             }
@@ -515,6 +556,25 @@ mod tests {
         })
         .unwrap_err();
         assert!(err.to_string().contains(ENV_POOL_SIZE));
+    }
+
+    #[test]
+    fn long_lines_are_cut_into_pieces_of_at_most_max() {
+        let mut input = vec![b'x'; 10];
+        input.extend_from_slice(b"ab\ncd\n");
+        input.extend_from_slice(&[b'y'; 7]);
+        let mut r = io::BufReader::with_capacity(4, &input[..]);
+        let mut line = Vec::new();
+        let mut got = Vec::new();
+        while read_line_capped(&mut r, &mut line, 5).unwrap() > 0 {
+            assert!(line.len() <= 5);
+            got.push(String::from_utf8(line.clone()).unwrap());
+        }
+        assert_eq!(
+            got,
+            ["xxxxx", "xxxxx", "ab\n", "cd\n", "yyyyy", "yy"],
+            "pieces of at most 5 bytes, newlines kept, nothing lost"
+        );
     }
 
     #[test]

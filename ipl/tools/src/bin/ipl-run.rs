@@ -70,6 +70,15 @@ impl Args {
     }
 }
 
+/// `eprintln!` that never panics: a closed stderr (`ipl-run ... 2>&1 | head`) loses
+/// the message instead of ending `ipl-run` with a panic.
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr().lock(), $($arg)*);
+    }};
+}
+
 fn seconds(what: &str, s: f64) -> Result<Duration, String> {
     Duration::try_from_secs_f64(s).map_err(|e| format!("--{what} {s}: {e}"))
 }
@@ -78,25 +87,25 @@ fn main() {
     ipl_tools::init_tracing("warn");
     let args = Args::parse();
     if let Err(e) = args.check() {
-        eprintln!("ipl-run: {e}");
+        say!("ipl-run: {e}");
         std::process::exit(EXIT_FAILED);
     }
     let mut command = args.command.into_iter();
     let Some(program) = command.next() else {
-        eprintln!("ipl-run: no program given");
+        say!("ipl-run: no program given");
         std::process::exit(EXIT_FAILED);
     };
     let timeout = match args.timeout.map(|t| seconds("timeout", t)).transpose() {
         Ok(t) => t,
         Err(e) => {
-            eprintln!("ipl-run: {e}");
+            say!("ipl-run: {e}");
             std::process::exit(EXIT_FAILED);
         }
     };
     let grace = match seconds("grace", args.grace) {
         Ok(g) => g,
         Err(e) => {
-            eprintln!("ipl-run: {e}");
+            say!("ipl-run: {e}");
             std::process::exit(EXIT_FAILED);
         }
     };
@@ -104,7 +113,7 @@ fn main() {
         let launcher = match cluster_launcher::split_launcher(text) {
             Ok(l) => l,
             Err(e) => {
-                eprintln!("ipl-run: {e}");
+                say!("ipl-run: {e}");
                 std::process::exit(EXIT_FAILED);
             }
         };
@@ -119,7 +128,7 @@ fn main() {
             Ok(outcome) => {
                 let code = outcome.exit_code();
                 if code != 0 {
-                    eprintln!(
+                    say!(
                         "[ipl-run] the launcher ended with {}",
                         outcome
                             .status
@@ -129,7 +138,7 @@ fn main() {
                 std::process::exit(code);
             }
             Err(e) => {
-                eprintln!("ipl-run: {e}");
+                say!("ipl-run: {e}");
                 std::process::exit(EXIT_FAILED);
             }
         }
@@ -146,17 +155,17 @@ fn main() {
             if code != 0 {
                 for (i, end) in outcome.ends.iter().enumerate() {
                     if !end.success() {
-                        eprintln!("[ipl-run] process {i}: {end}");
+                        say!("[ipl-run] process {i}: {end}");
                     }
                 }
                 if outcome.timed_out {
-                    eprintln!("[ipl-run] timed out");
+                    say!("[ipl-run] timed out");
                 }
             }
             std::process::exit(code);
         }
         Err(e) => {
-            eprintln!("ipl-run: {e}");
+            say!("ipl-run: {e}");
             std::process::exit(EXIT_FAILED);
         }
     }
