@@ -418,6 +418,32 @@ fn err(e: SatinError) -> String {
     e.to_string()
 }
 
+/// `println!` that never panics: when nobody reads the output any more (`fib 30 |
+/// head -1`, a closed pipe) the rest of it is lost instead of ending the run with a
+/// panic.
+macro_rules! out {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout().lock(), $($arg)*);
+    }};
+}
+
+/// `print!` that never panics (see [`out!`]).
+macro_rules! out_raw {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = write!(std::io::stdout().lock(), $($arg)*);
+    }};
+}
+
+/// `eprintln!` that never panics (a closed stderr loses the message).
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr().lock(), $($arg)*);
+    }};
+}
+
 /// What a Satin run gave: the result and what the report says about it.
 struct Outcome<T> {
     result: T,
@@ -440,8 +466,8 @@ pub fn drive<T: PartialEq + Debug>(
     if o.seq {
         let t = Instant::now();
         let r = seq();
-        println!("{what} sequential: result = {r:?}");
-        println!("time: {:.3} s", t.elapsed().as_secs_f64());
+        out!("{what} sequential: result = {r:?}");
+        out!("time: {:.3} s", t.elapsed().as_secs_f64());
         return Ok(());
     }
     let run = if satin::launched() {
@@ -458,14 +484,14 @@ pub fn drive<T: PartialEq + Debug>(
         let Some(result) = run.result else {
             return Ok(()); // not the master
         };
-        println!("{what} satin ({header}): result = {result:?}");
+        out!("{what} satin ({header}): result = {result:?}");
         let elapsed = run.elapsed.unwrap_or_default();
-        println!("time: {:.3} s", elapsed.as_secs_f64());
+        out!("time: {:.3} s", elapsed.as_secs_f64());
         let (steals, given) = run.stats.as_ref().map_or((0, 0), |s| {
             (s.total.remote_steal_successes(), s.total.jobs_given)
         });
         if let Some(s) = run.stats {
-            print!("{s}");
+            out_raw!("{s}");
         }
         Outcome {
             result,
@@ -479,13 +505,13 @@ pub fn drive<T: PartialEq + Debug>(
         let t = Instant::now();
         let result = par(&satin);
         let elapsed = t.elapsed();
-        println!(
+        out!(
             "{what} satin ({} workers): result = {result:?}",
             satin.workers()
         );
-        println!("time: {:.3} s", elapsed.as_secs_f64());
+        out!("time: {:.3} s", elapsed.as_secs_f64());
         if o.stats {
-            print!("{}", satin.stats());
+            out_raw!("{}", satin.stats());
         }
         Outcome {
             result,
@@ -500,7 +526,7 @@ pub fn drive<T: PartialEq + Debug>(
     if o.check {
         let want = seq();
         if want == run.result {
-            println!("check: OK (equals the sequential result)");
+            out!("check: OK (equals the sequential result)");
             check = "ok";
         } else {
             check = "failed";
@@ -527,7 +553,7 @@ pub fn exit_status(name: &str, r: Result<(), String>) -> ExitCode {
     match r {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("{name}: {e}");
+            say!("{name}: {e}");
             ExitCode::FAILURE
         }
     }

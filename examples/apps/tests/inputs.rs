@@ -127,3 +127,27 @@ fn the_largest_accepted_inputs_run() {
         assert!(out.status.success(), "{bin} {args:?}: {out:?}");
     }
 }
+
+#[test]
+fn a_closed_output_is_no_panic() {
+    // `fib 20 | head -0`: nobody reads the result; before, println! panicked (101).
+    let (r, w) = std::io::pipe().expect("pipe");
+    drop(r);
+    let mut child = Command::new(env!("CARGO_BIN_EXE_fib"))
+        .args(["20", "--check", "--workers", "2"])
+        .stdin(Stdio::null())
+        .stdout(w)
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start fib");
+    let start = Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        assert!(start.elapsed() < BOUND, "fib did not end");
+        // Bounded poll of a child process; nothing to be notified by.
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!err.contains("panicked"), "{err}");
+    assert_eq!(out.status.code(), Some(0), "{err}");
+}
