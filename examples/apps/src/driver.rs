@@ -8,9 +8,14 @@
 //! (always printed on a pool). On a pool only the master prints.
 //!
 //! The command lines are parsed with clap: `--help` prints the usage, and a bad
-//! argument is an error message and exit status 2.
+//! argument is an error message and exit status 2. Every argument has a range the
+//! program can run (`--help` states it): a result that fits its integer type, a
+//! recursion that fits a thread's stack, an allocation the machine can hold, a
+//! tolerance the search reaches, and at most [`max_workers`] worker threads.
 
 use crate::{fib, integrate, knapsack, matmul, noverk, nqueens, primes};
+use clap::builder::RangedU64ValueParser;
+use clap::error::ErrorKind;
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 use satin::satin_core::Policy;
 use satin::{Satin, SatinBuilder, SatinError};
@@ -23,8 +28,10 @@ use std::time::{Duration, Instant};
 /// The options every application takes.
 #[derive(Args, Debug, Clone, Default)]
 pub struct Options {
-    /// Worker threads per process (default: the number of cores).
-    #[arg(long, value_name = "N")]
+    /// Worker threads per process (default: the number of cores; at most 64 per core,
+    /// at least 64 in all: more threads only contend for the cores, and starting and
+    /// ending thousands of spinning thieves takes longer than any run).
+    #[arg(long, value_name = "N", value_parser = parse_workers)]
     pub workers: Option<usize>,
     /// Run the sequential version only.
     #[arg(long)]
@@ -44,6 +51,50 @@ pub struct Options {
     /// `seconds`), for tests and scripts.
     #[arg(long, value_name = "FILE")]
     pub report: Option<PathBuf>,
+}
+
+/// The largest `--workers`: 64 per core of this machine, at least 64.
+pub fn max_workers() -> usize {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    cores.saturating_mul(64).max(64)
+}
+
+fn parse_workers(s: &str) -> Result<usize, String> {
+    let n: usize = s.parse().map_err(|e| format!("{e}"))?;
+    let max = max_workers();
+    if (1..=max).contains(&n) {
+        Ok(n)
+    } else {
+        Err(format!(
+            "{n} is not in 1..={max} (at most 64 worker threads per core of this machine)"
+        ))
+    }
+}
+
+/// A finite number (not NaN, not infinite).
+fn finite(s: &str) -> Result<f64, String> {
+    let x: f64 = s.parse().map_err(|e| format!("{e}"))?;
+    if x.is_finite() && x.abs() <= integrate::MAX_BOUND {
+        Ok(x)
+    } else {
+        Err(format!(
+            "{s} is not a finite number in -{m:e}..={m:e}",
+            m = integrate::MAX_BOUND
+        ))
+    }
+}
+
+/// A tolerance the adaptive search can reach.
+fn tolerance(s: &str) -> Result<f64, String> {
+    let x: f64 = s.parse().map_err(|e| format!("{e}"))?;
+    if x.is_finite() && x >= integrate::MIN_EPS {
+        Ok(x)
+    } else {
+        Err(format!(
+            "{s} is not a finite tolerance >= {:e}",
+            integrate::MIN_EPS
+        ))
+    }
 }
 
 fn parse_policy(s: &str) -> Result<Policy, SatinError> {
@@ -82,13 +133,18 @@ pub trait Application: Args {
     const ABOUT: &'static str;
     /// Runs the application with the common options (see [`drive`]).
     fn run(&self, options: &Options) -> Result<(), String>;
+    /// Checks what the value parsers of single arguments cannot (how arguments relate);
+    /// an error is a usage error (exit status 2).
+    fn validate(&self) -> Result<(), String> {
+        Ok(())
+    }
 }
 
 /// `fib N [--threshold T]`: Fibonacci with every call spawning.
 #[derive(Args, Debug, Clone)]
 pub struct FibArgs {
-    /// The argument.
-    #[arg(default_value_t = 37)]
+    /// The argument, 0..=93 (fib(93) is the largest Fibonacci number in a u64).
+    #[arg(default_value_t = 37, value_parser = clap::value_parser!(u32).range(0..=fib::MAX_N as i64))]
     pub n: u32,
     /// Calls below this N run sequentially (0: every call spawns).
     #[arg(long, value_name = "T", default_value_t = 0)]
@@ -113,8 +169,8 @@ impl Application for FibArgs {
 /// `nqueens N`: the number of ways to place N queens on an N x N board.
 #[derive(Args, Debug, Clone)]
 pub struct NQueensArgs {
-    /// The board size.
-    #[arg(default_value_t = 15)]
+    /// The board size, 1..=32 (the board holds 32 rows).
+    #[arg(default_value_t = 15, value_parser = RangedU64ValueParser::<usize>::new().range(1..=nqueens::MAX_N as u64))]
     pub n: usize,
 }
 
@@ -135,14 +191,15 @@ impl Application for NQueensArgs {
 /// `integrate A B EPS`: adaptive integration of 0.1 x sin(x) over [A, B].
 #[derive(Args, Debug, Clone)]
 pub struct IntegrateArgs {
-    /// The lower bound.
-    #[arg(default_value_t = 0.0, allow_negative_numbers = true)]
+    /// The lower bound, a finite number with |A| <= 1e6.
+    #[arg(default_value_t = 0.0, allow_negative_numbers = true, value_parser = finite)]
     pub a: f64,
-    /// The upper bound.
-    #[arg(default_value_t = 100000.0, allow_negative_numbers = true)]
+    /// The upper bound, a finite number with A <= B <= 1e6.
+    #[arg(default_value_t = 100000.0, allow_negative_numbers = true, value_parser = finite)]
     pub b: f64,
-    /// The tolerance.
-    #[arg(default_value_t = 1e-6)]
+    /// The tolerance, at least 1e-12 (smaller is below the rounding error of the
+    /// sums: the bisection would never end).
+    #[arg(default_value_t = 1e-6, allow_negative_numbers = true, value_parser = tolerance)]
     pub eps: f64,
 }
 
@@ -160,13 +217,24 @@ impl Application for IntegrateArgs {
             |s| Bits(s.run(integrate::Integrate::new(a, b, eps))),
         )
     }
+    fn validate(&self) -> Result<(), String> {
+        if self.a <= self.b {
+            Ok(())
+        } else {
+            Err(format!(
+                "the bounds are reversed: A = {} is greater than B = {} (A <= B)",
+                self.a, self.b
+            ))
+        }
+    }
 }
 
 /// `knapsack N`: the best value of a 0/1 knapsack of N items.
 #[derive(Args, Debug, Clone)]
 pub struct KnapsackArgs {
-    /// The number of items.
-    #[arg(default_value_t = 32)]
+    /// The number of items, 0..=64 (the search is exhaustive, one recursion level per
+    /// item: 2^64 subsets is beyond any machine).
+    #[arg(default_value_t = 32, value_parser = RangedU64ValueParser::<usize>::new().range(0..=knapsack::MAX_ITEMS as u64))]
     pub n: usize,
 }
 
@@ -195,11 +263,11 @@ impl Application for KnapsackArgs {
 /// `noverk N K`: the binomial coefficient by Pascal's recursion.
 #[derive(Args, Debug, Clone)]
 pub struct NOverKArgs {
-    /// N.
-    #[arg(default_value_t = 33)]
+    /// N, 0..=67 (C(67, 33) is the largest middle coefficient in a u64).
+    #[arg(default_value_t = 33, value_parser = clap::value_parser!(u32).range(0..=noverk::MAX_N as i64))]
     pub n: u32,
-    /// K.
-    #[arg(default_value_t = 16)]
+    /// K, 0..=N.
+    #[arg(default_value_t = 16, value_parser = clap::value_parser!(u32).range(0..=noverk::MAX_N as i64))]
     pub k: u32,
 }
 
@@ -214,6 +282,16 @@ impl Application for NOverKArgs {
             || noverk::noverk_seq(n, k),
             |s| s.run(noverk::NOverK { n, k }),
         )
+    }
+    fn validate(&self) -> Result<(), String> {
+        if self.k <= self.n {
+            Ok(())
+        } else {
+            Err(format!(
+                "K = {} is greater than N = {} (0 <= K <= N)",
+                self.k, self.n
+            ))
+        }
     }
 }
 
@@ -242,17 +320,17 @@ impl Application for PrimesArgs {
 /// `matmul N`: the product of two N x N matrices (N = 64 * 2^k).
 #[derive(Args, Debug, Clone)]
 pub struct MatMulArgs {
-    /// The matrix size, 64 * 2^k.
+    /// The matrix size, 64 * 2^k up to 4096 (three matrices of 128 MiB).
     #[arg(default_value_t = 1024, value_parser = matrix_size)]
     pub n: usize,
 }
 
 fn matrix_size(s: &str) -> Result<usize, String> {
     let n: usize = s.parse().map_err(|e| format!("{e}"))?;
-    if n >= 64 && n.is_multiple_of(64) && (n / 64).is_power_of_two() {
+    if (64..=matmul::MAX_N).contains(&n) && n.is_multiple_of(64) && (n / 64).is_power_of_two() {
         Ok(n)
     } else {
-        Err(format!("{n} is not 64 * 2^k"))
+        Err(format!("{n} is not 64 * 2^k in 64..={}", matmul::MAX_N))
     }
 }
 
@@ -298,6 +376,7 @@ impl App {
     /// Runs the application.
     pub fn run(&self) -> Result<(), String> {
         fn go<A: Application>(c: &Cli<A>) -> Result<(), String> {
+            c.app.validate()?;
             c.app.run(&c.options)
         }
         match self {
@@ -339,6 +418,32 @@ fn err(e: SatinError) -> String {
     e.to_string()
 }
 
+/// `println!` that never panics: when nobody reads the output any more (`fib 30 |
+/// head -1`, a closed pipe) the rest of it is lost instead of ending the run with a
+/// panic.
+macro_rules! out {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout().lock(), $($arg)*);
+    }};
+}
+
+/// `print!` that never panics (see [`out!`]).
+macro_rules! out_raw {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = write!(std::io::stdout().lock(), $($arg)*);
+    }};
+}
+
+/// `eprintln!` that never panics (a closed stderr loses the message).
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr().lock(), $($arg)*);
+    }};
+}
+
 /// What a Satin run gave: the result and what the report says about it.
 struct Outcome<T> {
     result: T,
@@ -361,8 +466,8 @@ pub fn drive<T: PartialEq + Debug>(
     if o.seq {
         let t = Instant::now();
         let r = seq();
-        println!("{what} sequential: result = {r:?}");
-        println!("time: {:.3} s", t.elapsed().as_secs_f64());
+        out!("{what} sequential: result = {r:?}");
+        out!("time: {:.3} s", t.elapsed().as_secs_f64());
         return Ok(());
     }
     let run = if satin::launched() {
@@ -379,14 +484,14 @@ pub fn drive<T: PartialEq + Debug>(
         let Some(result) = run.result else {
             return Ok(()); // not the master
         };
-        println!("{what} satin ({header}): result = {result:?}");
+        out!("{what} satin ({header}): result = {result:?}");
         let elapsed = run.elapsed.unwrap_or_default();
-        println!("time: {:.3} s", elapsed.as_secs_f64());
+        out!("time: {:.3} s", elapsed.as_secs_f64());
         let (steals, given) = run.stats.as_ref().map_or((0, 0), |s| {
             (s.total.remote_steal_successes(), s.total.jobs_given)
         });
         if let Some(s) = run.stats {
-            print!("{s}");
+            out_raw!("{s}");
         }
         Outcome {
             result,
@@ -400,13 +505,13 @@ pub fn drive<T: PartialEq + Debug>(
         let t = Instant::now();
         let result = par(&satin);
         let elapsed = t.elapsed();
-        println!(
+        out!(
             "{what} satin ({} workers): result = {result:?}",
             satin.workers()
         );
-        println!("time: {:.3} s", elapsed.as_secs_f64());
+        out!("time: {:.3} s", elapsed.as_secs_f64());
         if o.stats {
-            print!("{}", satin.stats());
+            out_raw!("{}", satin.stats());
         }
         Outcome {
             result,
@@ -421,7 +526,7 @@ pub fn drive<T: PartialEq + Debug>(
     if o.check {
         let want = seq();
         if want == run.result {
-            println!("check: OK (equals the sequential result)");
+            out!("check: OK (equals the sequential result)");
             check = "ok";
         } else {
             check = "failed";
@@ -448,7 +553,7 @@ pub fn exit_status(name: &str, r: Result<(), String>) -> ExitCode {
     match r {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("{name}: {e}");
+            say!("{name}: {e}");
             ExitCode::FAILURE
         }
     }
@@ -466,6 +571,10 @@ pub fn main<A: Application>() -> ExitCode {
     let cli = cmd
         .try_get_matches_from_mut(std::env::args_os())
         .and_then(|mut m| Cli::<A>::from_arg_matches_mut(&mut m));
+    let cli = cli.and_then(|cli| match cli.app.validate() {
+        Ok(()) => Ok(cli),
+        Err(msg) => Err(cmd.error(ErrorKind::ValueValidation, msg)),
+    });
     match cli {
         Ok(cli) => exit_status(A::NAME, cli.app.run(&cli.options)),
         Err(e) => e.format(&mut cmd).exit(),

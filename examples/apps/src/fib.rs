@@ -3,6 +3,10 @@
 use satin::{Ctx, Job};
 use serde::{Deserialize, Serialize};
 
+/// The largest argument: fib(93) is the largest Fibonacci number a `u64` holds
+/// (fib(94) overflows).
+pub const MAX_N: u32 = 93;
+
 /// The sequential doubly recursive Fibonacci.
 pub fn fib_seq(n: u32) -> u64 {
     if n < 2 {

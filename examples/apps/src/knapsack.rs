@@ -9,6 +9,11 @@ use std::sync::Arc;
 /// Items with index `< SPAWN_DEPTH` spawn their two subproblems.
 pub const SPAWN_DEPTH: usize = 12;
 
+/// The most items an instance may have: the search is exhaustive, one recursion level
+/// per item (so the depth stays far within a thread's stack), and 2^64 subsets is
+/// already beyond any machine.
+pub const MAX_ITEMS: usize = 64;
+
 /// One item: `(weight, value)`.
 pub type Item = (u32, u32);
 

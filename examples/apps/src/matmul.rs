@@ -9,6 +9,9 @@ use std::sync::Arc;
 /// The leaf block size (the thesis used 48; a power of two here).
 pub const LEAF: usize = 64;
 
+/// The largest matrix size: three 4096 x 4096 matrices of `f64` take 384 MiB.
+pub const MAX_N: usize = 4096;
+
 /// A square row-major matrix.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Mat {

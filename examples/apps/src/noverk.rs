@@ -6,6 +6,10 @@ use serde::{Deserialize, Serialize};
 /// Below this `n`, recursion is sequential.
 pub const SPAWN_MIN_N: u32 = 20;
 
+/// The largest `n`: C(67, 33) is the largest middle coefficient a `u64` holds (C(68, 34)
+/// overflows).
+pub const MAX_N: u32 = 67;
+
 /// `C(n, k)` by recursion, sequentially.
 pub fn noverk_seq(n: u32, k: u32) -> u64 {
     if k == 0 || k == n {

@@ -20,12 +20,24 @@
 //! A process joins with [`PoolEnv::from_env`] and [`PoolEnv::join`]. Its
 //! identity (member id, join order) comes from the registry, not from the
 //! rank.
+//!
+//! # The processes end with `ipl-run`
+//!
+//! SIGTERM or SIGINT to `ipl-run` is passed on to every process as SIGTERM; those
+//! still running after [`STOP_GRACE`](crate::cluster_launcher::STOP_GRACE) get
+//! SIGKILL, and `ipl-run` exits with status 143. If `ipl-run` itself is killed
+//! (SIGKILL, a crash), the kernel kills the processes (Linux: each is started
+//! through [`exec_guarded`], which asks for SIGKILL on its parent's death,
+//! `PR_SET_PDEATHSIG`, before it becomes the program; see
+//! [`LaunchConfig::guard`]).
 
 use std::ffi::OsString;
 use std::io::{self, BufRead, BufReader, Read, Write};
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -55,6 +67,42 @@ pub const EXIT_TIMEOUT: i32 = 124;
 
 /// How often children are polled.
 const POLL: Duration = Duration::from_millis(20);
+
+/// The longest output line of a process passed on whole. A longer one is passed on in
+/// pieces of this many bytes, each a line of its own with the process's prefix, so a
+/// process writing without newlines never makes `ipl-run` buffer without bound.
+pub const MAX_LINE: usize = 64 * 1024;
+
+/// Reads one line of at most `max` bytes into `line` (cleared first): up to and with the
+/// next newline, or `max` bytes without one, or what is left before the end of the
+/// input. Returns the number of bytes read, 0 at the end of the input.
+pub fn read_line_capped(r: &mut impl BufRead, line: &mut Vec<u8>, max: usize) -> io::Result<usize> {
+    line.clear();
+    while line.len() < max {
+        let buf = match r.fill_buf() {
+            Ok(b) => b,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        if buf.is_empty() {
+            break;
+        }
+        let window = &buf[..buf.len().min(max - line.len())];
+        match window.iter().position(|&b| b == b'\n') {
+            Some(i) => {
+                line.extend_from_slice(&window[..=i]);
+                r.consume(i + 1);
+                break;
+            }
+            None => {
+                let n = window.len();
+                line.extend_from_slice(window);
+                r.consume(n);
+            }
+        }
+    }
+    Ok(line.len())
+}
 
 /// The cluster index of process `i` of `n` spread over `clusters` clusters:
 /// `i * clusters / n`, so the clusters get contiguous ranks and sizes that
@@ -182,6 +230,44 @@ pub struct LaunchConfig {
     pub args: Vec<OsString>,
     /// Extra environment variables for every process (e.g. `IPL_TRANSPORT`).
     pub env: Vec<(OsString, OsString)>,
+    /// A program that runs [`exec_guarded`] when called as `GUARD`
+    /// [`GUARD_ARG`]` PARENT-PID -- PROGRAM ARGS...` (the `ipl-run` binary itself):
+    /// each process is started through it, so that it dies with this process even
+    /// when this one is killed by SIGKILL. `None`: started directly (they outlive a
+    /// SIGKILL of this process).
+    pub guard: Option<PathBuf>,
+}
+
+/// The first argument that makes the `ipl-run` binary [`exec_guarded`] instead of
+/// launching a pool (internal, see [`LaunchConfig::guard`]).
+pub const GUARD_ARG: &str = "--ipl-run-guarded-exec";
+
+/// Becomes `program args` (exec, same process id) after asking the kernel to SIGKILL
+/// this process when its parent, `ipl-run` with process id `parent`, dies
+/// (`PR_SET_PDEATHSIG`, Linux; kept across the exec). If the parent already died
+/// before the request took effect, this exits with status 1 instead. Returns only on
+/// an error (the exec or the request failed).
+///
+/// This is how `ipl-run` ties its processes' lives to its own without `unsafe` (a
+/// `Command::pre_exec` hook would need it): it starts each through its own binary,
+/// which calls this.
+pub fn exec_guarded(parent: u32, program: &OsString, args: &[OsString]) -> io::Error {
+    use std::os::unix::process::CommandExt;
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    {
+        use rustix::process::{getppid, set_parent_process_death_signal, Pid, Signal};
+        if let Err(e) = set_parent_process_death_signal(Some(Signal::KILL)) {
+            return io::Error::other(format!("cannot ask to die with ipl-run: {e}"));
+        }
+        // Death before the request: the parent is already another process (init or
+        // a subreaper).
+        if getppid() != Pid::from_raw(parent as i32) {
+            std::process::exit(EXIT_FAILED);
+        }
+    }
+    #[cfg(not(any(target_os = "linux", target_os = "android")))]
+    let _ = parent;
+    Command::new(program).args(args).exec()
 }
 
 impl LaunchConfig {
@@ -197,6 +283,7 @@ impl LaunchConfig {
             program: program.into(),
             args,
             env: Vec::new(),
+            guard: None,
         }
     }
 }
@@ -237,13 +324,17 @@ pub struct LaunchOutcome {
     pub ends: Vec<ProcessEnd>,
     /// Whether the timeout expired.
     pub timed_out: bool,
+    /// Whether a SIGTERM or SIGINT stopped the run (the processes were stopped).
+    pub interrupted: bool,
 }
 
 impl LaunchOutcome {
     /// `ipl-run`'s exit code: 0 if every process exited 0, [`EXIT_TIMEOUT`]
-    /// on timeout, else [`EXIT_FAILED`].
+    /// on timeout, 143 (128 + SIGTERM) when interrupted, else [`EXIT_FAILED`].
     pub fn exit_code(&self) -> i32 {
-        if self.timed_out {
+        if self.interrupted {
+            128 + 15
+        } else if self.timed_out {
             EXIT_TIMEOUT
         } else if self.ends.iter().all(ProcessEnd::success) {
             0
@@ -253,7 +344,10 @@ impl LaunchOutcome {
     }
 }
 
-/// Copies `from` line by line to `to`, prefixing each line with `prefix`.
+/// Copies `from` line by line to `to`, prefixing each line with `prefix`; lines longer
+/// than [`MAX_LINE`] are passed on in pieces. When `to` cannot be written (e.g. a
+/// closed pipe: `ipl-run ... | head -1`) it stops and closes `from`, so the process
+/// writing gets a broken pipe too, as in a shell pipeline.
 fn forward(
     from: impl Read + Send + 'static,
     prefix: String,
@@ -263,20 +357,22 @@ fn forward(
         .name(format!("ipl-run-output{prefix}"))
         .spawn(move || {
             let mut r = BufReader::new(from);
-            let mut line = Vec::new();
+            let mut line = Vec::with_capacity(MAX_LINE + 1);
             loop {
-                line.clear();
-                match r.read_until(b'\n', &mut line) {
+                match read_line_capped(&mut r, &mut line, MAX_LINE) {
                     Ok(0) | Err(_) => return,
                     Ok(_) => {
                         if line.last() != Some(&b'\n') {
                             line.push(b'\n');
                         }
                         let mut out = to();
-                        let _ = out
+                        let written = out
                             .write_all(prefix.as_bytes())
                             .and_then(|()| out.write_all(&line))
                             .and_then(|()| out.flush());
+                        if written.is_err() {
+                            return;
+                        }
                     }
                 }
             }
@@ -319,10 +415,32 @@ pub fn launch(config: &LaunchConfig) -> io::Result<LaunchOutcome> {
     let pool = config.pool.clone().unwrap_or_else(unique_pool_name);
     tracing::debug!(%registry, %pool, n, "launching");
 
+    // SIGTERM and SIGINT stop the processes (in `supervise`) instead of leaving them.
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut handlers = Vec::new();
+    for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
+        handlers.push(signal_hook::flag::register(sig, stop.clone())?);
+    }
+    let unregister = || {
+        for h in &handlers {
+            signal_hook::low_level::unregister(*h);
+        }
+    };
+
     let mut children: Vec<Child> = Vec::with_capacity(n);
     let mut forwarders = Vec::new();
     for i in 0..n {
-        let mut cmd = Command::new(&config.program);
+        let mut cmd = match &config.guard {
+            Some(guard) => {
+                let mut c = Command::new(guard);
+                c.arg(GUARD_ARG)
+                    .arg(std::process::id().to_string())
+                    .arg("--")
+                    .arg(&config.program);
+                c
+            }
+            None => Command::new(&config.program),
+        };
         cmd.envs(config.env.iter().map(|(k, v)| (k, v)));
         cmd.args(&config.args)
             .env(ENV_REGISTRY, registry.to_string())
@@ -341,6 +459,7 @@ pub fn launch(config: &LaunchConfig) -> io::Result<LaunchOutcome> {
                     let _ = c.kill();
                     let _ = c.wait();
                 }
+                unregister();
                 return Err(io::Error::new(
                     e.kind(),
                     format!("could not start {:?}: {e}", config.program),
@@ -357,7 +476,8 @@ pub fn launch(config: &LaunchConfig) -> io::Result<LaunchOutcome> {
         children.push(child);
     }
 
-    let ends = supervise(&mut children, config);
+    let ends = supervise(&mut children, config, &stop);
+    unregister();
     let timed_out = ends.timed_out;
     // Output of the children: let the forwarders drain (bounded, in case a
     // grandchild keeps a pipe open).
@@ -376,20 +496,56 @@ pub fn launch(config: &LaunchConfig) -> io::Result<LaunchOutcome> {
         registry,
         ends: ends.ends,
         timed_out,
+        interrupted: ends.interrupted,
     })
 }
 
 struct Supervised {
     ends: Vec<ProcessEnd>,
     timed_out: bool,
+    interrupted: bool,
 }
 
-fn supervise(children: &mut [Child], config: &LaunchConfig) -> Supervised {
+/// SIGTERM to every process still running, SIGKILL to those left after
+/// [`STOP_GRACE`](crate::cluster_launcher::STOP_GRACE).
+fn stop_all(children: &mut [Child], ends: &mut [Option<ProcessEnd>]) {
+    use rustix::process::{kill_process, Pid, Signal};
+    for (i, c) in children.iter_mut().enumerate() {
+        if ends[i].is_none() {
+            let _ = kill_process(Pid::from_child(c), Signal::TERM);
+        }
+    }
+    let until = Instant::now() + crate::cluster_launcher::STOP_GRACE;
+    loop {
+        for (i, c) in children.iter_mut().enumerate() {
+            if ends[i].is_none() {
+                if let Ok(Some(s)) = c.try_wait() {
+                    ends[i] = Some(ProcessEnd::Exited(s));
+                }
+            }
+        }
+        if ends.iter().all(Option::is_some) || Instant::now() >= until {
+            break;
+        }
+        thread::sleep(POLL);
+    }
+    for (i, c) in children.iter_mut().enumerate() {
+        if ends[i].is_none() {
+            note(&format!("killing process {i}"));
+            let _ = c.kill();
+            let _ = c.wait();
+            ends[i] = Some(ProcessEnd::Killed);
+        }
+    }
+}
+
+fn supervise(children: &mut [Child], config: &LaunchConfig, stop: &AtomicBool) -> Supervised {
     let start = Instant::now();
     let deadline = config.timeout.and_then(|t| start.checked_add(t));
     let mut ends: Vec<Option<ProcessEnd>> = vec![None; children.len()];
     let mut grace_until: Option<Instant> = None;
     let mut timed_out = false;
+    let mut interrupted = false;
     loop {
         for (i, c) in children.iter_mut().enumerate() {
             if ends[i].is_some() {
@@ -423,6 +579,12 @@ fn supervise(children: &mut [Child], config: &LaunchConfig) -> Supervised {
         if ends.iter().all(Option::is_some) {
             break;
         }
+        if stop.load(Ordering::Relaxed) {
+            note("interrupted: stopping the processes (SIGTERM)");
+            interrupted = true;
+            stop_all(children, &mut ends);
+            break;
+        }
         let now = Instant::now();
         let kill_reason = if deadline.is_some_and(|d| now >= d) {
             timed_out = true;
@@ -451,6 +613,7 @@ fn supervise(children: &mut [Child], config: &LaunchConfig) -> Supervised {
             .map(|e| e.unwrap_or(ProcessEnd::Killed))
             .collect(),
         timed_out,
+        interrupted,
     }
 }
 
@@ -515,6 +678,25 @@ mod tests {
         })
         .unwrap_err();
         assert!(err.to_string().contains(ENV_POOL_SIZE));
+    }
+
+    #[test]
+    fn long_lines_are_cut_into_pieces_of_at_most_max() {
+        let mut input = vec![b'x'; 10];
+        input.extend_from_slice(b"ab\ncd\n");
+        input.extend_from_slice(&[b'y'; 7]);
+        let mut r = io::BufReader::with_capacity(4, &input[..]);
+        let mut line = Vec::new();
+        let mut got = Vec::new();
+        while read_line_capped(&mut r, &mut line, 5).unwrap() > 0 {
+            assert!(line.len() <= 5);
+            got.push(String::from_utf8(line.clone()).unwrap());
+        }
+        assert_eq!(
+            got,
+            ["xxxxx", "xxxxx", "ab\n", "cd\n", "yyyyy", "yy"],
+            "pieces of at most 5 bytes, newlines kept, nothing lost"
+        );
     }
 
     #[test]

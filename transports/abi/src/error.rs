@@ -120,6 +120,15 @@ pub enum LoadError {
         /// The file.
         origin: String,
     },
+    /// The library exports the entry symbol, but on a data object, not a function
+    /// (its address is not in executable memory): calling it would crash the process.
+    #[error(
+        "{origin}: not an IPL transport plugin (`ipl_transport_plugin` is data, not a function)"
+    )]
+    NotAFunction {
+        /// The file.
+        origin: String,
+    },
     /// The plugin's entry function panicked instead of returning its descriptor.
     #[error("{origin}: the plugin entry panicked: {reason}")]
     EntryPanicked {

@@ -150,6 +150,7 @@ fn cache() -> &'static Mutex<HashMap<FileId, Loaded>> {
 /// # Errors
 /// [`LoadError::NotALibrary`] if the file is missing or cannot be opened as a shared
 /// library, [`LoadError::MissingSymbol`] if it does not export [`ENTRY_SYMBOL`],
+/// [`LoadError::NotAFunction`] if that symbol is data (not in executable memory),
 /// [`LoadError::EntryPanicked`] if the entry panicked, and the errors of
 /// [`Plugin::from_raw`] ([`LoadError::BadMagic`], [`LoadError::WrongAbiVersion`],
 /// [`LoadError::Malformed`], [`LoadError::NullDescriptor`]) for a bad descriptor. Every
@@ -182,8 +183,11 @@ fn load(path: &Path) -> Result<Loaded, LoadError> {
 
     let lib = open_library(&abs).map_err(|e| not_a_library(e.to_string()))?;
     // SAFETY: the symbol is looked up with the type the ABI defines for it
-    // (`EntryFn`). A library that exports an unrelated object under this name is caught
-    // by the magic-number check below, before anything but the first 12 bytes is read.
+    // (`EntryFn`); looking it up reads nothing. Whether it is a function at all is
+    // checked before the call (`executable`): a library that exports a data object
+    // under this name is refused with `NotAFunction`. An object that does lie in
+    // executable memory (read-only data in the text segment of a library linked without
+    // separate code segments) cannot be told from code and would still be called.
     let entry: Result<EntryFn, _> =
         unsafe { lib.get::<EntryFn>(ENTRY_SYMBOL.as_bytes()) }.map(|s| *s);
     // The library stays loaded for the life of the process, whatever happens next: the
@@ -193,6 +197,11 @@ fn load(path: &Path) -> Result<Loaded, LoadError> {
     let entry = entry.map_err(|_| LoadError::MissingSymbol {
         origin: origin.clone(),
     })?;
+    if executable(entry as usize) == Some(false) {
+        return Err(LoadError::NotAFunction {
+            origin: origin.clone(),
+        });
+    }
 
     // SAFETY: `entry` is the plugin's entry point, of the ABI's type; the library is
     // never unloaded, so the function stays valid. It takes no arguments. A panic cannot
@@ -217,6 +226,40 @@ fn load(path: &Path) -> Result<Loaded, LoadError> {
         return Ok(cache.entry(id).or_insert(loaded).clone());
     }
     Ok(loaded)
+}
+
+/// Whether `addr` lies in an executable mapping of this process: `Some(false)` for a
+/// data object (a function's address is always in executable memory), `None` when it
+/// cannot be told (no `/proc/self/maps`, outside Linux).
+fn executable(addr: usize) -> Option<bool> {
+    let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
+    mapping_is_executable(&maps, addr)
+}
+
+/// [`executable`] over the text of `/proc/self/maps` (`start-end perms ...` per line,
+/// hexadecimal addresses): `Some(false)` also when no mapping holds `addr`.
+fn mapping_is_executable(maps: &str, addr: usize) -> Option<bool> {
+    let mut parsed_any = false;
+    for line in maps.lines() {
+        let mut fields = line.split_whitespace();
+        let (Some(range), Some(perms)) = (fields.next(), fields.next()) else {
+            continue;
+        };
+        let Some((start, end)) = range.split_once('-') else {
+            continue;
+        };
+        let (Ok(start), Ok(end)) = (
+            usize::from_str_radix(start, 16),
+            usize::from_str_radix(end, 16),
+        ) else {
+            continue;
+        };
+        parsed_any = true;
+        if (start..end).contains(&addr) {
+            return Some(perms.as_bytes().get(2) == Some(&b'x'));
+        }
+    }
+    parsed_any.then_some(false)
 }
 
 #[cfg(unix)]
@@ -379,6 +422,23 @@ mod tests {
         assert!(e
             .to_string()
             .contains("/nonexistent/dir/libipl_plugin_x.so"));
+    }
+
+    #[test]
+    fn only_addresses_in_executable_mappings_count_as_code() {
+        let maps = "00400000-00452000 r-xp 00000000 08:02 173521 /usr/bin/x\n\
+                    00651000-00652000 rw-p 00051000 08:02 173521 /usr/bin/x\n\
+                    7fff00000000-7fff00001000 r--p 00000000 00:00 0\n";
+        assert_eq!(mapping_is_executable(maps, 0x0040_1000), Some(true));
+        assert_eq!(mapping_is_executable(maps, 0x0065_1008), Some(false));
+        assert_eq!(mapping_is_executable(maps, 0x7fff_0000_0010), Some(false));
+        assert_eq!(mapping_is_executable(maps, 0x10), Some(false), "unmapped");
+        assert_eq!(mapping_is_executable("", 0x10), None, "nothing to tell");
+        // This very function is code.
+        let code: fn(usize) -> Option<bool> = executable;
+        assert_eq!(executable(code as usize), Some(true));
+        static DATA: [u8; 4] = [1, 2, 3, 4];
+        assert_eq!(executable(DATA.as_ptr() as usize), Some(false));
     }
 
     #[test]

@@ -21,7 +21,7 @@ use ipl_transport_abi::{
 /// slow; a warm one takes a second).
 const BUILD_DEADLINE: Duration = Duration::from_secs(600);
 
-const FIXTURES: [&str; 4] = ["good", "badabi", "badmagic", "nosymbol"];
+const FIXTURES: [&str; 5] = ["good", "badabi", "badmagic", "nosymbol", "datasymbol"];
 
 /// `<target>/<profile>`: the directory above this test binary's `deps`.
 fn profile_dir() -> PathBuf {
@@ -146,6 +146,19 @@ impl TransportEvents for Recorder {
         self.messages.lock().unwrap().push(buf.to_vec());
     }
     fn channel_closed(&self, _: u64, _: ChannelClosed) {}
+}
+
+/// A library whose entry symbol is a data object: refused with a typed error, not
+/// called (before, the call jumped into non-executable memory: SIGSEGV).
+#[test]
+fn an_entry_symbol_that_is_data_is_refused() {
+    let dir = TempDir::new("data");
+    let data = dir.copy_fixture("datasymbol", &plugin_file_name("datasymbol"));
+    let Err(e) = load_file(&data) else {
+        panic!("a data entry symbol loaded");
+    };
+    assert!(matches!(e, LoadError::NotAFunction { .. }), "{e:?}");
+    assert_names_file(&e, &data);
 }
 
 fn assert_names_file(e: &LoadError, file: &Path) {

@@ -7,7 +7,9 @@ use std::time::Duration;
 
 use clap::Parser;
 use ipl_tools::cluster_launcher::{self, ClusterLaunch};
-use ipl_tools::launcher::{launch, LaunchConfig, DEFAULT_GRACE, EXIT_FAILED};
+use ipl_tools::launcher::{
+    exec_guarded, launch, LaunchConfig, DEFAULT_GRACE, EXIT_FAILED, GUARD_ARG,
+};
 
 /// Starts an IPL registry in this process and launches N copies of PROGRAM
 /// as one closed-world pool. Each process gets IPL_REGISTRY, IPL_POOL,
@@ -19,6 +21,10 @@ use ipl_tools::launcher::{launch, LaunchConfig, DEFAULT_GRACE, EXIT_FAILED};
 /// the other hosts reach and passes IPL_REGISTRY, IPL_POOL and IPL_POOL_SECRET
 /// down; each process takes its rank, the pool size and its cluster (its node)
 /// from the launcher. ipl-run then exits with the launcher's status.
+///
+/// SIGTERM or SIGINT to ipl-run stops the processes (SIGTERM, SIGKILL 5 s later)
+/// and ipl-run exits with status 143; if ipl-run is killed, its processes are killed
+/// too (Linux).
 #[derive(Parser, Debug)]
 #[command(name = "ipl-run", version)]
 struct Args {
@@ -70,33 +76,64 @@ impl Args {
     }
 }
 
+/// `eprintln!` that never panics: a closed stderr (`ipl-run ... 2>&1 | head`) loses
+/// the message instead of ending `ipl-run` with a panic.
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr().lock(), $($arg)*);
+    }};
+}
+
 fn seconds(what: &str, s: f64) -> Result<Duration, String> {
     Duration::try_from_secs_f64(s).map_err(|e| format!("--{what} {s}: {e}"))
 }
 
+/// `ipl-run --ipl-run-guarded-exec PARENT -- PROGRAM ARGS...`: how `ipl-run` starts
+/// each process of a local pool ([`exec_guarded`]); never returns if it works.
+fn guarded_exec(args: &[OsString]) -> ! {
+    let parent = args.first().and_then(|p| p.to_str()?.parse::<u32>().ok());
+    match (parent, args.get(1).map(|s| s == "--"), args.get(2)) {
+        (Some(parent), Some(true), Some(program)) => {
+            let e = exec_guarded(parent, program, &args[3..]);
+            say!("ipl-run: could not start {program:?}: {e}");
+            // As a shell does for a program it cannot run.
+            std::process::exit(127);
+        }
+        _ => {
+            say!("ipl-run: {GUARD_ARG} PARENT-PID -- PROGRAM ARGS... (internal)");
+            std::process::exit(2);
+        }
+    }
+}
+
 fn main() {
+    let raw: Vec<OsString> = std::env::args_os().collect();
+    if raw.get(1).is_some_and(|a| a == GUARD_ARG) {
+        guarded_exec(&raw[2..]);
+    }
     ipl_tools::init_tracing("warn");
     let args = Args::parse();
     if let Err(e) = args.check() {
-        eprintln!("ipl-run: {e}");
+        say!("ipl-run: {e}");
         std::process::exit(EXIT_FAILED);
     }
     let mut command = args.command.into_iter();
     let Some(program) = command.next() else {
-        eprintln!("ipl-run: no program given");
+        say!("ipl-run: no program given");
         std::process::exit(EXIT_FAILED);
     };
     let timeout = match args.timeout.map(|t| seconds("timeout", t)).transpose() {
         Ok(t) => t,
         Err(e) => {
-            eprintln!("ipl-run: {e}");
+            say!("ipl-run: {e}");
             std::process::exit(EXIT_FAILED);
         }
     };
     let grace = match seconds("grace", args.grace) {
         Ok(g) => g,
         Err(e) => {
-            eprintln!("ipl-run: {e}");
+            say!("ipl-run: {e}");
             std::process::exit(EXIT_FAILED);
         }
     };
@@ -104,7 +141,7 @@ fn main() {
         let launcher = match cluster_launcher::split_launcher(text) {
             Ok(l) => l,
             Err(e) => {
-                eprintln!("ipl-run: {e}");
+                say!("ipl-run: {e}");
                 std::process::exit(EXIT_FAILED);
             }
         };
@@ -119,7 +156,7 @@ fn main() {
             Ok(outcome) => {
                 let code = outcome.exit_code();
                 if code != 0 {
-                    eprintln!(
+                    say!(
                         "[ipl-run] the launcher ended with {}",
                         outcome
                             .status
@@ -129,7 +166,7 @@ fn main() {
                 std::process::exit(code);
             }
             Err(e) => {
-                eprintln!("ipl-run: {e}");
+                say!("ipl-run: {e}");
                 std::process::exit(EXIT_FAILED);
             }
         }
@@ -140,23 +177,31 @@ fn main() {
     config.pool = args.pool;
     config.timeout = timeout;
     config.grace = grace;
+    // Each process is started through this binary, which makes it die with ipl-run.
+    match std::env::current_exe() {
+        Ok(exe) => config.guard = Some(exe),
+        Err(e) => say!("[ipl-run] the processes will outlive a kill of ipl-run: {e}"),
+    }
     match launch(&config) {
         Ok(outcome) => {
             let code = outcome.exit_code();
             if code != 0 {
                 for (i, end) in outcome.ends.iter().enumerate() {
                     if !end.success() {
-                        eprintln!("[ipl-run] process {i}: {end}");
+                        say!("[ipl-run] process {i}: {end}");
                     }
                 }
                 if outcome.timed_out {
-                    eprintln!("[ipl-run] timed out");
+                    say!("[ipl-run] timed out");
+                }
+                if outcome.interrupted {
+                    say!("[ipl-run] interrupted");
                 }
             }
             std::process::exit(code);
         }
         Err(e) => {
-            eprintln!("ipl-run: {e}");
+            say!("ipl-run: {e}");
             std::process::exit(EXIT_FAILED);
         }
     }

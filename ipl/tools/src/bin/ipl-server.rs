@@ -2,6 +2,7 @@
 
 #![forbid(unsafe_code)]
 
+use std::io::Write;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -69,6 +70,13 @@ fn secret(args: &Args) -> Result<(PoolSecret, Source), String> {
     }
 }
 
+/// `eprintln!` that never panics (a closed stderr loses the message).
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        let _ = writeln!(std::io::stderr().lock(), $($arg)*);
+    }};
+}
+
 fn main() -> std::process::ExitCode {
     ipl_tools::init_tracing("info");
     let args = Args::parse();
@@ -76,42 +84,60 @@ fn main() -> std::process::ExitCode {
         match Heartbeat::from_millis(args.heartbeat_interval_ms, args.heartbeat_timeout_ms) {
             Ok(h) => h,
             Err(e) => {
-                eprintln!("ipl-server: {e}");
+                say!("ipl-server: {e}");
                 return std::process::ExitCode::FAILURE;
             }
         };
     let (secret, source) = match secret(&args) {
         Ok(s) => s,
         Err(e) => {
-            eprintln!("ipl-server: {e}");
+            say!("ipl-server: {e}");
             return std::process::ExitCode::FAILURE;
         }
     };
     let server = match RegistryServer::bind(args.bind.as_str(), secret.clone()) {
         Ok(s) => s.with_heartbeat(heartbeat),
         Err(e) => {
-            eprintln!("ipl-server: cannot listen on {}: {e}", args.bind);
+            say!("ipl-server: cannot listen on {}: {e}", args.bind);
             return std::process::ExitCode::FAILURE;
         }
     };
     let addr = server.local_addr();
-    println!("ipl-server: registry listening on {addr}");
+    let mut banner = format!("ipl-server: registry listening on {addr}\n");
     match source {
         Source::Generated => {
-            println!("ipl-server: no pool secret was given; generated one.");
-            println!("Give it to every process of the pool (or write it to a file only you can read, and set {SECRET_FILE_ENV}):");
-            println!("  export {ENV_SECRET}={}", secret.to_hex());
-            println!("  export {ENV_REGISTRY}={addr}");
+            banner.push_str("ipl-server: no pool secret was given; generated one.\n");
+            banner.push_str(&format!("Give it to every process of the pool (or write it to a file only you can read, and set {SECRET_FILE_ENV}):\n"));
+            banner.push_str(&format!("  export {ENV_SECRET}={}\n", secret.to_hex()));
+            banner.push_str(&format!("  export {ENV_REGISTRY}={addr}\n"));
         }
-        Source::File(path) => {
-            println!("ipl-server: using the pool secret in {}", path.display())
+        Source::File(path) => banner.push_str(&format!(
+            "ipl-server: using the pool secret in {}\n",
+            path.display()
+        )),
+        Source::Environment => {
+            banner.push_str("ipl-server: using the pool secret from the environment\n")
         }
-        Source::Environment => println!("ipl-server: using the pool secret from the environment"),
     }
+    // Nobody reads the address and the secret (`ipl-server | head -1` after the first
+    // line, a closed pipe): exit quietly, as a writer in a shell pipeline does, instead
+    // of panicking in `println!`.
+    let mut out = std::io::stdout().lock();
+    match out.write_all(banner.as_bytes()).and_then(|()| out.flush()) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {
+            return std::process::ExitCode::SUCCESS
+        }
+        Err(e) => {
+            say!("ipl-server: cannot write to standard output: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    }
+    drop(out);
     match server.serve() {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("ipl-server: {e}");
+            say!("ipl-server: {e}");
             std::process::ExitCode::FAILURE
         }
     }

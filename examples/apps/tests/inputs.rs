@@ -1,0 +1,153 @@
+//! Every argument of the Satin applications is validated: an input the program cannot
+//! run (a result that overflows, a recursion deeper than a stack, a tolerance never
+//! reached, thousands of threads) is a usage error naming the argument and the accepted
+//! range, exit status 2, never a crash, a panic or a run that never ends.
+
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// Rejecting an argument takes no time; generous for a loaded machine.
+const BOUND: Duration = Duration::from_secs(60);
+
+/// Runs `bin args`, killing it if it has not exited within [`BOUND`].
+fn run(bin: &str, args: &[&str]) -> Output {
+    let mut child = Command::new(bin)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot start {bin}: {e}"));
+    let start = Instant::now();
+    loop {
+        match child.try_wait() {
+            Ok(Some(_)) => break,
+            Ok(None) if start.elapsed() < BOUND => {
+                // Bounded poll of a child process; nothing to be notified by.
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            _ => {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("{bin} {args:?} did not exit within {BOUND:?}");
+            }
+        }
+    }
+    child.wait_with_output().expect("collect the output")
+}
+
+/// `bin args` is a usage error (exit status 2) whose message contains every `needle`.
+fn rejects(bin: &str, args: &[&str], needles: &[&str]) {
+    let out = run(bin, args);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "{bin} {args:?} should be a usage error: {out:?}"
+    );
+    for n in needles {
+        assert!(err.contains(n), "{bin} {args:?}: {n:?} not in {err}");
+    }
+    assert!(!err.contains("panicked"), "{bin} {args:?} panicked: {err}");
+}
+
+#[test]
+fn fib_beyond_a_u64_is_rejected() {
+    let fib = env!("CARGO_BIN_EXE_fib");
+    rejects(fib, &["100000"], &["[N]", "0..=93"]);
+    rejects(fib, &["94"], &["[N]", "0..=93"]);
+    rejects(fib, &["-1"], &["[N]"]);
+}
+
+#[test]
+fn knapsack_beyond_the_exhaustive_search_is_rejected() {
+    rejects(
+        env!("CARGO_BIN_EXE_knapsack"),
+        &["100000"],
+        &["[N]", "0..=64"],
+    );
+}
+
+#[test]
+fn integrate_needs_a_positive_tolerance_and_ordered_finite_bounds() {
+    let integrate = env!("CARGO_BIN_EXE_integrate");
+    rejects(integrate, &["0", "10", "0"], &["[EPS]", ">= 1e-12"]);
+    rejects(integrate, &["0", "10", "-1"], &["[EPS]", ">= 1e-12"]);
+    rejects(integrate, &["0", "10", "NaN"], &["[EPS]", ">= 1e-12"]);
+    rejects(integrate, &["NaN", "10", "1e-3"], &["[A]", "finite"]);
+    rejects(integrate, &["0", "inf", "1e-3"], &["[B]", "finite"]);
+    rejects(integrate, &["0", "1e300", "1e-3"], &["[B]", "1e6"]);
+    rejects(integrate, &["10", "0", "1e-3"], &["reversed", "A <= B"]);
+}
+
+#[test]
+fn nqueens_beyond_the_board_is_rejected() {
+    rejects(env!("CARGO_BIN_EXE_nqueens"), &["33"], &["[N]", "1..=32"]);
+}
+
+#[test]
+fn noverk_needs_k_at_most_n_and_a_result_in_a_u64() {
+    let noverk = env!("CARGO_BIN_EXE_noverk");
+    rejects(noverk, &["3", "5"], &["K = 5", "N = 3"]);
+    rejects(noverk, &["100", "50"], &["[N]", "0..=67"]);
+}
+
+#[test]
+fn matmul_beyond_memory_is_rejected() {
+    rejects(
+        env!("CARGO_BIN_EXE_matmul"),
+        &["1048576"],
+        &["[N]", "64..=4096"],
+    );
+}
+
+#[test]
+fn workers_are_bounded_and_bad_options_are_errors() {
+    let fib = env!("CARGO_BIN_EXE_fib");
+    rejects(fib, &["5", "--workers", "100000"], &["--workers", "1..="]);
+    rejects(fib, &["5", "--workers", "0"], &["--workers", "1..="]);
+    rejects(fib, &["5", "--workers", "abc"], &["--workers"]);
+    rejects(fib, &["5", "--no-such-flag"], &["--no-such-flag"]);
+}
+
+#[test]
+fn the_largest_accepted_inputs_run() {
+    // The edges of the ranges run (small enough to end at once).
+    for (bin, args) in [
+        (env!("CARGO_BIN_EXE_nqueens"), &["1"][..]),
+        (env!("CARGO_BIN_EXE_knapsack"), &["0"][..]),
+        (env!("CARGO_BIN_EXE_noverk"), &["67", "67"][..]),
+        (
+            env!("CARGO_BIN_EXE_integrate"),
+            &["-1", "1", "1e-12", "--workers", "2"][..],
+        ),
+        (env!("CARGO_BIN_EXE_fib"), &["10", "--workers", "64"][..]),
+    ] {
+        let out = run(bin, args);
+        assert!(out.status.success(), "{bin} {args:?}: {out:?}");
+    }
+}
+
+#[test]
+fn a_closed_output_is_no_panic() {
+    // `fib 20 | head -0`: nobody reads the result; before, println! panicked (101).
+    let (r, w) = std::io::pipe().expect("pipe");
+    drop(r);
+    let mut child = Command::new(env!("CARGO_BIN_EXE_fib"))
+        .args(["20", "--check", "--workers", "2"])
+        .stdin(Stdio::null())
+        .stdout(w)
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start fib");
+    let start = Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        assert!(start.elapsed() < BOUND, "fib did not end");
+        // Bounded poll of a child process; nothing to be notified by.
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!err.contains("panicked"), "{err}");
+    assert_eq!(out.status.code(), Some(0), "{err}");
+}
