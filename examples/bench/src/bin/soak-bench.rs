@@ -238,9 +238,8 @@ fn measure(o: &Opts) -> Res<()> {
         }
     }
     let (jobs, errors, messages) = result.ok_or("the master reported no result")?;
-    let max_of = |f: &dyn Fn(&Samples) -> Option<u64>| {
-        samples.iter().filter_map(f).max().unwrap_or(0)
-    };
+    let max_of =
+        |f: &dyn Fn(&Samples) -> Option<u64>| samples.iter().filter_map(f).max().unwrap_or(0);
     let rss_first = max_of(&|s| s.first().map(|x| x.1));
     let rss_last = max_of(&|s| s.last().map(|x| x.1));
     let threads_first = max_of(&|s| s.first().map(|x| x.2));
