@@ -197,6 +197,7 @@ fn ipl_err<E: std::fmt::Display>(what: &str) -> impl Fn(E) -> SatinError + '_ {
 pub fn port_type() -> Result<PortType, SatinError> {
     PortType::new(
         P::CONNECTION_MANY_TO_ONE
+            | P::CONNECTION_UPCALLS
             | P::RECEIVE_AUTO_UPCALLS
             | P::SERIALIZATION_OBJECT
             | P::COMMUNICATION_RELIABLE
@@ -217,13 +218,37 @@ impl RegistryEventHandler for Departures {
     }
 }
 
+/// Forwards the end of a connection from another member to the driver.
+struct Links(std::sync::Mutex<mpsc::Sender<Input>>);
+
+impl ipl::ReceivePortConnectUpcall for Links {
+    fn lost_connection(
+        &self,
+        _port: &ipl::ReceivePortIdentifier,
+        origin: &ipl::SendPortIdentifier,
+        why: &ipl::Disconnect,
+    ) {
+        let lost = match why {
+            ipl::Disconnect::Closed => false,
+            ipl::Disconnect::Lost(_) => true,
+            ipl::Disconnect::Local => return,
+        };
+        if let Ok(tx) = self.0.lock() {
+            let _ = tx.send(Input::LinkLost {
+                member: origin.ibis.id().get(),
+                lost,
+            });
+        }
+    }
+}
+
 /// One member of a Satin pool: the local workers, the IPL instance and the driver
 /// thread that steals from and serves the other members.
 ///
 /// Made by [`SatinBuilder::build_distributed`]; used once, by [`Pool::run`].
 pub struct Pool {
     satin: Arc<Satin>,
-    ibis: Option<Ibis>,
+    ibis: Option<Arc<Ibis>>,
     port: Option<ReceivePort>,
     tx: mpsc::Sender<Input>,
     driver: Option<JoinHandle<Result<Option<PoolStats>, SatinError>>>,
@@ -311,6 +336,7 @@ impl Pool {
                     let _ = utx.send(i);
                 }
             })
+            .connection_upcall(Links(std::sync::Mutex::new(tx.clone())))
             .create()
             .map_err(ipl_err("creating the receive port"))?;
         port.enable_connections();
@@ -343,6 +369,7 @@ impl Pool {
                 }
             });
         }
+        let ibis = Arc::new(ibis);
         let init = DriverInit {
             me: node,
             master,
@@ -354,6 +381,8 @@ impl Pool {
             config,
             seed: me.id().get() ^ 0x5A71_0000_0000_0001,
             ports,
+            idents: members.clone(),
+            ibis: ibis.clone(),
             satin: satin.clone(),
             rx,
             tx: tx.clone(),
@@ -450,10 +479,16 @@ impl Pool {
             p.close(Some(self.end_timeout.min(Duration::from_secs(5))));
         }
         if let Some(ibis) = self.ibis.take() {
-            if let Err(e) = ibis.end() {
-                if r.is_ok() {
-                    return Err(SatinError::Pool(format!("leaving the pool: {e}")));
+            // The driver, the only other owner, has ended.
+            match Arc::try_unwrap(ibis) {
+                Ok(ibis) => {
+                    if let Err(e) = ibis.end() {
+                        // The run is over: a failing goodbye (the registry is gone, or
+                        // declared this member dead) must not lose its result.
+                        tracing::warn!(error = %e, "leaving the pool failed after the run");
+                    }
                 }
+                Err(_) => tracing::warn!("the IPL instance is still shared: not leaving"),
             }
         }
         r
