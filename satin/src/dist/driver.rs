@@ -20,24 +20,25 @@ const POLL: Duration = Duration::from_micros(500);
 /// How often the driver checks that this member still has its registry.
 const REGISTRY_CHECK: Duration = Duration::from_millis(200);
 
-/// Fault-injection hook for tests: `members:N` makes the first non-master node drop
-/// its connection to the second one, `master:N` the master to the first non-master
-/// node, after `N` messages sent (an orderly disconnect of the send port, without
-/// telling anybody, as a reset link would end it). Ignored when malformed.
+/// Fault-injection hook for tests: after `N` messages sent, `master:N` makes the master
+/// drop its connection to the first non-master node, `members:N` the first non-master
+/// node its connection to the second one just before it sends a job result over it
+/// (the result is lost): an orderly disconnect of the send port, without telling
+/// anybody, as a reset link would end it. Ignored when malformed.
 pub(crate) const DROP_LINK_ENV: &str = "SATIN_TEST_DROP_LINK";
 
 /// The hook of [`DROP_LINK_ENV`] for node `me`: (peer, after this many sends).
-fn drop_link_hook(me: u32, master: u32, nodes: u32) -> Option<(u32, u64)> {
+fn drop_link_hook(me: u32, master: u32, nodes: u32) -> Option<(u32, u64, bool)> {
     let v = std::env::var(DROP_LINK_ENV).ok()?;
     let (which, n) = v.split_once(':')?;
     let n = n.trim().parse::<u64>().ok()?;
     let mut others = (0..nodes).filter(|x| *x != master);
-    let (from, to) = match which.trim() {
-        "members" => (others.next()?, others.next()?),
-        "master" => (master, others.next()?),
+    let (from, to, results) = match which.trim() {
+        "members" => (others.next()?, others.next()?, true),
+        "master" => (master, others.next()?, false),
         _ => return None,
     };
-    (from == me).then_some((to, n))
+    (from == me).then_some((to, n, results))
 }
 
 /// What wakes the driver.
@@ -128,8 +129,9 @@ pub(crate) struct Driver {
     /// Nodes whose link broke during a send, handled in the loop.
     broken: Vec<u32>,
     registry_checked: Instant,
-    /// The test hook of [`DROP_LINK_ENV`]: (node, after this many sends).
-    drop_link: Option<(u32, u64)>,
+    /// The test hook of [`DROP_LINK_ENV`]: (node, after this many sends, only before
+    /// a result).
+    drop_link: Option<(u32, u64, bool)>,
     sent: u64,
     alive: Vec<bool>,
     satin: Arc<Satin>,
@@ -663,6 +665,18 @@ impl Driver {
         let Some(Some(port)) = self.ports.get_mut(to as usize) else {
             return false;
         };
+        if let Some((peer, after, results)) = self.drop_link {
+            self.sent += 1;
+            let result = matches!(header.msg, Msg::Result { .. });
+            if peer == to && self.sent >= after && (result || !results) {
+                // The result goes nowhere: it is lost with the link.
+                self.drop_link = None;
+                tracing::warn!(node = to, "test hook: dropping the link");
+                for t in port.connected_to() {
+                    let _ = port.disconnect(&t);
+                }
+            }
+        }
         let r = (|| {
             let mut m = port.new_message()?;
             m.write_object(&header)?;
@@ -671,17 +685,6 @@ impl Driver {
             }
             m.finish()
         })();
-        if let Some((peer, after)) = self.drop_link {
-            self.sent += 1;
-            if peer == to && self.sent >= after {
-                self.drop_link = None;
-                tracing::warn!(node = to, "test hook: dropping the link");
-                let targets = port.connected_to();
-                for t in targets {
-                    let _ = port.disconnect(&t);
-                }
-            }
-        }
         match r {
             Ok(bytes) => {
                 let net = self.satin.net_counters();
