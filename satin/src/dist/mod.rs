@@ -58,9 +58,24 @@
 //!   leave at `Exit`. Every wait of this end-of-run handshake is bounded
 //!   ([`DistConfig::end_timeout`]).
 //!
-//! A member that dies (registry `Died`/`Left`) is removed from the victims; jobs it had
-//! stolen fail with [`SatinError::Remote`], so the root job fails instead of hanging
-//! (there is no fault tolerance yet: the work is not redone).
+//! # Faults
+//!
+//! Every fault ends the run with the right result or a clear error within a bound:
+//!
+//! - A member that dies (registry `Died`/`Left`) is removed from the victims; jobs it
+//!   had stolen are redone by their owner (their results can never come).
+//! - A connection from or to a member that ends during the run (reset, or closed
+//!   without the run ending) makes this member treat the peer as failed, as for a
+//!   death: it asks the registry to check it (`maybe_dead`: if it is really dead,
+//!   everybody hears `Died`), stops using it, and redoes the jobs it had stolen. A
+//!   member that loses its connection to the master stops with an error; the master
+//!   redoes its work.
+//! - A member that loses its registry (connection reset, heartbeats unanswered, or
+//!   declared dead) stops within a fraction of a second with an error, and the others
+//!   redo its work. The master instead finishes the run alone, so that the result of a
+//!   run whose registry server died is not lost.
+//! - Leaving the pool after the run may fail (the registry is gone): that is a warning,
+//!   the result is still returned.
 
 #![forbid(unsafe_code)]
 
@@ -441,7 +456,8 @@ impl Pool {
     /// Runs the program: on the master `root` is called with the local instance (it
     /// should `run` the root job there) while the other members steal; on the others it
     /// is not called and this returns when the master ends the run. Then every member
-    /// leaves the pool. A panic in `root` is returned as [`SatinError::JobPanicked`]
+    /// leaves the pool; a failure to leave (the registry is gone) is logged as a
+    /// warning and does not lose the run's result. A panic in `root` is returned as [`SatinError::JobPanicked`]
     /// (after the pool ended cleanly).
     pub fn run<T>(mut self, root: impl FnOnce(&Satin) -> T) -> Result<PoolRun<T>, SatinError> {
         let mut result = None;
