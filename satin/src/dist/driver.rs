@@ -6,7 +6,7 @@ use super::stats::{MemberStats, PoolStats};
 use super::DistConfig;
 use crate::error::SatinError;
 use crate::{ExternalStealer, Satin, StolenJob};
-use ipl::{ReadMessage, SendPort};
+use ipl::{Ibis, IbisIdentifier, ReadMessage, SendPort};
 use satin_core::{Action, Config, Event, JobRef, Node, NodeId, StealId, TimerId, Topology};
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
@@ -16,6 +16,30 @@ use std::time::{Duration, Instant};
 
 /// How often the driver looks at the local runtime when nothing wakes it.
 const POLL: Duration = Duration::from_micros(500);
+
+/// How often the driver checks that this member still has its registry.
+const REGISTRY_CHECK: Duration = Duration::from_millis(200);
+
+/// Fault-injection hook for tests: after `N` messages sent, `master:N` makes the master
+/// drop its connection to the first non-master node, `members:N` the first non-master
+/// node its connection to the second one just before it sends a job result over it
+/// (the result is lost): an orderly disconnect of the send port, without telling
+/// anybody, as a reset link would end it. Ignored when malformed.
+pub(crate) const DROP_LINK_ENV: &str = "SATIN_TEST_DROP_LINK";
+
+/// The hook of [`DROP_LINK_ENV`] for node `me`: (peer, after this many sends).
+fn drop_link_hook(me: u32, master: u32, nodes: u32) -> Option<(u32, u64, bool)> {
+    let v = std::env::var(DROP_LINK_ENV).ok()?;
+    let (which, n) = v.split_once(':')?;
+    let n = n.trim().parse::<u64>().ok()?;
+    let mut others = (0..nodes).filter(|x| *x != master);
+    let (from, to, results) = match which.trim() {
+        "members" => (others.next()?, others.next()?, true),
+        "master" => (master, others.next()?, false),
+        _ => return None,
+    };
+    (from == me).then_some((to, n, results))
+}
 
 /// What wakes the driver.
 pub(crate) enum Input {
@@ -37,6 +61,9 @@ pub(crate) enum Input {
     RootDone,
     /// A member (by IPL member id) left or died.
     Gone(u64),
+    /// The connection from a member (by IPL member id) to this one ended: closed
+    /// (`lost == false`) or lost.
+    LinkLost { member: u64, lost: bool },
     /// The pool handle was dropped: stop now.
     Shutdown,
 }
@@ -71,6 +98,10 @@ pub(crate) struct DriverInit {
     pub config: DistConfig,
     pub seed: u64,
     pub ports: Vec<Option<SendPort>>,
+    /// Per node: its IPL identifier (for reports to the registry).
+    pub idents: Vec<IbisIdentifier>,
+    /// The IPL instance (its registry: liveness reports, and noticing its loss).
+    pub ibis: Arc<Ibis>,
     pub satin: Arc<Satin>,
     pub rx: mpsc::Receiver<Input>,
     pub tx: mpsc::Sender<Input>,
@@ -93,6 +124,15 @@ pub(crate) struct Driver {
     topology: Topology,
     config: DistConfig,
     ports: Vec<Option<SendPort>>,
+    idents: Vec<IbisIdentifier>,
+    ibis: Arc<Ibis>,
+    /// Nodes whose link broke during a send, handled in the loop.
+    broken: Vec<u32>,
+    registry_checked: Instant,
+    /// The test hook of [`DROP_LINK_ENV`]: (node, after this many sends, only before
+    /// a result).
+    drop_link: Option<(u32, u64, bool)>,
+    sent: u64,
     alive: Vec<bool>,
     satin: Arc<Satin>,
     stealer: ExternalStealer,
@@ -138,6 +178,12 @@ impl Driver {
             topology: init.topology,
             config: init.config,
             ports: init.ports,
+            idents: init.idents,
+            ibis: init.ibis,
+            broken: Vec::new(),
+            registry_checked: Instant::now(),
+            drop_link: drop_link_hook(init.me, init.master, n as u32),
+            sent: 0,
             alive: vec![true; n],
             stealer: init.satin.external_stealer(),
             satin: init.satin,
@@ -185,6 +231,10 @@ impl Driver {
             }
             self.sync_idle();
             self.actions();
+            if let Err(e) = self.faults() {
+                outcome = Err(e);
+                break;
+            }
             if self.exit {
                 break;
             }
@@ -251,6 +301,69 @@ impl Driver {
         outcome.map(|()| stats)
     }
 
+    /// Reacts to broken links and to the loss of the registry.
+    fn faults(&mut self) -> Result<(), SatinError> {
+        while let Some(n) = self.broken.pop() {
+            self.link_lost(n, true)?;
+        }
+        if self.registry_checked.elapsed() >= REGISTRY_CHECK {
+            self.registry_checked = Instant::now();
+            if let Err(e) = self.ibis.registry().pool_status() {
+                if self.is_master() {
+                    // The master carries on alone: the others stop (they lost the
+                    // registry too, or see this member declared dead), their work is
+                    // redone here, and the result is not lost.
+                    if self.members.len() > 1 && self.alive.iter().filter(|a| **a).count() > 1 {
+                        tracing::warn!(error = %e, "lost the registry: the master finishes the run alone");
+                        for n in 0..self.members.len() as u32 {
+                            self.gone(n)?;
+                        }
+                    }
+                } else if self.phase == Phase::Running {
+                    return Err(SatinError::Pool(format!(
+                        "node {} lost its registry ({e}): it stops, the others redo its work",
+                        self.me
+                    )));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The link to node `n` ended (`lost`: not in an orderly way). While the run goes
+    /// on, the peer is treated as failed: the registry is asked to check it
+    /// (`maybe_dead`: if it is really dead everybody hears `Died`), and this member
+    /// stops using it at once, redoing the jobs it stole from here (the results it
+    /// owes could never arrive). Losing the master while running is an error.
+    fn link_lost(&mut self, n: u32, lost: bool) -> Result<(), SatinError> {
+        if n == self.me || !self.alive.get(n as usize).copied().unwrap_or(false) {
+            return Ok(());
+        }
+        if self.phase == Phase::Ending && !lost {
+            // Members close their ports when the run ends.
+            return Ok(());
+        }
+        tracing::warn!(
+            node = n,
+            member = %self.members[n as usize].1,
+            lost,
+            "the connection to a member ended during the run: treating it as failed"
+        );
+        if let Some(id) = self.idents.get(n as usize) {
+            if let Err(e) = self.ibis.registry().maybe_dead(id) {
+                tracing::debug!(error = %e, "could not report the member to the registry");
+            }
+        }
+        if n == self.master && self.phase == Phase::Running {
+            self.alive[n as usize] = false;
+            return Err(SatinError::Pool(format!(
+                "lost the connection to the master (node {n}) during the run; the master \
+                 finishes without this member"
+            )));
+        }
+        self.gone(n)
+    }
+
     fn all_reported(&self) -> bool {
         (0..self.members.len() as u32)
             .all(|n| n == self.me || !self.alive[n as usize] || self.reports.contains_key(&n))
@@ -303,6 +416,11 @@ impl Driver {
                     self.gone(n as u32)?;
                 }
             }
+            Input::LinkLost { member, lost } => {
+                if let Some(n) = self.members.iter().position(|m| m.0 == member) {
+                    self.link_lost(n as u32, lost)?;
+                }
+            }
             Input::Shutdown => self.exit = true,
         }
         Ok(())
@@ -329,9 +447,13 @@ impl Driver {
             .collect();
         for k in lost {
             if let Some((_, job)) = self.given.remove(&k) {
-                job.fail(SatinError::Remote(format!(
-                    "member {n} left the pool with a stolen job"
-                )));
+                // Its result can never come: redo the job here.
+                tracing::debug!(
+                    node = n,
+                    job = k,
+                    "redoing a job stolen by a member that is gone"
+                );
+                job.give_back();
             }
         }
         if n == self.master && !self.exit {
@@ -543,6 +665,18 @@ impl Driver {
         let Some(Some(port)) = self.ports.get_mut(to as usize) else {
             return false;
         };
+        if let Some((peer, after, results)) = self.drop_link {
+            self.sent += 1;
+            let result = matches!(header.msg, Msg::Result { .. });
+            if peer == to && self.sent >= after && (result || !results) {
+                // The result goes nowhere: it is lost with the link.
+                self.drop_link = None;
+                tracing::warn!(node = to, "test hook: dropping the link");
+                for t in port.connected_to() {
+                    let _ = port.disconnect(&t);
+                }
+            }
+        }
         let r = (|| {
             let mut m = port.new_message()?;
             m.write_object(&header)?;
@@ -563,10 +697,12 @@ impl Driver {
                 }
                 true
             }
-            Err(_) => {
+            Err(e) => {
+                tracing::debug!(node = to, error = %e, "send failed");
                 if let Some(p) = self.ports.get_mut(to as usize) {
                     *p = None;
                 }
+                self.broken.push(to);
                 false
             }
         }

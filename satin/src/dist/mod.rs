@@ -58,9 +58,24 @@
 //!   leave at `Exit`. Every wait of this end-of-run handshake is bounded
 //!   ([`DistConfig::end_timeout`]).
 //!
-//! A member that dies (registry `Died`/`Left`) is removed from the victims; jobs it had
-//! stolen fail with [`SatinError::Remote`], so the root job fails instead of hanging
-//! (there is no fault tolerance yet: the work is not redone).
+//! # Faults
+//!
+//! Every fault ends the run with the right result or a clear error within a bound:
+//!
+//! - A member that dies (registry `Died`/`Left`) is removed from the victims; jobs it
+//!   had stolen are redone by their owner (their results can never come).
+//! - A connection from or to a member that ends during the run (reset, or closed
+//!   without the run ending) makes this member treat the peer as failed, as for a
+//!   death: it asks the registry to check it (`maybe_dead`: if it is really dead,
+//!   everybody hears `Died`), stops using it, and redoes the jobs it had stolen. A
+//!   member that loses its connection to the master stops with an error; the master
+//!   redoes its work.
+//! - A member that loses its registry (connection reset, heartbeats unanswered, or
+//!   declared dead) stops within a fraction of a second with an error, and the others
+//!   redo its work. The master instead finishes the run alone, so that the result of a
+//!   run whose registry server died is not lost.
+//! - Leaving the pool after the run may fail (the registry is gone): that is a warning,
+//!   the result is still returned.
 
 #![forbid(unsafe_code)]
 
@@ -197,6 +212,7 @@ fn ipl_err<E: std::fmt::Display>(what: &str) -> impl Fn(E) -> SatinError + '_ {
 pub fn port_type() -> Result<PortType, SatinError> {
     PortType::new(
         P::CONNECTION_MANY_TO_ONE
+            | P::CONNECTION_UPCALLS
             | P::RECEIVE_AUTO_UPCALLS
             | P::SERIALIZATION_OBJECT
             | P::COMMUNICATION_RELIABLE
@@ -217,13 +233,37 @@ impl RegistryEventHandler for Departures {
     }
 }
 
+/// Forwards the end of a connection from another member to the driver.
+struct Links(std::sync::Mutex<mpsc::Sender<Input>>);
+
+impl ipl::ReceivePortConnectUpcall for Links {
+    fn lost_connection(
+        &self,
+        _port: &ipl::ReceivePortIdentifier,
+        origin: &ipl::SendPortIdentifier,
+        why: &ipl::Disconnect,
+    ) {
+        let lost = match why {
+            ipl::Disconnect::Closed => false,
+            ipl::Disconnect::Lost(_) => true,
+            ipl::Disconnect::Local => return,
+        };
+        if let Ok(tx) = self.0.lock() {
+            let _ = tx.send(Input::LinkLost {
+                member: origin.ibis.id().get(),
+                lost,
+            });
+        }
+    }
+}
+
 /// One member of a Satin pool: the local workers, the IPL instance and the driver
 /// thread that steals from and serves the other members.
 ///
 /// Made by [`SatinBuilder::build_distributed`]; used once, by [`Pool::run`].
 pub struct Pool {
     satin: Arc<Satin>,
-    ibis: Option<Ibis>,
+    ibis: Option<Arc<Ibis>>,
     port: Option<ReceivePort>,
     tx: mpsc::Sender<Input>,
     driver: Option<JoinHandle<Result<Option<PoolStats>, SatinError>>>,
@@ -311,6 +351,7 @@ impl Pool {
                     let _ = utx.send(i);
                 }
             })
+            .connection_upcall(Links(std::sync::Mutex::new(tx.clone())))
             .create()
             .map_err(ipl_err("creating the receive port"))?;
         port.enable_connections();
@@ -343,6 +384,7 @@ impl Pool {
                 }
             });
         }
+        let ibis = Arc::new(ibis);
         let init = DriverInit {
             me: node,
             master,
@@ -354,6 +396,8 @@ impl Pool {
             config,
             seed: me.id().get() ^ 0x5A71_0000_0000_0001,
             ports,
+            idents: members.clone(),
+            ibis: ibis.clone(),
             satin: satin.clone(),
             rx,
             tx: tx.clone(),
@@ -412,7 +456,8 @@ impl Pool {
     /// Runs the program: on the master `root` is called with the local instance (it
     /// should `run` the root job there) while the other members steal; on the others it
     /// is not called and this returns when the master ends the run. Then every member
-    /// leaves the pool. A panic in `root` is returned as [`SatinError::JobPanicked`]
+    /// leaves the pool; a failure to leave (the registry is gone) is logged as a
+    /// warning and does not lose the run's result. A panic in `root` is returned as [`SatinError::JobPanicked`]
     /// (after the pool ended cleanly).
     pub fn run<T>(mut self, root: impl FnOnce(&Satin) -> T) -> Result<PoolRun<T>, SatinError> {
         let mut result = None;
@@ -450,10 +495,16 @@ impl Pool {
             p.close(Some(self.end_timeout.min(Duration::from_secs(5))));
         }
         if let Some(ibis) = self.ibis.take() {
-            if let Err(e) = ibis.end() {
-                if r.is_ok() {
-                    return Err(SatinError::Pool(format!("leaving the pool: {e}")));
+            // The driver, the only other owner, has ended.
+            match Arc::try_unwrap(ibis) {
+                Ok(ibis) => {
+                    if let Err(e) = ibis.end() {
+                        // The run is over: a failing goodbye (the registry is gone, or
+                        // declared this member dead) must not lose its result.
+                        tracing::warn!(error = %e, "leaving the pool failed after the run");
+                    }
                 }
+                Err(_) => tracing::warn!("the IPL instance is still shared: not leaving"),
             }
         }
         r
