@@ -36,8 +36,23 @@ pub enum SatinError {
 }
 
 /// The message of a panic payload (`&str` or `String`), or a placeholder.
+impl SatinError {
+    /// What a caught unwinding of a job stands for: a [`SatinError`] it carries (a
+    /// stolen child that failed on another process unwinds its parent's sync with the
+    /// error that process reported), else [`SatinError::JobPanicked`] with the panic's
+    /// message.
+    pub(crate) fn from_panic(p: Box<dyn std::any::Any + Send>) -> SatinError {
+        match p.downcast::<SatinError>() {
+            Ok(e) => *e,
+            Err(p) => SatinError::JobPanicked(panic_message(&*p)),
+        }
+    }
+}
+
 pub(crate) fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
-    if let Some(s) = p.downcast_ref::<&str>() {
+    if let Some(e) = p.downcast_ref::<SatinError>() {
+        e.to_string()
+    } else if let Some(s) = p.downcast_ref::<&str>() {
         (*s).to_string()
     } else if let Some(s) = p.downcast_ref::<String>() {
         s.clone()

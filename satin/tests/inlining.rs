@@ -396,3 +396,46 @@ fn a_local_panic_waits_for_the_stolen_siblings_before_unwinding() {
         }
     })
 }
+
+/// Spawns two children, publishes them, and syncs once the thief of the test took one
+/// (and failed it).
+struct FailedThief(Arc<AtomicUsize>);
+impl Job for FailedThief {
+    type Output = u32;
+    fn run(self, ctx: &mut Ctx) -> u32 {
+        let mut f = ctx.frame();
+        let a = f.spawn(Sleepy(1));
+        let b = f.spawn(Sleepy(2));
+        f.publish();
+        self.0.store(1, Ordering::SeqCst);
+        assert!(wait_until(|| self.0.load(Ordering::SeqCst) == 2));
+        let r = f.sync();
+        r.get(a) + r.get(b)
+    }
+}
+
+#[test]
+fn a_stolen_child_that_failed_elsewhere_is_that_error_not_a_panic() {
+    bounded(|| {
+        let s = Satin::builder().workers(1).build().unwrap();
+        let st = s.external_stealer();
+        let flag = Arc::new(AtomicUsize::new(0));
+        let f2 = flag.clone();
+        let thief = std::thread::spawn(move || {
+            assert!(wait_until(|| f2.load(Ordering::SeqCst) == 1));
+            let deadline = Instant::now() + PATIENCE;
+            loop {
+                if let Some(job) = st.steal() {
+                    job.fail(SatinError::Remote("the thief's process died".into()));
+                    f2.store(2, Ordering::SeqCst);
+                    return;
+                }
+                assert!(Instant::now() < deadline, "nothing to steal");
+                std::thread::yield_now();
+            }
+        });
+        let e = s.try_run(FailedThief(flag)).unwrap_err();
+        thief.join().unwrap();
+        assert_eq!(e, SatinError::Remote("the thief's process died".into()));
+    })
+}

@@ -85,7 +85,7 @@ mod stats;
 
 pub use stats::{MemberStats, PoolStats};
 
-use crate::error::{panic_message, SatinError};
+use crate::error::SatinError;
 use crate::{Satin, SatinBuilder};
 use driver::{Driver, DriverInit, Input};
 use ipl::{
@@ -467,7 +467,7 @@ impl Pool {
             let t0 = Instant::now();
             match panic::catch_unwind(AssertUnwindSafe(|| root(&self.satin))) {
                 Ok(v) => result = Some(v),
-                Err(p) => failure = Some(SatinError::JobPanicked(panic_message(&*p))),
+                Err(p) => failure = Some(SatinError::from_panic(p)),
             }
             elapsed = Some(t0.elapsed());
             let _ = self.tx.send(Input::RootDone);

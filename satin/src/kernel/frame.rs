@@ -208,7 +208,9 @@ fn sync_failed(ctx: &mut Ctx, head: *mut Record) -> ! {
     ctx.release_list(head);
     match p {
         Some(p) => panic::resume_unwind(p),
-        None => panic::resume_unwind(Box::new("satin: a stolen child failed")),
+        None => panic::resume_unwind(Box::new(crate::SatinError::Remote(
+            "a stolen child failed".into(),
+        ))),
     }
 }
 

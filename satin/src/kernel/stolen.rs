@@ -78,19 +78,19 @@ impl StolenJob {
             Ok(()) => self.finish(DONE),
             Err(e) => {
                 self.shared
-                    .put_panic(r.as_ptr() as usize, Box::new(e.to_string()));
+                    .put_panic(r.as_ptr() as usize, Box::new(e.clone()));
                 self.finish(PANICKED);
             }
         }
         res
     }
 
-    /// Finishes the job with an error: the parent's sync panics with its message.
+    /// Finishes the job with an error: the parent's sync unwinds with it, and
+    /// [`Satin::try_run`](crate::Satin::try_run) returns it as it is (not as a panic).
     pub fn fail(mut self, err: SatinError) {
         let r = self.rec();
         // The job stays in the slot; the parent's release drops it.
-        self.shared
-            .put_panic(r.as_ptr() as usize, Box::new(err.to_string()));
+        self.shared.put_panic(r.as_ptr() as usize, Box::new(err));
         self.finish(PANICKED);
     }
 

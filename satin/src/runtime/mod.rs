@@ -13,7 +13,7 @@ pub use builder::{SatinBuilder, DEFAULT_INLINE_DEPTH};
 pub(crate) use shared::{Injected, Shared};
 pub use stealer::ExternalStealer;
 
-use crate::error::{panic_message, SatinError};
+use crate::error::SatinError;
 use crate::kernel::Ctx;
 use crate::stats::{NetCounters, Stats};
 use crate::wire::{ErasedJob, JobRegistry};
@@ -67,8 +67,7 @@ impl Satin {
 
     /// Like [`Satin::run`], but a panic is returned as [`SatinError::JobPanicked`].
     pub fn try_run<J: Job>(&self, job: J) -> Result<J::Output, SatinError> {
-        self.run_raw(job)
-            .map_err(|p| SatinError::JobPanicked(panic_message(&*p)))
+        self.run_raw(job).map_err(SatinError::from_panic)
     }
 
     fn run_raw<J: Job>(&self, job: J) -> Result<J::Output, Box<dyn std::any::Any + Send>> {
@@ -96,7 +95,7 @@ impl Satin {
         self.shared
             .submit(Injected::Task(Box::new(move |ctx: &mut Ctx| {
                 let r = panic::catch_unwind(AssertUnwindSafe(|| job.run_to_wire(ctx)))
-                    .unwrap_or_else(|p| Err(SatinError::JobPanicked(panic_message(&*p))));
+                    .unwrap_or_else(|p| Err(SatinError::from_panic(p)));
                 ctx.release_deferred();
                 ctx.flush_stats();
                 shared.task_done();
