@@ -39,6 +39,7 @@ use std::path::{Path, PathBuf};
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
 
+pub mod admission;
 pub mod secret_file;
 
 pub use secret_file::{SecretFileProblem, SECRET_FILE_ENV};

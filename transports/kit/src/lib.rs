@@ -28,7 +28,8 @@
 #![forbid(unsafe_code)]
 
 pub mod address;
-pub mod admission;
+/// The admission of unauthenticated connections, shared with the registry server.
+pub use ipl_auth::admission;
 pub mod channels;
 pub mod config;
 pub mod dial;

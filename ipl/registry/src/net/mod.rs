@@ -62,13 +62,12 @@
 //! # }
 //! ```
 
-pub mod admission;
 pub mod client;
 pub mod heartbeat;
 pub mod protocol;
 pub mod server;
 
-pub use admission::{DEFAULT_MAX_HANDSHAKES, REFUSAL_LOG_INTERVAL};
 pub use client::{NetRegistry, DEFAULT_REQUEST_TIMEOUT};
 pub use heartbeat::{Heartbeat, DEFAULT_HEARTBEAT_INTERVAL, DEFAULT_HEARTBEAT_TIMEOUT};
+pub use ipl_auth::admission::{DEFAULT_MAX_HANDSHAKES, REFUSAL_LOG_INTERVAL};
 pub use server::{RegistryServer, ServerHandle, DEFAULT_HANDSHAKE_TIMEOUT, DEFAULT_PROBE_TIMEOUT};

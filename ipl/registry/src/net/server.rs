@@ -16,12 +16,12 @@ use crate::core::{MaybeDead, RegistryCore};
 use crate::error::{RegistryError, Result};
 use crate::identifier::{IbisIdentifier, MemberId};
 
-use super::admission::{Admission, DeadlineStream, Slot, DEFAULT_MAX_HANDSHAKES};
 use super::heartbeat::{Heartbeat, LastHeard};
 use super::protocol::{
     encode, read_msg, write_msg, Challenge, ClientMsg, FrameError, Hello, Liveness, Reply, Request,
     ServerMsg, Welcome, AUTH_CONTEXT, MAX_FRAME, MAX_HANDSHAKE_FRAME, PROTOCOL_VERSION,
 };
+use ipl_auth::admission::{Admission, DeadlineIo, Slot, DEFAULT_MAX_HANDSHAKES};
 
 /// Default time a suspect has to answer a liveness probe.
 pub const DEFAULT_PROBE_TIMEOUT: Duration = Duration::from_secs(5);
@@ -61,14 +61,14 @@ fn key(m: &IbisIdentifier) -> Key {
 /// * Connections that fail the handshake, send malformed frames or announce
 ///   oversized ones are logged (`tracing::warn!`, with the peer address; the
 ///   handshake failures at most once per
-///   [`REFUSAL_LOG_INTERVAL`](super::admission::REFUSAL_LOG_INTERVAL), the rest
+///   [`REFUSAL_LOG_INTERVAL`](ipl_auth::admission::REFUSAL_LOG_INTERVAL), the rest
 ///   at debug level) and closed; nobody else notices.
 /// * A new connection has [`with_handshake_timeout`](Self::with_handshake_timeout)
 ///   in all to authenticate, however slowly its bytes arrive; at most
 ///   [`with_max_handshakes`](Self::with_max_handshakes) connections are in the
 ///   handshake at once, and one beyond that is closed at once (counted, and
 ///   logged at most once per
-///   [`REFUSAL_LOG_INTERVAL`](super::admission::REFUSAL_LOG_INTERVAL)). Strangers
+///   [`REFUSAL_LOG_INTERVAL`](ipl_auth::admission::REFUSAL_LOG_INTERVAL)). Strangers
 ///   that hold every slot keep members out only until their deadline.
 ///
 /// Any number of pools are served at once, by name. A pool whose members
@@ -148,7 +148,7 @@ impl RegistryServer {
                 heartbeat: Heartbeat::default(),
                 probe_timeout: DEFAULT_PROBE_TIMEOUT,
                 handshake_timeout: DEFAULT_HANDSHAKE_TIMEOUT,
-                admission: Admission::new(DEFAULT_MAX_HANDSHAKES),
+                admission: Admission::new("registry", DEFAULT_MAX_HANDSHAKES),
                 state: Mutex::new(ServerState::default()),
                 stop: AtomicBool::new(false),
                 next_nonce: AtomicU64::new(0),
@@ -194,7 +194,7 @@ impl RegistryServer {
     /// descriptor for at most the handshake timeout.
     pub fn with_max_handshakes(mut self, max: usize) -> Self {
         if let Some(s) = Arc::get_mut(&mut self.shared) {
-            s.admission = Admission::new(max.max(1));
+            s.admission = Admission::new("registry", max);
         }
         self
     }
@@ -480,10 +480,14 @@ fn serve_connection_inner(
     stream.set_nodelay(true)?;
     // Unbuffered: nothing the client sends after the handshake is read ahead
     // and lost; every read and write gets only what is left of the deadline.
+    let timeouts = |left| {
+        stream.set_read_timeout(Some(left))?;
+        stream.set_write_timeout(Some(left))
+    };
     let result = handshake(
         shared,
-        &mut DeadlineStream::new(&stream, deadline),
-        &mut DeadlineStream::new(&stream, deadline),
+        &mut DeadlineIo::new(&stream, deadline, timeouts),
+        &mut DeadlineIo::new(&stream, deadline, timeouts),
     );
     drop(slot);
     if let Err(reason) = result {
