@@ -3,15 +3,18 @@
 //! exit status 2 (clap's usage error), never a panic or a backtrace. Shared by the
 //! `cli` tests of every package with binaries (`#[path]`-included).
 
+// Each including test uses only part of it (`check`, or `run` alone).
+#![allow(dead_code)]
+
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 /// How long a program may take to answer `--help` or reject an argument (it does
 /// nothing else), generous for a loaded machine.
-const BOUND: Duration = Duration::from_secs(60);
+pub const BOUND: Duration = Duration::from_secs(60);
 
 /// Runs `bin args`, killing it if it has not exited within [`BOUND`].
-fn run(bin: &str, args: &[&str]) -> Output {
+pub fn run(bin: &str, args: &[&str]) -> Output {
     let mut child = Command::new(bin)
         .args(args)
         .stdin(Stdio::null())
@@ -29,6 +32,7 @@ fn run(bin: &str, args: &[&str]) -> Output {
             }
             _ => {
                 let _ = child.kill();
+                let _ = child.wait();
                 panic!("{bin} {args:?} did not exit within {BOUND:?}");
             }
         }

@@ -3,38 +3,12 @@
 //! reached, thousands of threads) is a usage error naming the argument and the accepted
 //! range, exit status 2, never a crash, a panic or a run that never ends.
 
-use std::process::{Command, Output, Stdio};
+#[path = "../../../tests/common/cli.rs"]
+mod cli;
+
+use cli::{run, BOUND};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-
-/// Rejecting an argument takes no time; generous for a loaded machine.
-const BOUND: Duration = Duration::from_secs(60);
-
-/// Runs `bin args`, killing it if it has not exited within [`BOUND`].
-fn run(bin: &str, args: &[&str]) -> Output {
-    let mut child = Command::new(bin)
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot start {bin}: {e}"));
-    let start = Instant::now();
-    loop {
-        match child.try_wait() {
-            Ok(Some(_)) => break,
-            Ok(None) if start.elapsed() < BOUND => {
-                // Bounded poll of a child process; nothing to be notified by.
-                std::thread::sleep(Duration::from_millis(10));
-            }
-            _ => {
-                let _ = child.kill();
-                let _ = child.wait();
-                panic!("{bin} {args:?} did not exit within {BOUND:?}");
-            }
-        }
-    }
-    child.wait_with_output().expect("collect the output")
-}
 
 /// `bin args` is a usage error (exit status 2) whose message contains every `needle`.
 fn rejects(bin: &str, args: &[&str], needles: &[&str]) {
