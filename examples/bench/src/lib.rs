@@ -72,6 +72,22 @@ pub fn report(title: &str, figures: &[Figure]) {
     }
 }
 
+/// Processes a benchmark started: those still running when it is dropped (a run that
+/// failed half-way) are killed and reaped.
+#[derive(Debug, Default)]
+pub struct Children(pub Vec<std::process::Child>);
+
+impl Drop for Children {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            if matches!(c.try_wait(), Ok(None)) {
+                let _ = c.kill();
+                let _ = c.wait();
+            }
+        }
+    }
+}
+
 /// Summary statistics of round-trip samples.
 #[derive(Debug, Clone, Copy)]
 pub struct Stats {

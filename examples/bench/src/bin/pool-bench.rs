@@ -23,11 +23,11 @@
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use clap::{Parser, Subcommand};
-use ibis_bench::{median, ping_pong_capabilities, report, Figure};
+use ibis_bench::{median, ping_pong_capabilities, report, Children, Figure};
 use ipl::{Ibis, PortCapabilities, PortType};
 use ipl_auth::PoolSecret;
 use ipl_registry::RegistryServer;
@@ -94,20 +94,6 @@ struct Run {
     join_to_closed: f64,
     spawn_to_closed: f64,
     total: f64,
-}
-
-/// Kills the children still running when a run fails half-way.
-struct Children(Vec<Child>);
-
-impl Drop for Children {
-    fn drop(&mut self) {
-        for c in &mut self.0 {
-            if matches!(c.try_wait(), Ok(None)) {
-                let _ = c.kill();
-                let _ = c.wait();
-            }
-        }
-    }
 }
 
 /// Forms one pool of `n` members and times it.

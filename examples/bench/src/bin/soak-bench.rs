@@ -16,14 +16,14 @@
 //! hand (`--seconds 600`) shows whether memory or threads grow; CI runs it for seconds.
 
 use std::io::{BufRead, BufReader, Write};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use clap::{Parser, Subcommand};
 use ibis_apps::fib::{fib_seq, Fib};
-use ibis_bench::{report, Figure};
+use ibis_bench::{report, Children, Figure};
 use ipl_auth::PoolSecret;
 use ipl_registry::RegistryServer;
 use ipl_tools::launcher::{ENV_POOL, ENV_POOL_SIZE, ENV_RANK, ENV_REGISTRY, ENV_SECRET};
@@ -142,20 +142,6 @@ fn member(o: &Opts) -> Res<()> {
         ));
     }
     Ok(())
-}
-
-/// Kills the members still running when the benchmark fails half-way.
-struct Children(Vec<Child>);
-
-impl Drop for Children {
-    fn drop(&mut self) {
-        for c in &mut self.0 {
-            if matches!(c.try_wait(), Ok(None)) {
-                let _ = c.kill();
-                let _ = c.wait();
-            }
-        }
-    }
 }
 
 /// One member's samples: (seconds, rss kB, threads).
