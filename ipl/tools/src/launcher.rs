@@ -11,7 +11,7 @@
 //! | [`ENV_POOL_SIZE`] `IPL_POOL_SIZE` | N: the pool is a closed world of N members |
 //! | [`ENV_SECRET`] `IPL_POOL_SECRET` | the pool secret, 64 hex digits |
 //! | [`ENV_CLUSTER`] `IPL_CLUSTER` | `cluster-<k>`, see [`cluster_of`] |
-//! | [`ENV_RANK`] `IPL_RANK` | `i` in `0..N`, for log prefixes only |
+//! | [`ENV_RANK`] `IPL_RANK` | `i` in `0..N`: the member's name `member-i` and the `[i] ` prefix of its output lines |
 //!
 //! Under a cluster's launcher (`ipl-run --launcher`, [`crate::cluster_launcher`]) the
 //! tasks get only `IPL_REGISTRY`, `IPL_POOL` and `IPL_POOL_SECRET`, and take rank, size
@@ -205,7 +205,7 @@ impl PoolEnv {
         let client = NetRegistry::connect(self.registry.as_str(), &self.secret, timeout)?;
         let mut request = JoinRequest::new(self.cluster.clone());
         if let Some(r) = self.rank {
-            request = request.with_name(format!("rank-{r}"));
+            request = request.with_name(format!("member-{r}"));
         }
         client.join(&self.pool, PoolConfig::closed_world(self.size), request)
     }

@@ -28,6 +28,15 @@ const REGISTRY_CHECK: Duration = Duration::from_millis(200);
 pub(crate) const DROP_LINK_ENV: &str = "SATIN_TEST_DROP_LINK";
 
 /// The hook of [`DROP_LINK_ENV`] for node `me`: (peer, after this many sends).
+/// A member as the user knows it, from its entry in [`DriverInit::members`]: its IPL
+/// name and cluster, `member-2 (cluster h1)`.
+fn member_label(member: Option<&(u64, String, String)>) -> String {
+    match member {
+        Some((_, name, cluster)) => format!("{name} (cluster {cluster})"),
+        None => "an unknown member".into(),
+    }
+}
+
 fn drop_link_hook(me: u32, master: u32, nodes: u32) -> Option<(u32, u64, bool)> {
     let v = std::env::var(DROP_LINK_ENV).ok()?;
     let (which, n) = v.split_once(':')?;
@@ -92,7 +101,8 @@ pub(crate) fn read_message(m: &mut ReadMessage) -> Option<Input> {
 pub(crate) struct DriverInit {
     pub me: u32,
     pub master: u32,
-    /// Per node: IPL member id, name, cluster name.
+    /// Per node: IPL member id, IPL name (`member-R`, R the launcher's rank), cluster
+    /// name.
     pub members: Vec<(u64, String, String)>,
     pub topology: Topology,
     pub config: DistConfig,
@@ -286,6 +296,7 @@ impl Driver {
             members.push(self.member_stats());
             let missing = (0..self.members.len() as u32)
                 .filter(|n| !members.iter().any(|m| m.node == *n))
+                .map(|n| self.who(n))
                 .collect();
             Some(PoolStats::from_members(members, missing))
         } else {
@@ -321,8 +332,8 @@ impl Driver {
                     }
                 } else if self.phase == Phase::Running {
                     return Err(SatinError::Pool(format!(
-                        "node {} lost its registry ({e}): it stops, the others redo its work",
-                        self.me
+                        "{} lost its registry ({e}): it stops, the others redo its work",
+                        self.who(self.me)
                     )));
                 }
             }
@@ -344,8 +355,7 @@ impl Driver {
             return Ok(());
         }
         tracing::warn!(
-            node = n,
-            member = %self.members[n as usize].1,
+            member = %self.who(n),
             lost,
             "the connection to a member ended during the run: treating it as failed"
         );
@@ -357,11 +367,18 @@ impl Driver {
         if n == self.master && self.phase == Phase::Running {
             self.alive[n as usize] = false;
             return Err(SatinError::Pool(format!(
-                "lost the connection to the master (node {n}) during the run; the master \
-                 finishes without this member"
+                "lost the connection to the master, {}, during the run; the master \
+                 finishes without this member",
+                self.who(n)
             )));
         }
         self.gone(n)
+    }
+
+    /// Node `n` as the user knows it: its IPL name (`member-R`, R the rank its launcher
+    /// gave it) and its cluster, e.g. `member-2 (cluster h1)`.
+    fn who(&self, n: u32) -> String {
+        member_label(self.members.get(n as usize))
     }
 
     fn all_reported(&self) -> bool {
@@ -745,5 +762,17 @@ impl Driver {
             serialize_nanos: net.serialize_nanos,
             deserialize_nanos: net.deserialize_nanos,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_member_is_named_by_its_ipl_name_not_its_node_number() {
+        let m = (7, "member-2".to_string(), "h1".to_string());
+        assert_eq!(member_label(Some(&m)), "member-2 (cluster h1)");
+        assert_eq!(member_label(None), "an unknown member");
     }
 }

@@ -76,6 +76,13 @@
 //!   run whose registry server died is not lost.
 //! - Leaving the pool after the run may fail (the registry is gone): that is a warning,
 //!   the result is still returned.
+//!
+//! Errors, warnings and the statistics name a member by its IPL name and cluster
+//! (`member-2 (cluster h1)`): `member-R` with R the rank its launcher (`ipl-run`,
+//! `srun`, `mpirun`, `mpiexec`) gave it, the number in `ipl-run`'s `[R]` output
+//! prefix; under a cluster's launcher the cluster is the node's name. Never by the
+//! node number the load balancer uses internally (join order), which a user cannot
+//! see.
 
 #![forbid(unsafe_code)]
 
@@ -390,7 +397,7 @@ impl Pool {
             master,
             members: members
                 .iter()
-                .map(|m| (m.id().get(), m.to_string(), m.cluster().to_string()))
+                .map(|m| (m.id().get(), m.name().to_string(), m.cluster().to_string()))
                 .collect(),
             topology,
             config,

@@ -6,9 +6,11 @@ use std::fmt;
 /// What one member of a pool counted during a run.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MemberStats {
-    /// The member's node number (`satin_core::NodeId`).
+    /// The member's node number (`satin_core::NodeId`: members numbered in join
+    /// order, for the load balancer; not shown to users).
     pub node: u32,
-    /// The member's name in the pool (its IPL identifier).
+    /// The member's name as the user knows it ([`member_label`](super::member_label):
+    /// `member-R`, R the rank its launcher gave it).
     pub name: String,
     /// The member's cluster.
     pub cluster: String,
@@ -158,7 +160,7 @@ impl MemberStats {
 
 impl fmt::Display for MemberStats {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.write(f, &format!("member {} ({})", self.node, self.cluster))
+        self.write(f, &format!("{} ({})", self.name, self.cluster))
     }
 }
 
@@ -169,13 +171,14 @@ pub struct PoolStats {
     pub members: Vec<MemberStats>,
     /// The sum over the members.
     pub total: MemberStats,
-    /// Members that did not report before the end-of-run deadline.
-    pub missing: Vec<u32>,
+    /// Members that did not report before the end-of-run deadline, by name (as
+    /// [`MemberStats::name`]).
+    pub missing: Vec<String>,
 }
 
 impl PoolStats {
     /// Sums the members' statistics (sorted by node number).
-    pub fn from_members(mut members: Vec<MemberStats>, missing: Vec<u32>) -> PoolStats {
+    pub fn from_members(mut members: Vec<MemberStats>, missing: Vec<String>) -> PoolStats {
         members.sort_by_key(|m| m.node);
         let mut total = MemberStats {
             name: "total".into(),
@@ -202,10 +205,35 @@ impl fmt::Display for PoolStats {
         if !self.missing.is_empty() {
             writeln!(
                 f,
-                "SATIN 'total': MISSING: members {:?} did not report",
-                self.missing
+                "SATIN 'total': MISSING: {} did not report",
+                self.missing.join(", ")
             )?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Node 0 is the first to join; launched with rank 2 it is `member-2`, the number
+    /// the user sees in `ipl-run`'s `[2]` prefix. The statistics name it so.
+    #[test]
+    fn statistics_name_members_by_their_ipl_name() {
+        let m = MemberStats {
+            node: 0,
+            name: "member-2".into(),
+            cluster: "h1".into(),
+            ..MemberStats::default()
+        };
+        let stats = PoolStats::from_members(vec![m], vec!["member-1 (cluster h2)".into()]);
+        let text = stats.to_string();
+        assert!(text.contains("SATIN 'member-2 (h1)': SPAWN"), "{text}");
+        assert!(!text.contains("member 0"), "{text}");
+        assert!(
+            text.contains("MISSING: member-1 (cluster h2) did not report"),
+            "{text}"
+        );
     }
 }
