@@ -209,6 +209,26 @@ impl Launch {
     }
 }
 
+/// A fixed set of variables (tests of the layers that use [`Launch`]).
+#[cfg(test)]
+pub(crate) struct Vars<'a>(pub(crate) &'a [(&'a str, &'a str)]);
+
+#[cfg(test)]
+impl Source for Vars<'_> {
+    fn var(&self, name: &str) -> Option<String> {
+        let v = self.0.iter().find(|(k, _)| *k == name)?.1;
+        (!v.is_empty()).then(|| v.to_owned())
+    }
+}
+
+#[cfg(test)]
+impl Launch {
+    /// The variables of `vars`, on a host without a name.
+    pub(crate) fn from_vars(vars: &[(&str, &str)]) -> Self {
+        Self::read_with_host(&Vars(vars), &|| None)
+    }
+}
+
 /// The launcher that started this process, from the process environment (see
 /// [`launcher::detect`]); `Ok(None)` when none did.
 pub fn launcher() -> Result<Option<Launched>, LauncherError> {

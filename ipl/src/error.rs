@@ -100,6 +100,21 @@ pub enum IplError {
     /// The registry failed.
     #[error(transparent)]
     Registry(#[from] ipl_registry::RegistryError),
+    /// The pool secret of the environment cannot be used: `IPL_POOL_SECRET` is not 64
+    /// hex digits, the `IPL_POOL_SECRET_FILE` cannot be read or others may read it, or
+    /// `IPL_REGISTRY` is set without either. A local configuration error: the registry
+    /// was not contacted.
+    #[error("pool secret: {0}")]
+    Secret(#[source] ipl_auth::AuthError),
+    /// `IPL_REGISTRY` is not a usable `host:port`. A local configuration error: the
+    /// registry was not contacted.
+    #[error("IPL_REGISTRY={address:?} is not a registry address (host:port): {reason}")]
+    RegistryAddress {
+        /// The value of `IPL_REGISTRY`.
+        address: String,
+        /// Why it cannot be used.
+        reason: String,
+    },
     /// The Ibis instance has ended.
     #[error("the Ibis instance has ended")]
     Ended,

@@ -81,4 +81,8 @@ pub enum RegistryError {
         /// The heartbeat timeout in force.
         timeout_ms: u64,
     },
+    /// The registry's address is not a usable `host:port` (a local configuration
+    /// error: nothing was sent).
+    #[error("the registry address cannot be used: {0}")]
+    BadAddress(String),
 }

@@ -351,6 +351,23 @@ fn unreachable_server_is_a_clear_error() {
     assert!(matches!(err, RegistryError::Disconnected(_)), "{err:?}");
 }
 
+/// An address that is no `host:port` is a local error, not a lost connection.
+#[test]
+fn an_address_that_is_no_address_is_bad_address() {
+    let secret = PoolSecret::generate().unwrap();
+    for bad in ["no-port-here", "127.0.0.1:notaport"] {
+        let err = NetRegistry::connect(bad, &secret, Duration::from_secs(2)).unwrap_err();
+        assert!(
+            matches!(err, RegistryError::BadAddress(_)),
+            "{bad}: {err:?}"
+        );
+        assert!(!err.to_string().contains("disconnected"), "{err}");
+    }
+    let none: &[SocketAddr] = &[];
+    let err = NetRegistry::connect(none, &secret, Duration::from_secs(2)).unwrap_err();
+    assert!(matches!(err, RegistryError::BadAddress(_)), "{err:?}");
+}
+
 #[tokio::test(flavor = "current_thread")]
 async fn async_waits_over_the_network() {
     let net = Net::new();

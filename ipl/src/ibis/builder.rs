@@ -172,8 +172,23 @@ impl IbisBuilder {
     /// cluster's launcher (`srun`, `mpirun`, `mpiexec`: [`launcher`](crate::launcher)).
     /// Variables that are not set leave the builder as it is; [`config`](crate::config)
     /// lists every variable the IPL reads.
-    pub fn from_env(mut self) -> Result<Self> {
-        let env = config::Launch::from_env();
+    ///
+    /// Local configuration errors are reported as such, before the registry is
+    /// contacted: a bad launcher variable is [`InvalidConfig`](IplError::InvalidConfig),
+    /// a pool secret that cannot be read (or `IPL_REGISTRY` without one) is
+    /// [`Secret`](IplError::Secret), an `IPL_REGISTRY` that is no address is
+    /// [`RegistryAddress`](IplError::RegistryAddress).
+    pub fn from_env(self) -> Result<Self> {
+        self.with_launch(config::Launch::from_env(), PoolSecret::from_env)
+    }
+
+    /// [`from_env`](Self::from_env) with the variables read and the secret reader
+    /// given.
+    fn with_launch(
+        mut self,
+        env: config::Launch,
+        secret: impl FnOnce() -> std::result::Result<PoolSecret, ipl_auth::AuthError>,
+    ) -> Result<Self> {
         if let Some(p) = env.pool {
             self.pool = p;
         }
@@ -207,18 +222,25 @@ impl IbisBuilder {
             self.name = Some(format!("member-{r}"));
         }
         if env.secret {
-            self.secret = Some(PoolSecret::from_env().map_err(|e| {
-                IplError::Registry(ipl_registry::RegistryError::Refused(e.to_string()))
-            })?);
+            self.secret = Some(secret().map_err(IplError::Secret)?);
         }
         if let Some(addr) = env.registry {
-            let secret = self.secret.clone().ok_or_else(|| {
-                IplError::Registry(ipl_registry::RegistryError::Refused(format!(
-                    "IPL_REGISTRY is set but {} is not",
-                    ipl_auth::SECRET_ENV
-                )))
-            })?;
-            let net = NetRegistry::connect(addr.as_str(), &secret, Duration::from_secs(30))?;
+            let secret = self
+                .secret
+                .clone()
+                .ok_or(IplError::Secret(ipl_auth::AuthError::Missing))?;
+            let bad = |reason: String| IplError::RegistryAddress {
+                address: addr.clone(),
+                reason,
+            };
+            let resolved: Vec<std::net::SocketAddr> =
+                std::net::ToSocketAddrs::to_socket_addrs(addr.as_str())
+                    .map_err(|e| bad(e.to_string()))?
+                    .collect();
+            if resolved.is_empty() {
+                return Err(bad("it resolves to no address".into()));
+            }
+            let net = NetRegistry::connect(&resolved[..], &secret, Duration::from_secs(30))?;
             self.registry = Some(Arc::new(net));
         }
         Ok(self)
@@ -400,5 +422,111 @@ impl IbisBuilder {
             registry: Some(registry),
             capabilities: caps,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! Local configuration errors of `from_env` are named as such, not as the registry
+    //! refusing a connection (it is never contacted).
+
+    use super::*;
+    use ipl_auth::AuthError;
+
+    fn from_vars(
+        vars: &[(&str, &str)],
+        secret: impl FnOnce() -> std::result::Result<PoolSecret, AuthError>,
+    ) -> IplError {
+        match IbisBuilder::default().with_launch(config::Launch::from_vars(vars), secret) {
+            Ok(_) => panic!("{vars:?} was accepted"),
+            Err(e) => e,
+        }
+    }
+
+    fn never() -> std::result::Result<PoolSecret, AuthError> {
+        panic!("the secret is not read when no secret variable is set")
+    }
+
+    fn assert_local(e: &IplError, names: &str) {
+        let text = e.to_string();
+        assert!(!text.contains("refused"), "{text}");
+        assert!(!matches!(e, IplError::Registry(_)), "{e:?}");
+        assert!(text.contains(names), "{text} does not name {names}");
+    }
+
+    #[test]
+    fn an_unreadable_secret_file_is_a_secret_error() {
+        let e = from_vars(
+            &[
+                ("IPL_POOL_SECRET_FILE", "/nonexistent/ipl-secret"),
+                ("IPL_REGISTRY", "127.0.0.1:1"),
+            ],
+            || PoolSecret::from_file(std::path::Path::new("/nonexistent/ipl-secret")),
+        );
+        assert!(
+            matches!(e, IplError::Secret(AuthError::SecretFile { .. })),
+            "{e:?}"
+        );
+        assert_local(&e, "/nonexistent/ipl-secret");
+    }
+
+    #[test]
+    fn a_malformed_secret_is_a_secret_error() {
+        let e = from_vars(
+            &[("IPL_POOL_SECRET", "zz"), ("IPL_REGISTRY", "127.0.0.1:1")],
+            || PoolSecret::from_hex("zz"),
+        );
+        assert!(
+            matches!(e, IplError::Secret(AuthError::BadSecret(_))),
+            "{e:?}"
+        );
+        assert_local(&e, "pool secret");
+    }
+
+    #[test]
+    fn a_registry_without_a_secret_is_a_secret_error() {
+        let e = from_vars(&[("IPL_REGISTRY", "127.0.0.1:1")], never);
+        assert!(matches!(e, IplError::Secret(AuthError::Missing)), "{e:?}");
+        assert_local(&e, ipl_auth::SECRET_ENV);
+    }
+
+    #[test]
+    fn a_registry_that_is_no_address_is_an_address_error() {
+        let secret = PoolSecret::generate().expect("random source");
+        for bad in ["no-port-here", "127.0.0.1:notaport", "127.0.0.1:99999"] {
+            let s = secret.clone();
+            let e = from_vars(
+                &[("IPL_REGISTRY", bad), ("IPL_POOL_SECRET", "set")],
+                move || Ok(s),
+            );
+            assert!(
+                matches!(&e, IplError::RegistryAddress { address, .. } if address == bad),
+                "{bad}: {e:?}"
+            );
+            assert_local(&e, "IPL_REGISTRY");
+        }
+    }
+
+    #[test]
+    fn a_bad_launcher_variable_is_invalid_config() {
+        let e = from_vars(&[("IPL_POOL_SIZE", "abc")], never);
+        assert!(matches!(e, IplError::InvalidConfig(_)), "{e:?}");
+        assert_local(&e, "IPL_POOL_SIZE");
+    }
+
+    #[test]
+    fn an_unknown_transport_is_named() {
+        let e = match IbisBuilder::default()
+            .prefer_transport("no-such-transport")
+            .build()
+        {
+            Ok(_) => panic!("an unknown transport was accepted"),
+            Err(e) => e,
+        };
+        assert!(
+            matches!(&e, IplError::TransportUnavailable { name, .. } if name == "no-such-transport"),
+            "{e:?}"
+        );
+        assert_local(&e, "no-such-transport");
     }
 }

@@ -146,9 +146,10 @@ impl NetRegistry {
     /// Connects to the registry server at `addr` within `timeout` and
     /// authenticates with `secret` (the same bound applies to the handshake).
     ///
-    /// Fails with [`RegistryError::Refused`] if the server does not know
-    /// `secret` (or refuses us), [`RegistryError::Disconnected`] if it cannot
-    /// be reached, [`RegistryError::Timeout`] if it does not answer in time.
+    /// Fails with [`RegistryError::BadAddress`] if `addr` is not a usable address,
+    /// [`RegistryError::Refused`] if the server does not know `secret` (or refuses
+    /// us), [`RegistryError::Disconnected`] if it cannot be reached,
+    /// [`RegistryError::Timeout`] if it does not answer in time.
     pub fn connect(
         addr: impl ToSocketAddrs,
         secret: &PoolSecret,
@@ -156,8 +157,13 @@ impl NetRegistry {
     ) -> Result<Self> {
         let addrs: Vec<SocketAddr> = addr
             .to_socket_addrs()
-            .map_err(|e| RegistryError::Disconnected(format!("bad registry address: {e}")))?
+            .map_err(|e| RegistryError::BadAddress(e.to_string()))?
             .collect();
+        if addrs.is_empty() {
+            return Err(RegistryError::BadAddress(
+                "it resolves to no address".into(),
+            ));
+        }
         let mut last = None;
         let mut stream = None;
         for a in &addrs {
