@@ -66,7 +66,7 @@ pub enum IplError {
     #[error("send port is not connected")]
     NotConnected,
     /// Sending lost some connections; the message went to the rest.
-    #[error("message not delivered to {lost:?}: connection lost")]
+    #[error("message not delivered to {}: connection lost", ports(lost))]
     ConnectionsLost {
         /// The receive ports whose connection was lost.
         lost: Vec<ReceivePortIdentifier>,
@@ -120,5 +120,43 @@ pub enum IplError {
     Ended,
 }
 
+/// The ports' short names (`pool#1 (member-1 @ cluster)/port`, comma-separated), not
+/// their debug form, which spells out every transport address byte by byte.
+fn ports(ids: &[ReceivePortIdentifier]) -> String {
+    let names: Vec<String> = ids.iter().map(ToString::to_string).collect();
+    names.join(", ")
+}
+
 /// The IPL's result type.
 pub type Result<T, E = IplError> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ipl_registry::{IbisIdentifier, MemberId, TransportAddress};
+
+    /// A peer reached over shm publishes an address of some 80 bytes; the error
+    /// names the peer's member and port, not those bytes one by one.
+    #[test]
+    fn a_lost_connection_names_the_peer_briefly() {
+        let shm = "shm1;0123456789abcdef0123456789abcdef;net:[4026531840];00c0ffee00c0ffee;node7";
+        let ibis = IbisIdentifier::new(
+            MemberId(3),
+            "pool",
+            "c0",
+            "member-2",
+            vec![TransportAddress::new("shm", shm.as_bytes())],
+        );
+        let e = IplError::ConnectionsLost {
+            lost: vec![ReceivePortIdentifier {
+                ibis,
+                name: "satin".into(),
+            }],
+        };
+        let text = e.to_string();
+        assert_eq!(
+            text,
+            "message not delivered to pool#3 (member-2 @ c0)/satin: connection lost"
+        );
+    }
+}

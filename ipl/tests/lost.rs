@@ -101,7 +101,18 @@ fn only_receiver_lost_then_finish_names_it() {
     let mut m = sp.new_message().unwrap();
     m.write_i32(1).unwrap();
     match m.finish() {
-        Err(IplError::ConnectionsLost { lost }) => assert_eq!(lost, vec![victim]),
+        Err(e @ IplError::ConnectionsLost { .. }) => {
+            let IplError::ConnectionsLost { lost } = &e else {
+                unreachable!()
+            };
+            assert_eq!(lost, &vec![victim.clone()]);
+            // The message names the peer briefly: its member and port, not a debug
+            // dump of its transport addresses.
+            let text = e.to_string();
+            assert!(text.contains(&victim.to_string()), "{text}");
+            assert!(text.len() <= 120 + victim.to_string().len(), "{text}");
+            assert!(!text.contains("addresses"), "{text}");
+        }
         other => panic!("expected ConnectionsLost, got {other:?}"),
     }
     // Afterwards the port is simply not connected, and may connect anew.
