@@ -418,32 +418,6 @@ fn err(e: SatinError) -> String {
     e.to_string()
 }
 
-/// `println!` that never panics: when nobody reads the output any more (`fib 30 |
-/// head -1`, a closed pipe) the rest of it is lost instead of ending the run with a
-/// panic.
-macro_rules! out {
-    ($($arg:tt)*) => {{
-        use std::io::Write as _;
-        let _ = writeln!(std::io::stdout().lock(), $($arg)*);
-    }};
-}
-
-/// `print!` that never panics (see [`out!`]).
-macro_rules! out_raw {
-    ($($arg:tt)*) => {{
-        use std::io::Write as _;
-        let _ = write!(std::io::stdout().lock(), $($arg)*);
-    }};
-}
-
-/// `eprintln!` that never panics (a closed stderr loses the message).
-macro_rules! say {
-    ($($arg:tt)*) => {{
-        use std::io::Write as _;
-        let _ = writeln!(std::io::stderr().lock(), $($arg)*);
-    }};
-}
-
 /// What a Satin run gave: the result and what the report says about it.
 struct Outcome<T> {
     result: T,

@@ -13,6 +13,8 @@
 
 #![deny(unsafe_code)]
 
+#[macro_use]
+pub mod output;
 pub mod driver;
 pub mod fib;
 pub mod integrate;

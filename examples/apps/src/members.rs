@@ -43,7 +43,7 @@ pub fn exit_code(program: &str, outcome: Res<bool>) -> ExitCode {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => ExitCode::FAILURE,
         Err(e) => {
-            eprintln!("{program}: {e}");
+            crate::say!("{program}: {e}");
             ExitCode::FAILURE
         }
     }

@@ -244,12 +244,12 @@ fn main() -> ExitCode {
 }
 
 fn report(p: &Params, mode: &str, members: usize, secs: f64, sum: (u64, u64)) {
-    println!(
+    ibis_apps::out!(
         "asp n={} seed={} density={}% {mode} members={members}: checksum {} unreachable {} time {secs:.3} s",
         p.n, p.seed, p.density, sum.0, sum.1
     );
-    println!("asp_time {secs:.6} s");
-    println!("asp_checksum {} sum", sum.0);
+    ibis_apps::out!("asp_time {secs:.6} s");
+    ibis_apps::out!("asp_checksum {} sum", sum.0);
 }
 
 fn run(args: Args) -> Res<bool> {
@@ -289,7 +289,7 @@ fn run(args: Args) -> Res<bool> {
                 (out.totals.0, out.totals.1),
             );
             if p.check {
-                println!("check: {}", if ok { "ok" } else { "FAILED: rows differ" });
+                ibis_apps::out!("check: {}", if ok { "ok" } else { "FAILED: rows differ" });
             }
         }
         ibis.end()?;
@@ -306,9 +306,9 @@ fn run(args: Args) -> Res<bool> {
     let all: Vec<&Vec<i32>> = outs.iter().flat_map(|o| o.rows.iter()).collect();
     let sum = checksum(all.iter().copied());
     report(&p, "parallel (in-process)", members, secs, sum);
-    println!("(wall time including joining: {wall:.3} s)");
+    ibis_apps::out!("(wall time including joining: {wall:.3} s)");
     if sum != (outs[0].totals.0, outs[0].totals.1) {
-        println!(
+        ibis_apps::out!(
             "check: FAILED: the shared board's totals {:?} differ from the rows' {sum:?}",
             outs[0].totals
         );
@@ -320,17 +320,17 @@ fn run(args: Args) -> Res<bool> {
             for (i, row) in o.rows.iter().enumerate() {
                 if *row != s[o.lo + i] {
                     if bad < 5 {
-                        println!("row {} differs from the sequential answer", o.lo + i);
+                        ibis_apps::out!("row {} differs from the sequential answer", o.lo + i);
                     }
                     bad += 1;
                 }
             }
         }
         if bad > 0 {
-            println!("check: FAILED: {bad} rows differ");
+            ibis_apps::out!("check: FAILED: {bad} rows differ");
             return Ok(false);
         }
-        println!("check: ok (parallel == sequential, all {} rows)", p.n);
+        ibis_apps::out!("check: ok (parallel == sequential, all {} rows)", p.n);
     }
     Ok(true)
 }

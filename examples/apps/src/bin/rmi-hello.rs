@@ -60,8 +60,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     let client = member("client")?;
     let hello = client.lookup::<dyn Hello>("hello")?;
-    println!("{}", hello.greet(who)?);
-    println!(
+    ibis_apps::out!("{}", hello.greet(who)?);
+    ibis_apps::out!(
         "transport: {}",
         client.ibis().transport_for(&ibis_rmi::port_type()?)?
     );

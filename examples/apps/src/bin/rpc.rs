@@ -168,23 +168,23 @@ fn run(clients: usize, calls: usize) -> ipl::Result<bool> {
                 let n = calls as i64;
                 let expected = n * (n - 1) / 2 + n * c as i64;
                 let per_call = elapsed.as_secs_f64() * 1e6 / calls.max(1) as f64;
-                println!(
+                ibis_apps::out!(
                     "client {c}: sum of {calls} replies = {sum} (expected {expected}) {}, {per_call:.1} us per call",
                     if sum == expected { "ok" } else { "WRONG" }
                 );
                 ok &= sum == expected;
             }
             Ok(Err(e)) => {
-                println!("client failed: {e}");
+                ibis_apps::out!("client failed: {e}");
                 ok = false;
             }
             Err(_) => {
-                println!("client thread panicked");
+                ibis_apps::out!("client thread panicked");
                 ok = false;
             }
         }
     }
-    println!(
+    ibis_apps::out!(
         "{clients} clients x {calls} calls in {:.3} s: {}",
         started.elapsed().as_secs_f64(),
         if ok { "all correct" } else { "FAILED" }

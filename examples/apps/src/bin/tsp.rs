@@ -344,11 +344,12 @@ fn run(a: Args) -> Res<bool> {
         let t = Instant::now();
         let (best, nodes) = prob.sequential();
         let secs = t.elapsed().as_secs_f64();
-        println!(
+        ibis_apps::out!(
             "tsp n={} seed={} sequential: shortest tour {best} ({nodes} nodes) time {secs:.3} s",
-            a.n, a.seed
+            a.n,
+            a.seed
         );
-        println!("tsp_seq_time {secs:.6} s");
+        ibis_apps::out!("tsp_seq_time {secs:.6} s");
         Some(best)
     } else {
         None
@@ -372,14 +373,14 @@ fn run(a: Args) -> Res<bool> {
     };
     let best = outs[0].best;
     if outs.iter().any(|o| o.best != best) {
-        println!("members disagree on the bound: FAILED");
+        ibis_apps::out!("members disagree on the bound: FAILED");
         return Ok(false);
     }
     if print {
         let secs = outs.iter().map(|o| o.secs).fold(0.0, f64::max);
         let nodes: u64 = outs.iter().map(|o| o.nodes).sum();
         let jobs: Vec<u64> = outs.iter().map(|o| o.jobs).collect();
-        println!(
+        ibis_apps::out!(
             "tsp n={} seed={} parallel ({}) members={size}: shortest tour {best} ({} nodes here, jobs per member here {jobs:?}, {} bound updates) time {secs:.3} s",
             a.n,
             a.seed,
@@ -387,16 +388,16 @@ fn run(a: Args) -> Res<bool> {
             nodes,
             outs[0].improvements,
         );
-        println!("tsp_time {secs:.6} s");
-        println!("tsp_length {best} length");
+        ibis_apps::out!("tsp_time {secs:.6} s");
+        ibis_apps::out!("tsp_length {best} length");
     }
     if let Some(s) = seq {
         if s != best {
-            println!("check: FAILED: parallel {best} != sequential {s}");
+            ibis_apps::out!("check: FAILED: parallel {best} != sequential {s}");
             return Ok(false);
         }
         if print {
-            println!("check: ok (parallel == sequential == {s})");
+            ibis_apps::out!("check: ok (parallel == sequential == {s})");
         }
     }
     Ok(true)
