@@ -143,6 +143,69 @@ fn refuses_a_secret_file_others_can_read_and_bad_heartbeats() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("heartbeat timeout"));
 }
 
+/// Starts `ipl-server ARGS` on a free port and returns it with its first two lines
+/// (the address, the handshake bounds).
+fn started(args: &[&str], secret: &PoolSecret) -> (Server, String, String) {
+    let mut all = vec!["--bind", "127.0.0.1:0"];
+    all.extend_from_slice(args);
+    let mut child = server(&all)
+        .env("IPL_POOL_SECRET", secret.to_hex())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let server = Server(child);
+    let (tx, rx) = mpsc::channel();
+    thread::spawn(move || {
+        let mut lines = BufReader::new(stdout).lines();
+        let _ = tx.send((lines.next(), lines.next()));
+        for _ in lines {}
+    });
+    let (first, second) = rx.recv_timeout(T).unwrap();
+    let first = first.unwrap().unwrap();
+    let addr = first.rsplit(' ').next().unwrap().to_owned();
+    (server, addr, second.unwrap().unwrap())
+}
+
+/// `--max-handshakes 1`: while one stranger holds the only handshake slot (for up to
+/// the ten minutes of `--handshake-timeout-ms`), the next connection is turned away at
+/// once; once the stranger is gone a member joins.
+#[test]
+fn the_handshake_bound_and_deadline_are_options() {
+    let secret = PoolSecret::generate().unwrap();
+    let (_server, addr, bounds) = started(
+        &["--max-handshakes", "1", "--handshake-timeout-ms", "600000"],
+        &secret,
+    );
+    assert!(
+        bounds.contains("at most 1 connections") && bounds.contains("600000 ms"),
+        "{bounds}"
+    );
+    let holder = std::net::TcpStream::connect(&addr).unwrap();
+    let mut turned_away = std::net::TcpStream::connect(&addr).unwrap();
+    turned_away.set_read_timeout(Some(T)).unwrap();
+    let mut rest = Vec::new();
+    // Closed at once (after at most a short refusal), long before the deadline.
+    std::io::Read::read_to_end(&mut turned_away, &mut rest)
+        .expect("the connection beyond the bound is closed at once");
+    drop(holder);
+    let deadline = std::time::Instant::now() + T;
+    let client = loop {
+        match NetRegistry::connect(addr.as_str(), &secret, T) {
+            Ok(c) => break c,
+            Err(e) if std::time::Instant::now() < deadline => {
+                // The server frees the slot when it sees the stranger's close.
+                let _ = e;
+                thread::sleep(Duration::from_millis(20));
+            }
+            Err(e) => panic!("no member joins after the stranger left: {e}"),
+        }
+    };
+    let m = client
+        .join("p", PoolConfig::closed_world(1), JoinRequest::new("c"))
+        .unwrap();
+    m.leave().unwrap();
+}
+
 /// A member process stopped with SIGSTOP (its connection stays open, nothing answers)
 /// is reported Died to the others within the heartbeat bound.
 #[test]

@@ -9,6 +9,7 @@ use std::time::Duration;
 use clap::Parser;
 use ipl_auth::{PoolSecret, SECRET_FILE_ENV};
 use ipl_registry::net::{Heartbeat, DEFAULT_HEARTBEAT_INTERVAL, DEFAULT_HEARTBEAT_TIMEOUT};
+use ipl_registry::net::{DEFAULT_HANDSHAKE_TIMEOUT, DEFAULT_MAX_HANDSHAKES};
 use ipl_registry::RegistryServer;
 use ipl_tools::launcher::{ENV_REGISTRY, ENV_SECRET};
 
@@ -43,6 +44,27 @@ struct Args {
     /// reported Died within timeout + interval of its last sign of life.
     #[arg(long, value_name = "MS", default_value_t = millis(DEFAULT_HEARTBEAT_TIMEOUT))]
     heartbeat_timeout_ms: u64,
+    /// Milliseconds a new connection has to complete the handshake (prove the
+    /// pool secret), from accept to authenticated, however slowly its bytes
+    /// come; then it is closed.
+    #[arg(long, value_name = "MS", default_value_t = millis(DEFAULT_HANDSHAKE_TIMEOUT),
+          value_parser = clap::value_parser!(u64).range(1..))]
+    handshake_timeout_ms: u64,
+    /// At most this many connections in the handshake at once; one beyond
+    /// that is turned away at once with a short "busy" answer (members retry
+    /// within their join timeout). Each holds a thread and a file descriptor
+    /// for at most the handshake timeout.
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_HANDSHAKES,
+          value_parser = max_handshakes)]
+    max_handshakes: usize,
+}
+
+/// `--max-handshakes`: 1 to 65536.
+fn max_handshakes(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(n) if (1..=65536).contains(&n) => Ok(n),
+        _ => Err(format!("{s:?} is not a number in 1..=65536")),
+    }
 }
 
 fn millis(d: Duration) -> u64 {
@@ -96,7 +118,10 @@ fn main() -> std::process::ExitCode {
         }
     };
     let server = match RegistryServer::bind(args.bind.as_str(), secret.clone()) {
-        Ok(s) => s.with_heartbeat(heartbeat),
+        Ok(s) => s
+            .with_heartbeat(heartbeat)
+            .with_handshake_timeout(Duration::from_millis(args.handshake_timeout_ms))
+            .with_max_handshakes(args.max_handshakes),
         Err(e) => {
             say!("ipl-server: cannot listen on {}: {e}", args.bind);
             return std::process::ExitCode::FAILURE;
@@ -104,6 +129,10 @@ fn main() -> std::process::ExitCode {
     };
     let addr = server.local_addr();
     let mut banner = format!("ipl-server: registry listening on {addr}\n");
+    banner.push_str(&format!(
+        "ipl-server: at most {} connections in the handshake at once, each within {} ms\n",
+        args.max_handshakes, args.handshake_timeout_ms
+    ));
     match source {
         Source::Generated => {
             banner.push_str("ipl-server: no pool secret was given; generated one.\n");
@@ -173,6 +202,31 @@ mod tests {
         let d = Args::try_parse_from(["ipl-server"]).unwrap();
         assert_eq!(d.heartbeat_interval_ms, millis(DEFAULT_HEARTBEAT_INTERVAL));
         assert!(Args::try_parse_from(["ipl-server", "--heartbeat-timeout-ms", "soon"]).is_err());
+    }
+
+    #[test]
+    fn handshake_options_parse() {
+        let a = Args::try_parse_from([
+            "ipl-server",
+            "--max-handshakes",
+            "3",
+            "--handshake-timeout-ms",
+            "750",
+        ])
+        .unwrap();
+        assert_eq!((a.max_handshakes, a.handshake_timeout_ms), (3, 750));
+        let d = Args::try_parse_from(["ipl-server"]).unwrap();
+        assert_eq!(d.max_handshakes, DEFAULT_MAX_HANDSHAKES);
+        assert_eq!(d.handshake_timeout_ms, millis(DEFAULT_HANDSHAKE_TIMEOUT));
+        for bad in [
+            ["--max-handshakes", "0"],
+            ["--max-handshakes", "many"],
+            ["--handshake-timeout-ms", "0"],
+            ["--handshake-timeout-ms", "-5"],
+        ] {
+            let args = ["ipl-server", bad[0], bad[1]];
+            assert!(Args::try_parse_from(args).is_err(), "{args:?}");
+        }
     }
 
     #[test]
