@@ -85,4 +85,14 @@ pub enum RegistryError {
     /// error: nothing was sent).
     #[error("the registry address cannot be used: {0}")]
     BadAddress(String),
+    /// The registry server turned the connection away because it is at its bound of
+    /// connections in the handshake (`ipl-server --max-handshakes`), for as long as
+    /// the client retried (its connect timeout). Retry later, or raise the bound.
+    #[error("the registry is busy: it turned the connection away with {in_progress} handshakes in progress, for the {waited_ms} ms this client retried; retry later (or raise ipl-server --max-handshakes)")]
+    Busy {
+        /// The connections in the handshake at the last refusal.
+        in_progress: u32,
+        /// How long the client retried.
+        waited_ms: u64,
+    },
 }

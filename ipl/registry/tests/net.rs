@@ -171,7 +171,7 @@ fn wrong_secret_is_refused_and_never_joins() {
     assert!(w.result.is_err());
     // An unsupported version is refused with a reason.
     let (_, _, ch) = raw_hello(&net, &stranger, 999);
-    assert!(ch.challenge.unwrap_err().contains("version"));
+    assert!(ch.challenge.unwrap_err().to_string().contains("version"));
 
     assert_eq!(net.registry_pool_size("p"), Some(1));
     assert_eq!(a.members().unwrap(), vec![a.identifier().clone()]);

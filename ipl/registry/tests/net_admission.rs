@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use ipl_auth::PoolSecret;
 use ipl_registry::net::protocol::{self, Hello, PROTOCOL_VERSION};
-use ipl_registry::{JoinRequest, NetRegistry, PoolConfig, RegistryServer};
+use ipl_registry::{JoinRequest, NetRegistry, PoolConfig, RegistryError, RegistryServer};
 
 /// Bound on every wait.
 const T: Duration = Duration::from_secs(10);
@@ -92,13 +92,27 @@ fn beyond_the_handshake_bound_strangers_are_closed_at_once_and_members_still_joi
         assert!(Instant::now() < end, "the strangers were never accepted");
         std::thread::sleep(Duration::from_millis(5));
     }
-    // A fifth is closed at once, long before the deadline.
+    // A fifth is turned away at once, long before the deadline: a short busy refusal,
+    // then the connection is closed.
     let mut fifth = TcpStream::connect(addr).unwrap();
     fifth.set_read_timeout(Some(deadline / 2)).unwrap();
+    let refusal: protocol::Challenge = protocol::read_msg(&mut fifth, 64).unwrap();
+    assert_eq!(
+        refusal.challenge,
+        Err(protocol::Refusal::Busy { in_progress: 4 })
+    );
     assert!(
         closed(&mut fifth),
         "a connection beyond the bound was kept open"
     );
+    // A member turned away while the strangers hold every slot gets a clear error
+    // once its connect timeout has passed, not a generic one.
+    match NetRegistry::connect(addr, &secret, Duration::from_millis(200)) {
+        Err(e @ RegistryError::Busy { in_progress: 4, .. }) => {
+            assert!(e.to_string().contains("busy"), "{e}");
+        }
+        other => panic!("expected Busy, got {other:?}"),
+    }
     assert!(srv.refused_connections() >= 1);
     // A member gets in once the strangers' handshakes reach their deadline.
     let start = Instant::now();
@@ -117,4 +131,40 @@ fn beyond_the_handshake_bound_strangers_are_closed_at_once_and_members_still_joi
     m.wait_until_pool_closed(Some(T)).unwrap();
     m.leave().unwrap();
     drop(strangers);
+}
+
+/// A member turned away because the server is at its handshake bound retries within
+/// its connect timeout and gets in once a slot is free.
+#[test]
+fn a_member_turned_away_as_busy_retries_and_gets_in() {
+    let secret = PoolSecret::generate().unwrap();
+    let srv = RegistryServer::bind("127.0.0.1:0", secret.clone())
+        .unwrap()
+        .with_handshake_timeout(Duration::from_secs(600))
+        .with_max_handshakes(1)
+        .run_in_background()
+        .unwrap();
+    let addr = srv.local_addr();
+    let holder = TcpStream::connect(addr).unwrap();
+    let end = Instant::now() + T;
+    while srv.handshakes() < 1 {
+        assert!(Instant::now() < end, "the stranger was never accepted");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let refused = srv.refused_connections();
+    let member = std::thread::spawn(move || NetRegistry::connect(addr, &secret, T));
+    // Free the slot only once the member has been turned away at least once.
+    while srv.refused_connections() == refused {
+        assert!(Instant::now() < end, "the member was never turned away");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    drop(holder);
+    let client = member
+        .join()
+        .unwrap()
+        .expect("the member gets in after retrying");
+    let m = client
+        .join("pool", PoolConfig::closed_world(1), JoinRequest::new("c"))
+        .unwrap();
+    m.leave().unwrap();
 }

@@ -23,9 +23,14 @@ use crate::identifier::{IbisIdentifier, MemberId};
 
 use super::heartbeat::{millis, Heartbeat, LastHeard};
 use super::protocol::{
-    encode, read_msg, write_msg, Challenge, ClientMsg, Finish, FrameError, Hello, Reply, Request,
-    ServerMsg, Welcome, AUTH_CONTEXT, MAX_FRAME, MAX_HANDSHAKE_FRAME, PROTOCOL_VERSION,
+    encode, read_msg, write_msg, Challenge, ClientMsg, Finish, FrameError, Hello, Refusal, Reply,
+    Request, ServerMsg, Welcome, AUTH_CONTEXT, MAX_FRAME, MAX_HANDSHAKE_FRAME, PROTOCOL_VERSION,
 };
+
+/// The first pause before retrying a busy registry (doubling up to [`BUSY_PAUSE_MAX`]).
+const BUSY_PAUSE: Duration = Duration::from_millis(50);
+/// The longest pause between attempts at a busy registry.
+const BUSY_PAUSE_MAX: Duration = Duration::from_secs(1);
 
 /// Default bound on one request/response round-trip.
 pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
@@ -150,6 +155,10 @@ impl NetRegistry {
     /// [`RegistryError::Refused`] if the server does not know `secret` (or refuses
     /// us), [`RegistryError::Disconnected`] if it cannot be reached,
     /// [`RegistryError::Timeout`] if it does not answer in time.
+    ///
+    /// A server at its bound of connections in the handshake turns the connection
+    /// away at once, saying so; the client then retries (after 50 ms, doubling up to
+    /// 1 s) until `timeout` has passed, and fails with [`RegistryError::Busy`].
     pub fn connect(
         addr: impl ToSocketAddrs,
         secret: &PoolSecret,
@@ -164,9 +173,37 @@ impl NetRegistry {
                 "it resolves to no address".into(),
             ));
         }
+        let start = Instant::now();
+        let deadline = start + timeout;
+        let mut pause = BUSY_PAUSE;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match Self::connect_once(&addrs, secret, left) {
+                Err(RegistryError::Busy { in_progress, .. }) => {
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    if left.is_zero() {
+                        return Err(RegistryError::Busy {
+                            in_progress,
+                            waited_ms: u64::try_from(start.elapsed().as_millis())
+                                .unwrap_or(u64::MAX),
+                        });
+                    }
+                    tracing::debug!(in_progress, "the registry is busy; retrying");
+                    // Backoff before the next attempt, never past the deadline.
+                    thread::sleep(pause.min(left));
+                    pause = (pause * 2).min(BUSY_PAUSE_MAX);
+                }
+                other => return other,
+            }
+        }
+    }
+
+    /// One attempt of [`connect`](Self::connect), within `timeout`.
+    fn connect_once(addrs: &[SocketAddr], secret: &PoolSecret, timeout: Duration) -> Result<Self> {
+        let timeout = timeout.max(Duration::from_millis(1));
         let mut last = None;
         let mut stream = None;
-        for a in &addrs {
+        for a in addrs {
             match TcpStream::connect_timeout(a, timeout) {
                 Ok(s) => {
                     stream = Some(s);
@@ -184,7 +221,6 @@ impl NetRegistry {
         let io = |e: io::Error| RegistryError::Disconnected(e.to_string());
         let server = stream.peer_addr().map_err(io)?;
         stream.set_nodelay(true).map_err(io)?;
-        let timeout = timeout.max(Duration::from_millis(1));
         stream.set_read_timeout(Some(timeout)).map_err(io)?;
         stream.set_write_timeout(Some(timeout)).map_err(io)?;
         let mut reader = BufReader::new(stream.try_clone().map_err(io)?);
@@ -192,17 +228,29 @@ impl NetRegistry {
 
         let auth = |e: AuthError| RegistryError::Refused(format!("authentication: {e}"));
         let (initiator, nonce) = Initiator::start(secret, AUTH_CONTEXT).map_err(auth)?;
-        write_msg(
+        let hello = write_msg(
             &mut writer,
             &Hello {
                 version: PROTOCOL_VERSION,
                 nonce,
             },
-        )
-        .map_err(|e| handshake_error("hello", e))?;
-        let challenge: Challenge = read_msg(&mut reader, MAX_HANDSHAKE_FRAME)
-            .map_err(|e| handshake_error("challenge", e))?;
-        let challenge = challenge.challenge.map_err(RegistryError::Refused)?;
+        );
+        let challenge: std::result::Result<Challenge, FrameError> =
+            read_msg(&mut reader, MAX_HANDSHAKE_FRAME);
+        // A busy server answers before reading the hello and closes: its refusal is
+        // what counts, even if writing the hello failed.
+        let challenge = match (hello, challenge) {
+            (_, Ok(c)) => c,
+            (Err(e), Err(_)) => return Err(handshake_error("hello", e)),
+            (Ok(()), Err(e)) => return Err(handshake_error("challenge", e)),
+        };
+        let challenge = challenge.challenge.map_err(|r| match r {
+            Refusal::Busy { in_progress } => RegistryError::Busy {
+                in_progress,
+                waited_ms: 0,
+            },
+            Refusal::Other(reason) => RegistryError::Refused(reason),
+        })?;
         let proof = match initiator.on_challenge(&challenge) {
             Ok(p) => p,
             Err(AuthError::BadProof) => {

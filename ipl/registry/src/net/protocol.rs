@@ -172,12 +172,36 @@ pub struct Hello {
     pub nonce: [u8; ipl_auth::HELLO_LEN],
 }
 
-/// Handshake step 2, server → client: the `ipl_auth` challenge, or a refusal
-/// (e.g. an unsupported protocol version).
+/// Handshake step 2, server → client: the `ipl_auth` challenge, or a refusal.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Challenge {
     /// The responder's nonce and proof (`ipl_auth::CHALLENGE_LEN` bytes).
-    pub challenge: Result<Vec<u8>, String>,
+    pub challenge: Result<Vec<u8>, Refusal>,
+}
+
+/// Why the server will not run the handshake.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Refusal {
+    /// The server is at its bound of connections in the handshake: sent at once,
+    /// before the client's hello is read, then the connection is closed. The client
+    /// may retry.
+    Busy {
+        /// The connections in the handshake when this one came.
+        in_progress: u32,
+    },
+    /// Anything else (e.g. an unsupported protocol version).
+    Other(String),
+}
+
+impl std::fmt::Display for Refusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Refusal::Busy { in_progress } => {
+                write!(f, "busy: {in_progress} handshakes in progress")
+            }
+            Refusal::Other(reason) => f.write_str(reason),
+        }
+    }
 }
 
 /// Handshake step 3, client → server: the initiator's proof.

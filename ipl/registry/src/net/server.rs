@@ -18,8 +18,8 @@ use crate::identifier::{IbisIdentifier, MemberId};
 
 use super::heartbeat::{Heartbeat, LastHeard};
 use super::protocol::{
-    encode, read_msg, write_msg, Challenge, ClientMsg, FrameError, Hello, Liveness, Reply, Request,
-    ServerMsg, Welcome, AUTH_CONTEXT, MAX_FRAME, MAX_HANDSHAKE_FRAME, PROTOCOL_VERSION,
+    encode, read_msg, write_msg, Challenge, ClientMsg, FrameError, Hello, Liveness, Refusal, Reply,
+    Request, ServerMsg, Welcome, AUTH_CONTEXT, MAX_FRAME, MAX_HANDSHAKE_FRAME, PROTOCOL_VERSION,
 };
 use ipl_auth::admission::{Admission, DeadlineIo, Slot, DEFAULT_MAX_HANDSHAKES};
 
@@ -66,7 +66,8 @@ fn key(m: &IbisIdentifier) -> Key {
 /// * A new connection has [`with_handshake_timeout`](Self::with_handshake_timeout)
 ///   in all to authenticate, however slowly its bytes arrive; at most
 ///   [`with_max_handshakes`](Self::with_max_handshakes) connections are in the
-///   handshake at once, and one beyond that is closed at once (counted, and
+///   handshake at once, and one beyond that is turned away at once with a short
+///   busy refusal ([`Refusal::Busy`]) and closed (counted, and
 ///   logged at most once per
 ///   [`REFUSAL_LOG_INTERVAL`](ipl_auth::admission::REFUSAL_LOG_INTERVAL)). Strangers
 ///   that hold every slot keep members out only until their deadline.
@@ -190,7 +191,8 @@ impl RegistryServer {
 
     /// Sets how many connections may be in the handshake at once (default
     /// [`DEFAULT_MAX_HANDSHAKES`], at least 1); a connection beyond that is
-    /// closed at once. Each such connection holds a thread and a file
+    /// turned away at once (a short busy refusal, then closed; a client retries
+    /// within its connect timeout). Each such connection holds a thread and a file
     /// descriptor for at most the handshake timeout.
     pub fn with_max_handshakes(mut self, max: usize) -> Self {
         if let Some(s) = Arc::get_mut(&mut self.shared) {
@@ -372,7 +374,7 @@ fn accept_loop(listener: &TcpListener, shared: &Arc<ServerShared>) -> io::Result
             Ok((stream, peer)) => {
                 let deadline = Instant::now() + shared.handshake_timeout;
                 let Some(slot) = shared.admission.admit(&peer) else {
-                    let _ = stream.shutdown(Shutdown::Both);
+                    turn_away(stream, shared.admission.pending());
                     continue;
                 };
                 let shared = Arc::clone(shared);
@@ -394,6 +396,25 @@ fn accept_loop(listener: &TcpListener, shared: &Arc<ServerShared>) -> io::Result
     Ok(())
 }
 
+/// Turns away a connection beyond the handshake bound: one short frame saying so
+/// (a `Challenge` refused as busy, which a client reads in the place of the
+/// challenge), written without waiting (a fresh socket's buffer takes it; if not,
+/// nothing is sent), then the connection is closed. Nothing of the peer is read and
+/// no thread is started: a stranger gets a few bytes for its connection, no more.
+fn turn_away(stream: TcpStream, in_progress: usize) {
+    let refusal = Challenge {
+        challenge: Err(Refusal::Busy {
+            in_progress: u32::try_from(in_progress).unwrap_or(u32::MAX),
+        }),
+    };
+    if let Ok(frame) = encode(&refusal) {
+        if stream.set_nonblocking(true).is_ok() {
+            let _ = (&stream).write(&frame);
+        }
+    }
+    let _ = stream.shutdown(Shutdown::Both);
+}
+
 /// Runs the server side of the handshake. Errors are reasons for the log.
 fn handshake(
     shared: &ServerShared,
@@ -410,7 +431,7 @@ fn handshake(
         let _ = write_msg(
             writer,
             &Challenge {
-                challenge: Err(reason.clone()),
+                challenge: Err(Refusal::Other(reason.clone())),
             },
         );
         return Err(reason);
