@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use ipl_auth::PoolSecret;
 use ipl_transport_abi::TransportError;
+use ipl_transport_kit::admission::DEFAULT_MAX_HANDSHAKES;
 use ipl_transport_kit::config::{NetConfig, NetDefaults};
 
 /// Default `max_message`: 1 GiB.
@@ -15,6 +16,10 @@ pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Default `linger_ms`: how long `shutdown` waits for sent data to be acknowledged.
 pub const DEFAULT_LINGER: Duration = Duration::from_secs(10);
 
+/// Default `quic.handshake_timeout_ms`: how long an incoming connection has for the TLS
+/// handshake and its hello, in all (as tcp's `tcp.handshake_timeout_ms`).
+pub const DEFAULT_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// A parsed configuration.
 #[derive(Debug, Clone)]
 pub(crate) struct Config {
@@ -25,10 +30,28 @@ pub(crate) struct Config {
     pub max_message: u32,
     pub idle_timeout: Duration,
     pub linger: Duration,
+    /// `quic.handshake_timeout_ms`: the deadline of an incoming connection's handshake
+    /// (TLS and hello).
+    pub handshake_timeout: Duration,
+    /// `quic.max_handshakes`: incoming connections in the handshake at once.
+    pub max_handshakes: usize,
 }
 
 fn invalid(msg: String) -> TransportError {
     TransportError::InvalidArgument(msg)
+}
+
+/// `value` as a number in `min..=max`, or an error naming the key and the range.
+fn number(key: &str, value: &str, min: u64, max: u64) -> Result<u64, TransportError> {
+    value
+        .parse::<u64>()
+        .ok()
+        .filter(|n| (min..=max).contains(n))
+        .ok_or_else(|| {
+            invalid(format!(
+                "quic config: {key}={value:?} must be {min}..={max}"
+            ))
+        })
 }
 
 impl Config {
@@ -37,6 +60,8 @@ impl Config {
     pub fn parse(text: &str) -> Result<Self, TransportError> {
         let mut idle_timeout = DEFAULT_IDLE_TIMEOUT;
         let mut linger = DEFAULT_LINGER;
+        let mut handshake_timeout = DEFAULT_HANDSHAKE_TIMEOUT;
+        let mut max_handshakes = DEFAULT_MAX_HANDSHAKES;
         let defaults = NetDefaults {
             transport: "quic",
             max_message: DEFAULT_MAX_MESSAGE,
@@ -69,6 +94,10 @@ impl Config {
                             ))
                         })?
                 }
+                "quic.handshake_timeout_ms" => {
+                    handshake_timeout = Duration::from_millis(number(key, value, 1, 3_600_000)?);
+                }
+                "quic.max_handshakes" => max_handshakes = number(key, value, 1, 1 << 20)? as usize,
                 _ => return Ok(false),
             }
             Ok(true)
@@ -80,6 +109,8 @@ impl Config {
             net,
             idle_timeout,
             linger,
+            handshake_timeout,
+            max_handshakes,
         })
     }
 }
@@ -99,6 +130,14 @@ mod tests {
         assert_eq!(c.max_message, DEFAULT_MAX_MESSAGE);
         assert_eq!(c.idle_timeout, DEFAULT_IDLE_TIMEOUT);
         assert_eq!(c.linger, DEFAULT_LINGER);
+        assert_eq!(c.handshake_timeout, DEFAULT_HANDSHAKE_TIMEOUT);
+        assert_eq!(c.max_handshakes, DEFAULT_MAX_HANDSHAKES);
+        let c = Config::parse(&format!(
+            "secret={S}\nquic.handshake_timeout_ms=300\nquic.max_handshakes=4"
+        ))
+        .unwrap();
+        assert_eq!(c.handshake_timeout, Duration::from_millis(300));
+        assert_eq!(c.max_handshakes, 4);
         let c = Config::parse(&format!(
             " secret = {S} \npool=p1\nbind=0.0.0.0:0\nmax_message=1024\nidle_timeout_ms=500\nlinger_ms=0"
         ))
@@ -131,6 +170,12 @@ mod tests {
             format!("secret={S}\nlinger_ms=-1"),
             format!("secret={S}\njunk"),
             format!("secret={S}\ninterfaces=,"),
+            format!("secret={S}\nquic.handshake_timeout_ms=0"),
+            format!("secret={S}\nquic.handshake_timeout_ms=3600001"),
+            format!("secret={S}\nquic.handshake_timeout_ms=soon"),
+            format!("secret={S}\nquic.max_handshakes=0"),
+            format!("secret={S}\nquic.max_handshakes=-1"),
+            format!("secret={S}\nquic.max_handshakes=many"),
         ] {
             let e = Config::parse(&bad).unwrap_err();
             assert!(
@@ -138,6 +183,9 @@ mod tests {
                 "{bad:?}: {e:?}"
             );
         }
+        let e = Config::parse(&format!("secret={S}\nquic.max_handshakes=0")).unwrap_err();
+        assert!(e.detail().contains("quic.max_handshakes"), "{e}");
+        assert!(e.detail().contains("1..=1048576"), "{e}");
         let e = Config::parse("pool=x").unwrap_err();
         assert!(e.detail().contains("IPL_POOL_SECRET"), "{e}");
         assert!(e.detail().contains("no pool secret"), "{e}");

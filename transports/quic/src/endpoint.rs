@@ -19,7 +19,7 @@ use crate::address::Address;
 use crate::config::Config;
 use crate::driver::Driver;
 pub use crate::engine::ConnectionStats;
-use crate::engine::{DialState, Engine};
+use crate::engine::{DialState, Engine, HandshakeBounds};
 use crate::tls::PoolTls;
 use crate::wire;
 
@@ -28,6 +28,9 @@ use crate::wire;
 const COALESCE: usize = 16 << 10;
 /// Channels one peer may have open towards us at once (QUIC bidirectional streams).
 const MAX_CHANNELS_PER_PEER: u32 = 4096;
+/// Bytes quinn-proto buffers at most for a connection attempt not yet accepted or
+/// refused (its 0-RTT or handshake packets after the first).
+const INCOMING_BUFFER: u64 = 64 << 10;
 /// Requested UDP socket buffer sizes (the kernel may cap them).
 const SOCKET_BUFFER: usize = 4 << 20;
 
@@ -261,7 +264,14 @@ impl TransportPlugin for QuicTransport {
         let tls = PoolTls::new(&cfg.secret, &cfg.pool)?;
         let me = tls.identity(id)?;
         let transport = Arc::new(transport_config(&cfg)?);
-        let server = tls.server_config(&me, transport.clone())?;
+        let mut server = tls.server_config(&me, transport.clone())?;
+        // quinn-proto's own bounds on connection attempts not yet accepted or refused:
+        // the engine decides on each as its first packet comes, so at most one waits and
+        // nothing is buffered for it; these keep that so should it ever change.
+        server
+            .max_incoming(cfg.max_handshakes)
+            .incoming_buffer_size(INCOMING_BUFFER)
+            .incoming_buffer_size_total(INCOMING_BUFFER * cfg.max_handshakes as u64);
         let client = tls.client_config(&me, transport)?;
         let mut plan = cfg.net.listen_plan("quic")?;
         let socket = match udp_socket(plan.bind, plan.only_v6()) {
@@ -289,6 +299,10 @@ impl TransportPlugin for QuicTransport {
             client,
             pool.clone(),
             udp.max_gso_segments(),
+            HandshakeBounds {
+                timeout: cfg.handshake_timeout,
+                max: cfg.max_handshakes,
+            },
         );
         let driver = Driver::new(engine, socket, udp, host, pool)
             .map_err(|e| TransportError::Unavailable(format!("quic: eventfd: {e}")))?;

@@ -9,7 +9,11 @@
 //! this IP instead), `max_message=<bytes>` (default 1 GiB),
 //! `idle_timeout_ms` (a peer silent this long is lost; default 10 000, keep-alives every
 //! quarter of it), `linger_ms` (how long `shutdown` waits for sent data to be
-//! acknowledged, default 10 000).
+//! acknowledged, default 10 000), `quic.handshake_timeout_ms` (how long an incoming
+//! connection has for the TLS handshake and its hello in all, default 5 000) and
+//! `quic.max_handshakes` (incoming connections in the handshake at once, default 64; one
+//! more is refused at once with QUIC's `CONNECTION_REFUSED`, counted, and logged at most
+//! once per 10 s through [`ipl_transport_kit::admission`]).
 //! **Address** ([`ipl_transport_kit::address`]): UTF-8 `ip:port[,ip:port...]/id/host`,
 //! every selected address with the socket's port, the endpoint's random 64-bit id in 16
 //! hex digits and the host's id. `connect` tries the addresses in the order of
@@ -22,8 +26,8 @@
 //! it sign a certificate for its endpoint id; TLS is mutual and verified with the
 //! standard webpki verifiers against that CA only. A peer without the secret fails the
 //! handshake: `connect` returns [`Refused`](ipl_transport_abi::TransportError::Refused)
-//! naming the secret, and an accepting endpoint logs a warning and drops it. There is
-//! no switch that turns verification off.
+//! naming the secret, and an accepting endpoint drops it and logs a warning (at most one
+//! per 10 s). There is no switch that turns verification off.
 //!
 //! **Connections and channels** (channel pairing, as in Ibis): `connect` reuses the
 //! connection to the target endpoint, whichever side opened it, and dials only when

@@ -8,10 +8,13 @@ use std::time::Instant;
 use bytes::Bytes;
 use ipl_transport_abi::ffi::CloseCode;
 use ipl_transport_abi::TransportError;
-use quinn_proto::{ConnectionError, ConnectionHandle, Dir, StreamId, VarInt};
+use ipl_transport_kit::admission::Slot;
+use quinn_proto::{ConnectionError, ConnectionHandle, Dir, StreamId, TransportErrorCode, VarInt};
 
 use super::dispatch::End;
-use super::{shutting_down, Engine, HostEvent, CODE_PROTOCOL, CODE_SHUTDOWN, HANDSHAKE_TIMEOUT};
+use super::{
+    shutting_down, Engine, HostEvent, CODE_PROTOCOL, CODE_SHUTDOWN, DIAL_HANDSHAKE_TIMEOUT,
+};
 use crate::tls;
 use crate::wire::{StreamHeader, STREAM_HEADER_LEN};
 
@@ -37,8 +40,11 @@ pub(super) struct Conn {
     /// The endpoint id a dialer expects (None on the accepting side).
     pub(super) expect: Option<u64>,
     pub(super) phase: Phase,
-    /// The hello must have come by then.
+    /// The TLS handshake and the peer's hello must have completed by then.
     pub(super) hello_deadline: Instant,
+    /// An incoming connection's place among those in the handshake
+    /// (`quic.max_handshakes`), held until it is ready or closed.
+    pub(super) slot: Option<Slot>,
     /// The peer's hello stream and the bytes read from it so far.
     pub(super) hello_in: Option<(StreamId, Vec<u8>)>,
     /// Stream → local channel; `None` once closed locally (what still comes is dropped).
@@ -54,11 +60,12 @@ pub(super) struct Conn {
 }
 
 impl Conn {
+    /// A connection whose handshake must complete by `deadline`.
     pub(super) fn new(
         proto: quinn_proto::Connection,
         peer: SocketAddr,
         expect: Option<u64>,
-        now: Instant,
+        deadline: Instant,
     ) -> Self {
         Conn {
             proto,
@@ -66,7 +73,8 @@ impl Conn {
             peer_id: None,
             expect,
             phase: Phase::Handshaking,
-            hello_deadline: now + HANDSHAKE_TIMEOUT,
+            hello_deadline: deadline,
+            slot: None,
             hello_in: None,
             streams: HashMap::new(),
             pending: HashMap::new(),
@@ -85,6 +93,13 @@ pub struct ConnectionStats {
     pub open: usize,
     /// QUIC connections that completed the handshake since the endpoint was created.
     pub established: u64,
+    /// Connections the endpoint holds state for, in any phase (closing ones too).
+    pub connections: usize,
+    /// Incoming connections in the handshake (TLS or hello) now.
+    pub handshakes: usize,
+    /// Incoming connections refused at once because `quic.max_handshakes` were in the
+    /// handshake.
+    pub refused: u64,
 }
 
 /// What the engine knows of a dial in progress.
@@ -121,6 +136,15 @@ fn refused_handshake(peer: SocketAddr, e: &dyn std::fmt::Display) -> TransportEr
 /// Maps a connection error during connection set-up.
 fn setup_error(e: &ConnectionError, peer: SocketAddr) -> TransportError {
     match e {
+        ConnectionError::ConnectionClosed(c)
+            if c.error_code == TransportErrorCode::CONNECTION_REFUSED =>
+        {
+            TransportError::Refused(format!(
+                "quic endpoint at {peer} refused the connection: it is busy (too many \
+                 connections in the handshake, see quic.max_handshakes) or shutting down; \
+                 retry later"
+            ))
+        }
         ConnectionError::TimedOut => {
             TransportError::Timeout(format!("no quic endpoint answered at {peer}"))
         }
@@ -163,7 +187,7 @@ impl Engine {
             .ep
             .connect(now, self.client.clone(), peer, &tls::server_name(id))
             .map_err(|e| TransportError::InvalidArgument(format!("quic connect to {peer}: {e}")))?;
-        let mut conn = Conn::new(proto, peer, Some(id), now);
+        let mut conn = Conn::new(proto, peer, Some(id), now + DIAL_HANDSHAKE_TIMEOUT);
         conn.dirty = true;
         self.conns.insert(ch, conn);
         // A handle is reused once its connection is gone: no old reason applies to it.
@@ -229,7 +253,8 @@ impl Engine {
             Phase::Handshaking | Phase::Hello => {
                 let err = setup_error(reason, conn.peer);
                 if conn.expect.is_none() && !self.stopping {
-                    tracing::warn!(peer = %conn.peer, "quic: dropping connection from {}: {err}", conn.peer);
+                    // Rate-limited: a stream of strangers cannot flood the log.
+                    self.admission.dropped(&conn.peer, &err);
                 }
                 let why = err.detail().to_string();
                 (err, why)
@@ -291,6 +316,7 @@ impl Engine {
         }
         conn.peer_id = Some(theirs.opener);
         conn.phase = Phase::Ready;
+        conn.slot = None;
         self.established += 1;
         let replace = conn.expect.is_some()
             || self
@@ -314,7 +340,13 @@ impl Engine {
 
     /// A protocol error that ends the whole connection.
     pub(super) fn protocol_close(&mut self, ch: ConnectionHandle, conn: &mut Conn, what: &str) {
-        tracing::warn!(peer = %conn.peer, "quic: protocol error from {}: {what}", conn.peer);
+        if conn.slot.is_some() {
+            // A stranger in the handshake (e.g. a bad hello): rate-limited.
+            self.admission
+                .dropped(&conn.peer, &format_args!("protocol error: {what}"));
+        } else {
+            tracing::warn!(peer = %conn.peer, "quic: protocol error from {}: {what}", conn.peer);
+        }
         conn.proto.close(
             Instant::now(),
             VarInt::from_u32(CODE_PROTOCOL),
@@ -365,6 +397,7 @@ impl Engine {
             tracing::debug!(peer = %conn.peer, "quic connection ended: {why}");
         }
         conn.phase = Phase::Closed(err);
+        conn.slot = None;
         for local in conn.streams.values().flatten() {
             if self.chans.remove(local).is_some() && !self.stopping {
                 self.events

@@ -15,7 +15,7 @@ use quinn_proto::{
 };
 
 use super::connection::{Conn, Phase};
-use super::{Engine, Tx, CODE_PROTOCOL, MAX_BURST};
+use super::{Engine, Tx, CODE_HANDSHAKE_TIMEOUT, CODE_PROTOCOL, MAX_BURST};
 
 /// The end of a stream's readable data, as far as one read got.
 pub(super) enum End {
@@ -88,12 +88,25 @@ impl Engine {
                     tx(&t, &resp[..t.size]);
                 } else {
                     let peer = incoming.remote_address();
+                    // Beyond `quic.max_handshakes` strangers could hold the endpoint's
+                    // memory and time: refused at once (CONNECTION_REFUSED; counted, the
+                    // warning rate-limited). The slot is held until the connection is
+                    // ready or closed, at most `quic.handshake_timeout_ms`.
+                    let Some(slot) = self.admission.admit(&peer) else {
+                        let t = self.ep.refuse(incoming, &mut resp);
+                        tx(&t, &resp[..t.size]);
+                        self.resp_buf = resp;
+                        return;
+                    };
                     match self
                         .ep
                         .accept(incoming, now, &mut resp, Some(self.server.clone()))
                     {
                         Ok((ch, proto)) => {
-                            self.conns.insert(ch, Conn::new(proto, peer, None, now));
+                            let mut conn =
+                                Conn::new(proto, peer, None, now + self.handshake_timeout);
+                            conn.slot = Some(slot);
+                            self.conns.insert(ch, conn);
                         }
                         Err(e) => {
                             tracing::debug!(peer = %peer, "quic: incoming connection not accepted: {}", e.cause);
@@ -138,15 +151,25 @@ impl Engine {
             conn.proto.handle_timeout(now);
         }
         if matches!(conn.phase, Phase::Handshaking | Phase::Hello) && conn.hello_deadline <= now {
-            let what = if matches!(conn.phase, Phase::Handshaking) {
-                format!("no quic endpoint answered at {} in time", conn.peer)
-            } else {
-                format!("quic peer {} sent no hello", conn.peer)
+            let tls = matches!(conn.phase, Phase::Handshaking);
+            let what = match (conn.expect, tls) {
+                (Some(_), true) => format!("no quic endpoint answered at {} in time", conn.peer),
+                (Some(_), false) => format!("quic peer {} sent no hello", conn.peer),
+                (None, _) => format!(
+                    "its handshake ({}) did not complete within quic.handshake_timeout_ms ({:?})",
+                    if tls { "TLS" } else { "the hello" },
+                    self.handshake_timeout
+                ),
             };
+            if conn.expect.is_none() && !self.stopping {
+                self.admission.dropped(&conn.peer, &what);
+            }
+            // Closed with a reason the peer sees; the state is freed when the close has
+            // drained, the slot now (in `fail`).
             conn.proto.close(
                 now,
-                VarInt::from_u32(CODE_PROTOCOL),
-                Bytes::from_static(b"no hello"),
+                VarInt::from_u32(CODE_HANDSHAKE_TIMEOUT),
+                Bytes::from_static(b"handshake timeout"),
             );
             self.fail(ch, &mut conn, TransportError::Timeout(what.clone()), &what);
         }

@@ -23,6 +23,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use ipl_transport_abi::ffi::CloseCode;
 use ipl_transport_abi::TransportError;
+use ipl_transport_kit::admission::Admission;
 use ipl_transport_kit::BufferPool;
 use quinn_proto::{ClientConfig, ConnectionHandle, ServerConfig, StreamId, Transmit, VarInt};
 
@@ -37,9 +38,24 @@ pub(crate) use connection::DialState;
 const CODE_SHUTDOWN: u32 = 0;
 /// Application error code of a stream or connection closed for a protocol error.
 const CODE_PROTOCOL: u32 = 1;
+/// Application error code of a connection closed because its handshake (TLS and hello)
+/// did not complete by its deadline.
+const CODE_HANDSHAKE_TIMEOUT: u32 = 2;
 
-/// How long each side waits for the other's hello after the TLS handshake began.
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a dialer's connection has for the TLS handshake and the peer's hello (its
+/// `connect` may give up sooner). Incoming connections have
+/// [`HandshakeBounds::timeout`].
+const DIAL_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The bounds on incoming connections that have not completed their handshake (TLS and
+/// hello): `quic.handshake_timeout_ms` and `quic.max_handshakes`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct HandshakeBounds {
+    /// The deadline of each, from its first packet.
+    pub(crate) timeout: Duration,
+    /// How many at once; one beyond is refused at once.
+    pub(crate) max: usize,
+}
 
 /// Datagrams one transmit carries at most (GSO segments; quinn's own limit): larger
 /// bursts overflow the receiver's socket buffer on a fast path.
@@ -85,6 +101,10 @@ pub(crate) struct Engine {
     /// machine) would otherwise find the connection gone and lose the reason (a refused
     /// handshake read as a plain close).
     failed_dials: HashMap<ConnectionHandle, TransportError>,
+    /// How long an incoming connection has for its handshake.
+    handshake_timeout: Duration,
+    /// Incoming connections in the handshake, and their bound.
+    admission: Admission,
     /// Locally finished streams whose data the peer has not acknowledged yet.
     unacked: HashSet<(ConnectionHandle, StreamId)>,
     next_channel: u64,
@@ -113,6 +133,7 @@ impl Engine {
         client: ClientConfig,
         pool: BufferPool,
         max_datagrams: usize,
+        bounds: HandshakeBounds,
     ) -> Self {
         let server = Arc::new(server);
         let ep = quinn_proto::Endpoint::new(
@@ -133,6 +154,8 @@ impl Engine {
             by_peer: HashMap::new(),
             dialing: HashMap::new(),
             failed_dials: HashMap::new(),
+            handshake_timeout: bounds.timeout,
+            admission: Admission::new("quic", bounds.max),
             unacked: HashSet::new(),
             next_channel: 1,
             established: 0,
@@ -181,6 +204,9 @@ impl Engine {
                 .filter(|c| matches!(c.phase, Phase::Ready))
                 .count(),
             established: self.established,
+            connections: self.conns.len(),
+            handshakes: self.admission.pending(),
+            refused: self.admission.refused(),
         }
     }
 

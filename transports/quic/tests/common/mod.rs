@@ -80,6 +80,20 @@ struct Shared {
     moved: Condvar,
     socket: UdpSocket,
     stop: AtomicBool,
+    /// Sends its first datagram only (a stranger that goes silent after its Initial);
+    /// cleared by drop.
+    mute_after_first: AtomicBool,
+    /// A datagram went out.
+    sent_one: AtomicBool,
+}
+
+/// How far a hand-made peer goes in the handshake.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Handshake {
+    /// Its first Initial packet, then silence (it still reads what comes).
+    InitialOnly,
+    /// Dials; the TLS handshake runs (no hello is sent).
+    Tls,
 }
 
 struct State {
@@ -130,7 +144,13 @@ impl Shared {
                     break;
                 };
                 progress = true;
+                if self.mute_after_first.load(Ordering::Acquire)
+                    && self.sent_one.load(Ordering::Acquire)
+                {
+                    continue;
+                }
                 let _ = self.socket.send_to(&buf[..t.size], t.destination);
+                self.sent_one.store(true, Ordering::Release);
             }
             if !progress {
                 break;
@@ -228,6 +248,41 @@ impl RawPeer {
     /// Connects to `target` trusting the CA of `trust` and presenting `me`, and
     /// exchanges hellos.
     pub fn connect_with(target: &[u8], trust: &PoolTls, me: &Identity) -> Result<Self, String> {
+        let peer = Self::start(target, trust, me, Handshake::Tls)?;
+        peer.hellos(Address::parse(target).unwrap().id)?;
+        Ok(peer)
+    }
+
+    /// A stranger with the pool's certificates that goes only as far as `how` in the
+    /// handshake and never sends a hello.
+    pub fn stranger(target: &[u8], secret: &PoolSecret, how: Handshake) -> Self {
+        let tls = PoolTls::new(secret, POOL).unwrap();
+        let me = tls.identity(RAW_ID).unwrap();
+        Self::start(target, &tls, &me, how).unwrap()
+    }
+
+    /// Whether the TLS handshake completed within `PATIENCE` (`Err`: why not).
+    pub fn tls_done(&self) -> Result<(), String> {
+        self.shared
+            .wait(Instant::now() + PATIENCE, |st| match &st.lost {
+                Some(e) => Some(Err(format!("handshake: {e}"))),
+                None => st.connected.then_some(Ok(())),
+            })
+            .unwrap_or_else(|| Err("the TLS handshake timed out".into()))
+    }
+
+    /// Waits until the endpoint closes the connection; why (`None`: not before `deadline`).
+    pub fn lost_by(&self, deadline: Instant) -> Option<String> {
+        self.shared.wait(deadline, |st| st.lost.clone())
+    }
+
+    /// Dials `target`: the driver thread runs the handshake as far as `how` allows.
+    fn start(
+        target: &[u8],
+        trust: &PoolTls,
+        me: &Identity,
+        how: Handshake,
+    ) -> Result<Self, String> {
         let addr = Address::parse(target).unwrap();
         let client: ClientConfig = ipl_transport_quic::tls::quic_client(
             trust.rustls_client(me).unwrap(),
@@ -256,18 +311,18 @@ impl RawPeer {
             moved: Condvar::new(),
             socket: UdpSocket::bind(SocketAddr::from(([127, 0, 0, 1], 0))).unwrap(),
             stop: AtomicBool::new(false),
+            mute_after_first: AtomicBool::new(how == Handshake::InitialOnly),
+            sent_one: AtomicBool::new(false),
         });
         let bg = shared.clone();
         let driver = std::thread::Builder::new()
             .name("raw-peer".into())
             .spawn(move || bg.run())
             .unwrap();
-        let peer = RawPeer {
+        Ok(RawPeer {
             shared,
             driver: Some(driver),
-        };
-        peer.hellos(addr.id)?;
-        Ok(peer)
+        })
     }
 
     /// Completes the handshake and exchanges hellos with endpoint `expect`.
@@ -416,6 +471,7 @@ impl Drop for RawPeer {
     /// peer that vanished when it shuts down), waits a bounded time until it drained,
     /// and stops the thread.
     fn drop(&mut self) {
+        self.shared.mute_after_first.store(false, Ordering::Release);
         {
             let mut st = self.shared.lock();
             st.conn.close(
