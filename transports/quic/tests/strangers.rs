@@ -153,3 +153,26 @@ fn a_member_turned_away_while_strangers_hold_every_slot_is_told_the_endpoint_is_
         .expect("a member after the stranger left");
     assert_eq!(stats(&b).established, 1);
 }
+
+#[test]
+fn from_half_the_bound_on_a_stranger_that_never_proves_its_address_holds_no_slot() {
+    let secret = PoolSecret::generate().unwrap();
+    let (b, _log_b) = endpoint(&with_bounds(&secret, 600_000, 2));
+    let (a, _log_a) = endpoint(&config(&secret));
+    let target = b.local_address().unwrap();
+    // The first takes a slot: half the bound.
+    let first = RawPeer::stranger(&target, &secret, Handshake::InitialOnly);
+    wait_stats(&b, "the first stranger was not accepted", |s| {
+        s.handshakes == 1
+    });
+    // The second never answers the Retry (as a spoofed source address could not).
+    let second = RawPeer::stranger(&target, &secret, Handshake::InitialOnly);
+    assert!(second.sent_first(), "the second stranger sent nothing");
+    // Its Initial came before the member's: had it taken the last slot, the member
+    // would be turned away as busy.
+    a.connect(&target, PATIENCE)
+        .expect("a member while a stranger holds half the slots");
+    let s = stats(&b);
+    assert_eq!((s.handshakes, s.refused, s.established), (1, 0, 1), "{s:?}");
+    drop((first, second));
+}

@@ -86,6 +86,17 @@ impl Engine {
                 if self.stopping {
                     let t = self.ep.refuse(incoming, &mut resp);
                     tx(&t, &resp[..t.size]);
+                } else if !incoming.remote_address_validated()
+                    && 2 * self.admission.pending() >= self.max_handshakes
+                {
+                    // Half the slots are taken: an Initial from an address not yet
+                    // validated is answered with a Retry, and only one that comes back
+                    // with its token (a real address) gets a slot, so a flood of Initials
+                    // from spoofed addresses cannot hold them. Nothing is kept.
+                    match self.ep.retry(incoming, &mut resp) {
+                        Ok(t) => tx(&t, &resp[..t.size]),
+                        Err(e) => self.ep.ignore(e.into_incoming()),
+                    }
                 } else {
                     let peer = incoming.remote_address();
                     // Beyond `quic.max_handshakes` strangers could hold the endpoint's

@@ -105,6 +105,8 @@ pub(crate) struct Engine {
     handshake_timeout: Duration,
     /// Incoming connections in the handshake, and their bound.
     admission: Admission,
+    /// `quic.max_handshakes` (from half of it on, addresses are validated first).
+    max_handshakes: usize,
     /// Locally finished streams whose data the peer has not acknowledged yet.
     unacked: HashSet<(ConnectionHandle, StreamId)>,
     next_channel: u64,
@@ -156,6 +158,7 @@ impl Engine {
             failed_dials: HashMap::new(),
             handshake_timeout: bounds.timeout,
             admission: Admission::new("quic", bounds.max),
+            max_handshakes: bounds.max,
             unacked: HashSet::new(),
             next_channel: 1,
             established: 0,

@@ -271,6 +271,15 @@ impl RawPeer {
             .unwrap_or_else(|| Err("the TLS handshake timed out".into()))
     }
 
+    /// Waits (bounded by `PATIENCE`) until the peer's first datagram went out.
+    pub fn sent_first(&self) -> bool {
+        self.shared
+            .wait(Instant::now() + PATIENCE, |_| {
+                self.shared.sent_one.load(Ordering::Acquire).then_some(())
+            })
+            .is_some()
+    }
+
     /// Waits until the endpoint closes the connection; why (`None`: not before `deadline`).
     pub fn lost_by(&self, deadline: Instant) -> Option<String> {
         self.shared.wait(deadline, |st| st.lost.clone())
