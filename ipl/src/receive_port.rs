@@ -92,6 +92,8 @@ struct PortState {
     /// Connects that arrived while a message was outstanding: accepted at its finish.
     pending: Vec<(ChannelKey, Arc<SendPortIdentifier>)>,
     lost: Vec<(SendPortIdentifier, Disconnect)>,
+    /// Connections lost that no explicit receive has reported yet (see `take_locked`).
+    unreported: VecDeque<(Arc<SendPortIdentifier>, String)>,
     wakers: Vec<Waker>,
     /// Bytes of messages finished per connection since credits were last returned.
     finished: crate::channel_map::ChannelMap<u64>,
@@ -326,8 +328,9 @@ impl PortShared {
                 Some(st.pending.remove(i).1)
             });
             if let Some(o) = &origin {
-                if matches!(why, Disconnect::Lost(_)) {
+                if let Disconnect::Lost(reason) = &why {
                     st.lost.push(((**o).clone(), why.clone()));
+                    st.unreported.push_back((Arc::clone(o), reason.clone()));
                 }
             }
             self.sync_direct(&st);
@@ -389,15 +392,32 @@ impl PortShared {
         }
     }
 
-    fn take_locked(self: &Arc<Self>, st: &mut PortState) -> Option<Result<ReadMessage>> {
+    /// The next message, if one can be handed out now. `report`: an explicit receive,
+    /// which also returns [`IplError::ConnectionLost`] for a lost connection when
+    /// nothing is left to wait for: no message queued and no connection open (each loss
+    /// once, after the messages that came before it). Message upcalls do not.
+    fn take_locked(
+        self: &Arc<Self>,
+        st: &mut PortState,
+        report: bool,
+    ) -> Option<Result<ReadMessage>> {
         if st.closed {
             return Some(Err(IplError::PortClosed));
         }
         if st.outstanding {
             return None;
         }
-        let inc = st.queue.pop_front()?;
-        Some(Ok(self.hand_out(st, inc)))
+        match st.queue.pop_front() {
+            Some(inc) => Some(Ok(self.hand_out(st, inc))),
+            None if report && st.connections.is_empty() && st.pending.is_empty() => {
+                let (origin, reason) = st.unreported.pop_front()?;
+                Some(Err(IplError::ConnectionLost {
+                    origin: Box::new((*origin).clone()),
+                    reason,
+                }))
+            }
+            None => None,
+        }
     }
 
     /// Makes `inc` the outstanding message.
@@ -452,7 +472,11 @@ impl PortShared {
     /// only once the message is not there at once (a reading costs about 30 ns on a
     /// virtual machine, a third of a raw shared-memory round trip): the wait counts from
     /// that first reading.
-    fn next(self: &Arc<Self>, timeout: Option<Duration>) -> Result<Option<ReadMessage>> {
+    fn next(
+        self: &Arc<Self>,
+        timeout: Option<Duration>,
+        report: bool,
+    ) -> Result<Option<ReadMessage>> {
         // Poll (yielding the CPU between polls) for an adaptive budget before sleeping.
         // When a message comes within the `spin` budget, the budget goes back to it; when an
         // answer to this thread's own send comes within LEARN_LIMIT, the next budget is
@@ -582,7 +606,7 @@ impl PortShared {
         };
         let mut st = self.state.lock();
         loop {
-            if let Some(r) = self.take_locked(&mut st) {
+            if let Some(r) = self.take_locked(&mut st, report) {
                 adapt(true, waited(slept, start, now));
                 return r.map(Some);
             }
@@ -727,17 +751,21 @@ impl ReceivePort {
         }
     }
 
-    /// Blocks until a message arrives (needs `receive.explicit`).
+    /// Blocks until a message arrives (needs `receive.explicit`). Ends with
+    /// [`IplError::ConnectionLost`] when a connection was lost and the port has no
+    /// message and no connection left (so a receiver whose only sender died is told, not
+    /// left waiting); a later receive waits for new connections again.
     pub fn receive(&self) -> Result<ReadMessage> {
         self.need(PortCapabilities::RECEIVE_EXPLICIT, "receive.explicit")?;
-        self.shared.next(None)?.ok_or(IplError::PortClosed)
+        self.shared.next(None, true)?.ok_or(IplError::PortClosed)
     }
 
-    /// Waits at most `timeout` for a message (needs `receive.timeout`).
+    /// Waits at most `timeout` for a message (needs `receive.timeout`). A lost
+    /// connection ends it as in [`receive`](Self::receive).
     pub fn receive_timeout(&self, timeout: Duration) -> Result<ReadMessage> {
         self.need(PortCapabilities::RECEIVE_TIMEOUT, "receive.timeout")?;
         self.shared
-            .next(Some(timeout))?
+            .next(Some(timeout), true)?
             .ok_or(IplError::Timeout(timeout))
     }
 
@@ -754,16 +782,17 @@ impl ReceivePort {
             }
         }
         let mut st = self.shared.state.lock();
-        self.shared.take_locked(&mut st).transpose()
+        self.shared.take_locked(&mut st, true).transpose()
     }
 
-    /// Waits for a message from async code (needs `receive.explicit`). Cancel-safe: a
+    /// Waits for a message from async code (needs `receive.explicit`); a lost
+    /// connection ends it as in [`receive`](Self::receive). Cancel-safe: a
     /// dropped future takes no message.
     pub async fn receive_async(&self) -> Result<ReadMessage> {
         self.need(PortCapabilities::RECEIVE_EXPLICIT, "receive.explicit")?;
         poll_fn(|cx| {
             let mut st = self.shared.state.lock();
-            match self.shared.take_locked(&mut st) {
+            match self.shared.take_locked(&mut st, true) {
                 Some(r) => Poll::Ready(r),
                 None => {
                     if !st.wakers.iter().any(|w| w.will_wake(cx.waker())) {
@@ -797,7 +826,7 @@ impl ReceivePort {
         let handle = std::thread::Builder::new()
             .name(name)
             .spawn(move || {
-                while let Ok(Some(m)) = shared.next(None) {
+                while let Ok(Some(m)) = shared.next(None, false) {
                     handler.upcall(m);
                 }
             })
