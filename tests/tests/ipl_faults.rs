@@ -41,6 +41,9 @@ const HUGE: usize = 64 << 20;
 const HEARTBEAT_INTERVAL_MS: u64 = 200;
 const HEARTBEAT_TIMEOUT_MS: u64 = 2_000;
 
+/// The transports' bound on a sender that makes no progress (a frozen receiver).
+const SEND_TIMEOUT_MS: u64 = 3_000;
+
 /// One `ipl-fault-peer` process: its standard input, and the lines it printed.
 struct Member {
     name: String,
@@ -163,13 +166,15 @@ impl Pool {
             .run_in_background()
             .expect("run the registry");
         let pool = unique_pool_name();
-        let config = "interfaces=127.0.0.1";
+        let config = format!(
+            "tcp.send_timeout_ms={SEND_TIMEOUT_MS};shm.send_timeout_ms={SEND_TIMEOUT_MS};interfaces=127.0.0.1"
+        );
         let mut members = Vec::new();
         for i in 0..n {
             let mut child = Command::new(env!("CARGO_BIN_EXE_ipl-fault-peer"))
                 .envs(env.iter().copied())
                 .env("IPL_TRANSPORT", transport)
-                .env("FAULT_TRANSPORT_CONFIG", config)
+                .env("FAULT_TRANSPORT_CONFIG", &config)
                 .env("RUST_LOG", "warn")
                 .env(ENV_REGISTRY, server.local_addr().to_string())
                 .env(ENV_POOL, &pool)
@@ -338,4 +343,71 @@ fn slow_reader_tcp() {
 #[test]
 fn slow_reader_shm() {
     slow_reader("shm");
+}
+
+/// A frozen member (SIGSTOP, kept stopped beyond the registry's heartbeat timeout of
+/// 2 s and the transports' send timeout of 3 s): the others see it `Died` and a sender
+/// blocked in the middle of a message to it gets an error, each within [`BOUND`]. Then
+/// `cont`: resumed, it gets a clear error from the registry (it was declared dead) and
+/// for the lost connection; or killed, nothing hangs either: the survivor closes its
+/// port and leaves.
+fn frozen_member(transport: &str, resume: bool) {
+    let mut pool = Pool::start(transport, 3, &[]);
+    pool.connect(1, 2, "in");
+    pool.connect(0, 1, "alive");
+    pool.m(2).signal("STOP");
+    pool.m(0).say("watch member-2");
+    pool.m(1).say(&format!("send in 1 {HUGE}"));
+    pool.m(0).expect("died member-2");
+    let l = pool
+        .m(1)
+        .expect_any(&["send-error in 0", "sent in 0"], BOUND);
+    assert!(l.starts_with("send-error"), "{l}");
+    // The survivors still talk.
+    pool.m(0).say("send alive 1 100");
+    pool.m(1).say("recv alive 1");
+    pool.m(1).expect("got alive 0");
+    if resume {
+        pool.m(2).signal("CONT");
+        pool.m(2).say("recv in 1");
+        let l = pool.m(2).expect_any(&["recv-error in", "got in"], BOUND);
+        assert!(l.starts_with("recv-error"), "{l}");
+        // The registry declared it dead: a call fails (soon after the resumed client
+        // notices its connection is gone).
+        let deadline = Instant::now() + BOUND;
+        loop {
+            pool.m(2).say("registry");
+            if pool
+                .m(2)
+                .expect_any(&["registry-ok", "registry-error"], BOUND)
+                .starts_with("registry-error")
+            {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the resumed member is still in the registry"
+            );
+        }
+        pool.m(2).say("exit");
+        pool.m(2).expect("bye");
+    } else {
+        pool.m(2).signal("KILL");
+    }
+    pool.m(1).say("disconnect in");
+    pool.m(1).expect("disconnected in");
+    pool.m(1).say("close alive");
+    pool.m(1).expect("closed alive");
+    pool.m(1).say("exit");
+    pool.m(1).expect("bye");
+}
+
+#[test]
+fn frozen_member_resumed_tcp() {
+    frozen_member("tcp", true);
+}
+
+#[test]
+fn frozen_member_killed_tcp() {
+    frozen_member("tcp", false);
 }
