@@ -411,3 +411,13 @@ fn frozen_member_resumed_tcp() {
 fn frozen_member_killed_tcp() {
     frozen_member("tcp", false);
 }
+
+#[test]
+fn frozen_member_resumed_shm() {
+    frozen_member("shm", true);
+}
+
+#[test]
+fn frozen_member_killed_shm() {
+    frozen_member("shm", false);
+}
