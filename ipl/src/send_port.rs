@@ -99,21 +99,18 @@ impl OutLink {
     }
 
     /// Takes the credit for a message of this cost, waiting while the receiver's window
-    /// is full. Returns false if the connection was lost meanwhile.
-    fn take_credit(&self, cost: u64) -> bool {
-        if self.is_lost.load(Ordering::Acquire) {
-            return false;
-        }
-        if self.try_take_credit(cost) {
-            return true;
+    /// is full. Fails with why if the connection was lost (before or meanwhile).
+    fn take_credit(&self, cost: u64) -> std::result::Result<(), String> {
+        if !self.is_lost.load(Ordering::Acquire) && self.try_take_credit(cost) {
+            return Ok(());
         }
         let mut st = self.state.lock();
         loop {
-            if st.lost.is_some() {
-                return false;
+            if let Some(why) = &st.lost {
+                return Err(why.clone());
             }
             if self.try_take_credit(cost) {
-                return true;
+                return Ok(());
             }
             self.cond.wait_for(&mut st, Duration::from_millis(100));
         }
@@ -483,9 +480,11 @@ impl SendPort {
         let mut failed = Vec::new();
         for (key, link) in &self.keys {
             let key = *key;
-            // Flow control: wait while this receiver's window is full.
-            if !link.take_credit(protocol::cost(len + protocol::HEADER_LEN)) {
-                continue; // lost meanwhile: reported by the next finish
+            // Flow control: wait while this receiver's window is full. A connection lost
+            // meanwhile did not get this message: reported now, like a failed send.
+            if let Err(why) = link.take_credit(protocol::cost(len + protocol::HEADER_LEN)) {
+                failed.push((key, why));
+                continue;
             }
             if let Err(e) = self.ibis.send_on(key, &slices) {
                 tracing::debug!(error = %e, "send failed");

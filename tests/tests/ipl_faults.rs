@@ -421,3 +421,231 @@ fn frozen_member_resumed_shm() {
 fn frozen_member_killed_shm() {
     frozen_member("shm", false);
 }
+
+/// Whether this process may reset sockets (`ss -K` needs root and `ss`).
+fn can_reset() -> bool {
+    rustix::process::geteuid().is_root()
+        && Command::new("ss")
+            .arg("-V")
+            .output()
+            .is_ok_and(|o| o.status.success())
+}
+
+/// The port of `address:port`.
+fn port_of(a: &str) -> &str {
+    a.rsplit(':').next().unwrap_or_default()
+}
+
+/// The established TCP connections of `ss -tnp` as (local, peer, pid of the local end).
+fn tcp_connections() -> Vec<(String, String, u32)> {
+    let out = Command::new("ss").args(["-Htnp"]).output().expect("run ss");
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.lines()
+        .filter_map(|line| {
+            let cols: Vec<&str> = line.split_whitespace().collect();
+            if cols.len() < 6 || cols[0] != "ESTAB" {
+                return None;
+            }
+            let pid = cols[5..]
+                .iter()
+                .find_map(|c| c.split("pid=").nth(1))
+                .and_then(|p| p.split([',', ')']).next())
+                .and_then(|p| p.parse::<u32>().ok())?;
+            Some((cols[3].to_string(), cols[4].to_string(), pid))
+        })
+        .collect()
+}
+
+/// Resets (`ss -K`) every TCP connection between members `a` and `b`, from `a`'s end
+/// (the kernel aborts that socket and sends the peer a reset). Returns how many.
+fn reset_between(a: &Member, b: &Member) -> usize {
+    let conns = tcp_connections();
+    let mut n = 0;
+    for (local, peer, pid) in &conns {
+        let to_b = conns.iter().any(|(l, p, q)| {
+            *q == b.pid() && port_of(l) == port_of(peer) && port_of(p) == port_of(local)
+        });
+        if *pid != a.pid() || !to_b {
+            continue;
+        }
+        let ok = Command::new("ss")
+            .args([
+                "-K",
+                "src",
+                "127.0.0.1",
+                "sport",
+                "=",
+                port_of(local),
+                "dst",
+                "127.0.0.1",
+                "dport",
+                "=",
+                port_of(peer),
+            ])
+            .output()
+            .is_ok_and(|o| o.status.success());
+        assert!(ok, "ss -K {local} {peer} failed");
+        n += 1;
+    }
+    n
+}
+
+/// Member 0 listens on `in`, member 1 is the sender; tcp, `env` for both. None without
+/// root (said on stderr).
+fn reset_pool(env: &[(&str, &str)]) -> Option<Pool> {
+    if !can_reset() {
+        eprintln!("skipped: resetting TCP connections needs root and ss (ss -K)");
+        return None;
+    }
+    Some(Pool::start("tcp", 2, env))
+}
+
+/// Resets the connection between the two members and checks that one was there.
+fn reset(pool: &mut Pool) {
+    let n = reset_between(&pool.members[1], &pool.members[0]);
+    assert!(n > 0, "no TCP connection between the members to reset");
+}
+
+/// Reset while a connect waits for the receiver's answer (held in its connection
+/// upcall): the sender's connect fails with the lost connection within [`BOUND`], not
+/// at its 60 s timeout; the receiver keeps no connection; a new connect then succeeds
+/// and carries a message (recovery within [`BOUND`] each).
+#[test]
+fn reset_during_connect() {
+    let Some(mut pool) = reset_pool(&[]) else {
+        return;
+    };
+    pool.m(0).say("listen in");
+    pool.m(0).expect("listening in");
+    pool.m(0).say("hold");
+    pool.m(0).expect("holding");
+    pool.m(1).say("connect in member-0");
+    pool.m(0).expect("connect-request in");
+    reset(&mut pool);
+    let l = pool
+        .m(1)
+        .expect_any(&["connect-error in", "connected in"], BOUND);
+    assert!(
+        l.starts_with("connect-error") && !l.contains("timed out"),
+        "the connect did not fail with the lost connection: {l}"
+    );
+    pool.m(0).say("release");
+    wait_connections(&mut pool, 0, "in", 0);
+    pool.m(1).say("connect in member-0");
+    let l = pool
+        .m(1)
+        .expect_any(&["connect-error in", "connected in"], BOUND);
+    assert!(l.starts_with("connected"), "no recovery: {l}");
+    pool.m(1).say("send in 1 100");
+    pool.m(1).expect("sent in 0");
+    pool.m(0).say("recv in 1");
+    pool.m(0).expect("got in 0");
+}
+
+/// Waits (at most [`BOUND`]) until member `rank`'s port has `n` connections.
+fn wait_connections(pool: &mut Pool, rank: usize, port: &str, n: usize) {
+    let deadline = Instant::now() + BOUND;
+    loop {
+        pool.m(rank).say(&format!("connections {port}"));
+        let l = pool.m(rank).expect(&format!("connections {port}"));
+        if l == format!("connections {port} {n}") {
+            return;
+        }
+        assert!(Instant::now() < deadline, "member-{rank}: still {l}");
+    }
+}
+
+/// Reset of an idle connection: the next send fails, and the receiver's receive ends
+/// with the lost connection, each within [`BOUND`].
+#[test]
+fn reset_idle_connection() {
+    let Some(mut pool) = reset_pool(&[]) else {
+        return;
+    };
+    pool.connect(1, 0, "in");
+    reset(&mut pool);
+    pool.m(1).say("send in 1 100");
+    let l = pool
+        .m(1)
+        .expect_any(&["send-error in 0", "sent in 0"], BOUND);
+    assert!(l.starts_with("send-error"), "{l}");
+    pool.m(0).say("recv in 1");
+    let l = pool.m(0).expect_any(&["recv-error in", "got in"], BOUND);
+    assert!(l.starts_with("recv-error"), "{l}");
+}
+
+/// Reset in the middle of a message (the receiver frozen, so that a 64 MiB message
+/// stops in the buffers with the sender blocked in it): the sender's finish and the
+/// resumed receiver's receive both end with an error within [`BOUND`].
+#[test]
+fn reset_mid_message() {
+    let Some(mut pool) = reset_pool(&[]) else {
+        return;
+    };
+    pool.connect(1, 0, "in");
+    pool.m(0).signal("STOP");
+    pool.m(1).say(&format!("send in 1 {HUGE}"));
+    pool.m(1).wait_blocked_after("sending in 0");
+    reset(&mut pool);
+    let l = pool
+        .m(1)
+        .expect_any(&["send-error in 0", "sent in 0"], BOUND);
+    pool.m(0).signal("CONT");
+    assert!(l.starts_with("send-error"), "{l}");
+    pool.m(0).say("recv in 1");
+    let l = pool.m(0).expect_any(&["recv-error in", "got in"], BOUND);
+    assert!(l.starts_with("recv-error"), "{l}");
+}
+
+/// Reset while the sender waits for credits (window 64 KiB, messages of 16 KiB, the
+/// receiver reads nothing: the fourth message waits): that message's finish fails
+/// within [`BOUND`] (before the fix it returned Ok although the message went nowhere,
+/// and only the next one failed); the receiver gets the three messages that arrived,
+/// then the lost-connection error.
+#[test]
+fn reset_while_waiting_for_credits() {
+    let Some(mut pool) = reset_pool(&[("IPL_WINDOW_BYTES", "65536")]) else {
+        return;
+    };
+    pool.connect(1, 0, "in");
+    pool.m(1).say("send in 8 16384");
+    pool.m(1).expect("sent in 2");
+    pool.m(1).wait_blocked_after("sending in 3");
+    reset(&mut pool);
+    let l = pool.m(1).expect_any(&["send-error in", "sent in 3"], BOUND);
+    assert!(
+        l.starts_with("send-error in 3"),
+        "the message waiting for credits was not reported undelivered: {l}"
+    );
+    pool.m(0).say("recv in 4");
+    for i in 0..3 {
+        pool.m(0).expect(&format!("got in {i}"));
+    }
+    let l = pool.m(0).expect_any(&["recv-error in", "got in"], BOUND);
+    assert!(l.starts_with("recv-error"), "{l}");
+}
+
+/// Reset after the sender closed its port (the receiver frozen, so the disconnect is
+/// not processed yet): the sender's close returns, the receiver's port ends the
+/// connection (closed or lost) and closes, and the two connect again, each within
+/// [`BOUND`].
+#[test]
+fn reset_during_disconnect() {
+    let Some(mut pool) = reset_pool(&[]) else {
+        return;
+    };
+    pool.connect(1, 0, "in");
+    pool.m(0).signal("STOP");
+    pool.m(1).say("disconnect in");
+    pool.m(1).expect("disconnected in");
+    reset(&mut pool);
+    pool.m(0).signal("CONT");
+    wait_connections(&mut pool, 0, "in", 0);
+    pool.m(0).say("close in");
+    pool.m(0).expect("closed in 0");
+    pool.connect(1, 0, "again");
+    pool.m(1).say("send again 1 100");
+    pool.m(1).expect("sent again 0");
+    pool.m(0).say("recv again 1");
+    pool.m(0).expect("got again 0");
+}
