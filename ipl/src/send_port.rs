@@ -43,7 +43,15 @@ pub(crate) struct OutLink {
     is_lost: AtomicBool,
     /// The flow-control window: the credits a sender starts with.
     window: u64,
+    /// The member the channel goes to (asked about in the registry by a sender that
+    /// waits long for credits).
+    peer: IbisIdentifier,
 }
+
+/// How long a sender waits for credits between two questions to the registry whether
+/// the receiver is still a member (a frozen process keeps its connections open, and
+/// only the registry's heartbeats tell that it is gone).
+const LIVENESS_CHECK: Duration = Duration::from_secs(1);
 
 #[derive(Default)]
 struct LinkState {
@@ -52,8 +60,9 @@ struct LinkState {
 }
 
 impl OutLink {
-    pub(crate) fn new(window: u64) -> Arc<Self> {
+    pub(crate) fn new(window: u64, peer: IbisIdentifier) -> Arc<Self> {
         Arc::new(OutLink {
+            peer,
             state: Mutex::new(LinkState::default()),
             cond: Condvar::new(),
             port: Mutex::new(None),
@@ -99,11 +108,15 @@ impl OutLink {
     }
 
     /// Takes the credit for a message of this cost, waiting while the receiver's window
-    /// is full. Fails with why if the connection was lost (before or meanwhile).
-    fn take_credit(&self, cost: u64) -> std::result::Result<(), String> {
+    /// is full. Fails with why if the connection was lost (before or meanwhile), or if
+    /// the registry says the receiver is no longer a member (checked every
+    /// [`LIVENESS_CHECK`] of waiting): a receiver that is frozen, not dead, keeps its
+    /// connection open and would never grant credits.
+    fn take_credit(&self, cost: u64, ibis: &IbisShared) -> std::result::Result<(), String> {
         if !self.is_lost.load(Ordering::Acquire) && self.try_take_credit(cost) {
             return Ok(());
         }
+        let mut check = Instant::now() + LIVENESS_CHECK;
         let mut st = self.state.lock();
         loop {
             if let Some(why) = &st.lost {
@@ -111,6 +124,19 @@ impl OutLink {
             }
             if self.try_take_credit(cost) {
                 return Ok(());
+            }
+            if Instant::now() >= check {
+                // Not under the lock: the router takes it to grant credits.
+                let member =
+                    parking_lot::MutexGuard::unlocked(&mut st, || ibis.is_member(&self.peer));
+                if member == Some(false) {
+                    return Err(format!(
+                        "the registry reports member {} gone while this sender waited for credits",
+                        self.peer
+                    ));
+                }
+                check = Instant::now() + LIVENESS_CHECK;
+                continue;
             }
             self.cond.wait_for(&mut st, Duration::from_millis(100));
         }
@@ -321,7 +347,7 @@ impl SendPort {
                 reasons.push(format!("{tname}: the member has no address"));
                 continue;
             };
-            let link = OutLink::new(self.ibis.window);
+            let link = OutLink::new(self.ibis.window, target.ibis.clone());
             *link.port.lock() = Some(Arc::downgrade(&self.shared));
             let left = deadline.saturating_duration_since(Instant::now());
             match self.ibis.open_channel(
@@ -482,7 +508,9 @@ impl SendPort {
             let key = *key;
             // Flow control: wait while this receiver's window is full. A connection lost
             // meanwhile did not get this message: reported now, like a failed send.
-            if let Err(why) = link.take_credit(protocol::cost(len + protocol::HEADER_LEN)) {
+            if let Err(why) =
+                link.take_credit(protocol::cost(len + protocol::HEADER_LEN), &self.ibis)
+            {
                 failed.push((key, why));
                 continue;
             }

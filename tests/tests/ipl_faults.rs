@@ -649,3 +649,31 @@ fn reset_during_disconnect() {
     pool.m(0).say("recv again 1");
     pool.m(0).expect("got again 0");
 }
+
+/// A frozen member whose sender waits for credits (window 64 KiB, smaller than the
+/// socket buffers and the ring, so no transport timeout can fire: the messages fit in
+/// them): once the registry declares it dead (heartbeat timeout 2 s), the message
+/// waiting for credits fails within [`BOUND`], instead of waiting for credits that can
+/// never come.
+fn frozen_member_while_waiting_for_credits(transport: &str) {
+    let mut pool = Pool::start(transport, 3, &[("IPL_WINDOW_BYTES", "65536")]);
+    pool.connect(1, 2, "in");
+    pool.m(2).signal("STOP");
+    pool.m(1).say("send in 8 16384");
+    pool.m(1).wait_blocked_after("sending in 3");
+    pool.m(0).say("watch member-2");
+    pool.m(0).expect("died member-2");
+    let l = pool.m(1).expect_any(&["send-error in", "sent in 3"], BOUND);
+    assert!(l.starts_with("send-error in 3"), "{l}");
+    pool.m(2).signal("KILL");
+}
+
+#[test]
+fn frozen_member_while_waiting_for_credits_tcp() {
+    frozen_member_while_waiting_for_credits("tcp");
+}
+
+#[test]
+fn frozen_member_while_waiting_for_credits_shm() {
+    frozen_member_while_waiting_for_credits("shm");
+}
