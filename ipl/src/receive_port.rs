@@ -135,6 +135,10 @@ pub(crate) struct PortShared {
     connect_upcall: Option<Box<dyn ReceivePortConnectUpcall>>,
 }
 
+/// How long a receive waits between two questions to the registry whether the senders
+/// of its port's connections are still members (see `drop_dead_senders`).
+const LIVENESS_CHECK: Duration = Duration::from_secs(1);
+
 /// The longest poll a port learns from the waits it sees (see `next`); a message that
 /// comes later than this halves the budget instead.
 const LEARN_LIMIT: Duration = Duration::from_micros(200);
@@ -339,6 +343,38 @@ impl PortShared {
         };
         if let (Some(origin), Some(up)) = (origin, &self.connect_upcall) {
             up.lost_connection(&self.ident, &origin, &why);
+        }
+    }
+
+    /// Ends, as lost, the connections whose sending member the registry no longer lists:
+    /// a frozen process keeps its connections open, and only the registry's heartbeats
+    /// tell that it is gone. Called by a receive that has waited [`LIVENESS_CHECK`].
+    fn drop_dead_senders(&self) {
+        let Some(ibis) = self.ibis.upgrade() else {
+            return;
+        };
+        let origins: Vec<(ChannelKey, Arc<SendPortIdentifier>)> = {
+            let st = self.state.lock();
+            st.connections
+                .iter()
+                .map(|(k, o)| (*k, Arc::clone(o)))
+                .collect()
+        };
+        if origins.is_empty() {
+            return;
+        }
+        let Some(members) = ibis.members() else {
+            return;
+        };
+        for (key, origin) in origins {
+            if !members.contains(&origin.ibis) {
+                tracing::debug!(port = %self.ident, %origin, "sender's member gone: connection ended");
+                ibis.close_channel(key);
+                self.connection_ended(
+                    key,
+                    Disconnect::Lost(format!("the registry reports member {} gone", origin.ibis)),
+                );
+            }
         }
     }
 
@@ -605,6 +641,9 @@ impl PortShared {
             None
         };
         let mut st = self.state.lock();
+        // When this receive next asks the registry about the senders (it sleeps at most
+        // until then).
+        let mut liveness: Option<Instant> = None;
         loop {
             if let Some(r) = self.take_locked(&mut st, report) {
                 adapt(true, waited(slept, start, now));
@@ -612,17 +651,24 @@ impl PortShared {
             }
             slept = true;
             let start = *start.get_or_insert_with(Instant::now);
+            let due = *liveness.get_or_insert_with(|| Instant::now() + LIVENESS_CHECK);
+            if Instant::now() >= due {
+                parking_lot::MutexGuard::unlocked(&mut st, || self.drop_dead_senders());
+                liveness = Some(Instant::now() + LIVENESS_CHECK);
+                continue;
+            }
+            let until_check = due.saturating_duration_since(Instant::now());
             if let Some((slot, t)) = &park_on {
                 // As long as the condition variable would wait: `notify` interrupts.
                 let nap = match timeout {
-                    None => Duration::MAX,
+                    None => until_check,
                     Some(limit) => {
                         let waited = start.elapsed();
                         if waited >= limit {
                             adapt(false, waited);
                             return Ok(None);
                         }
-                        limit - waited
+                        (limit - waited).min(until_check)
                     }
                 };
                 st.parked += 1;
@@ -657,7 +703,7 @@ impl PortShared {
             match timeout {
                 None => {
                     st.sleepers += 1;
-                    self.cond.wait(&mut st);
+                    self.cond.wait_for(&mut st, until_check);
                     st.sleepers -= 1;
                 }
                 Some(t) => {
@@ -667,7 +713,7 @@ impl PortShared {
                         return Ok(None);
                     }
                     st.sleepers += 1;
-                    self.cond.wait_for(&mut st, t - waited);
+                    self.cond.wait_for(&mut st, (t - waited).min(until_check));
                     st.sleepers -= 1;
                 }
             }

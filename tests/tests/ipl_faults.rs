@@ -677,3 +677,29 @@ fn frozen_member_while_waiting_for_credits_tcp() {
 fn frozen_member_while_waiting_for_credits_shm() {
     frozen_member_while_waiting_for_credits("shm");
 }
+
+/// A frozen sender (SIGSTOP): the receiver blocked in `receive` on its only connection
+/// gets the lost-connection error within [`BOUND`] once the registry declares the
+/// sender dead (heartbeat timeout 2 s), instead of waiting forever on a connection the
+/// frozen process keeps open.
+fn frozen_sender(transport: &str) {
+    let mut pool = Pool::start(transport, 3, &[]);
+    pool.connect(1, 0, "in");
+    pool.m(1).signal("STOP");
+    pool.m(0).say("recv in 1");
+    pool.m(2).say("watch member-1");
+    pool.m(2).expect("died member-1");
+    let l = pool.m(0).expect_any(&["recv-error in", "got in"], BOUND);
+    assert!(l.starts_with("recv-error in"), "{l}");
+    pool.m(1).signal("KILL");
+}
+
+#[test]
+fn frozen_sender_tcp() {
+    frozen_sender("tcp");
+}
+
+#[test]
+fn frozen_sender_shm() {
+    frozen_sender("shm");
+}

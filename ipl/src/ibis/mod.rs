@@ -85,16 +85,18 @@ impl IbisShared {
             .ok_or_else(|| TransportError::Closed("the Ibis instance has ended".into()))
     }
 
+    /// The pool's members as the registry knows them (None: it cannot tell now).
+    pub(crate) fn members(&self) -> Option<Vec<IbisIdentifier>> {
+        self.registry
+            .members(&self.ident)
+            .inspect_err(|e| tracing::debug!(error = %e, "registry: members unknown"))
+            .ok()
+    }
+
     /// Whether `who` is still a member of the pool, as the registry knows it (None: the
     /// registry cannot tell now).
     pub(crate) fn is_member(&self, who: &IbisIdentifier) -> Option<bool> {
-        match self.registry.members(&self.ident) {
-            Ok(m) => Some(m.contains(who)),
-            Err(e) => {
-                tracing::debug!(error = %e, "registry: members unknown");
-                None
-            }
-        }
+        self.members().map(|m| m.contains(who))
     }
 
     /// Sends one message on a channel.
