@@ -882,7 +882,8 @@ impl ReceivePort {
     }
 
     /// Closes the port. New connections are refused at once; then it waits up to
-    /// `timeout` (None: without bound) for the connected senders to disconnect, and
+    /// `timeout` (None: without bound, but a sender the registry declares dead counts
+    /// as gone) for the connected senders to disconnect, and
     /// closes the remaining connections itself (those senders see them lost). Messages
     /// not yet received are discarded; their number is returned. Waiting receivers get
     /// [`IplError::PortClosed`].
@@ -890,21 +891,24 @@ impl ReceivePort {
         let deadline = timeout.map(|t| Instant::now() + t);
         let mut st = self.shared.state.lock();
         st.enabled = false;
+        // A sender the registry declares dead never leaves: checked every
+        // LIVENESS_CHECK of waiting (a frozen process keeps its connections open).
+        let mut check = Instant::now() + LIVENESS_CHECK;
         while !st.connections.is_empty() {
             let now = Instant::now();
-            match deadline {
-                Some(d) if now >= d => break,
-                Some(d) => {
-                    st.sleepers += 1;
-                    self.shared.cond.wait_for(&mut st, d - now);
-                    st.sleepers -= 1;
-                }
-                None => {
-                    st.sleepers += 1;
-                    self.shared.cond.wait(&mut st);
-                    st.sleepers -= 1;
-                }
+            if now >= check {
+                parking_lot::MutexGuard::unlocked(&mut st, || self.shared.drop_dead_senders());
+                check = Instant::now() + LIVENESS_CHECK;
+                continue;
             }
+            let nap = match deadline {
+                Some(d) if now >= d => break,
+                Some(d) => (d - now).min(check - now),
+                None => check - now,
+            };
+            st.sleepers += 1;
+            self.shared.cond.wait_for(&mut st, nap);
+            st.sleepers -= 1;
         }
         st.closed = true;
         let forced: Vec<(ChannelKey, Arc<SendPortIdentifier>)> = st.connections.drain().collect();

@@ -703,3 +703,27 @@ fn frozen_sender_tcp() {
 fn frozen_sender_shm() {
     frozen_sender("shm");
 }
+
+/// A receive port closed without a bound (`close(None)`: it waits for its senders to
+/// leave) while its only sender is frozen: the close returns within [`BOUND`] once the
+/// registry declares the sender dead.
+fn close_with_frozen_sender(transport: &str) {
+    let mut pool = Pool::start(transport, 3, &[]);
+    pool.connect(1, 0, "in");
+    pool.m(1).signal("STOP");
+    pool.m(0).say("close-wait in");
+    pool.m(2).say("watch member-1");
+    pool.m(2).expect("died member-1");
+    pool.m(0).expect("closed in");
+    pool.m(1).signal("KILL");
+}
+
+#[test]
+fn close_with_frozen_sender_tcp() {
+    close_with_frozen_sender("tcp");
+}
+
+#[test]
+fn close_with_frozen_sender_shm() {
+    close_with_frozen_sender("shm");
+}

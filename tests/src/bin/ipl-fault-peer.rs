@@ -20,6 +20,7 @@
 //!   or `slow-error PORT <what>`;
 //! - `connections PORT` → `connections PORT K` (connections of the receive port);
 //! - `close PORT` → `closed PORT <discarded>` (closes the receive port, 10 s bound);
+//!   `close-wait PORT` the same without a bound (it waits for the senders to leave);
 //! - `connect PORT MEMBER` → `connected PORT` or `connect-error PORT <error>`;
 //! - `send PORT N SIZE`: sends N messages of SIZE payload bytes on the send port to
 //!   `PORT`, printing `sending PORT I` before and `sent PORT I` after each finish, or
@@ -274,9 +275,10 @@ impl Member {
                 let (rp, _) = self.receive.get(&port).ok_or("no such port")?;
                 println!("connections {port} {}", rp.connected_to().len());
             }
-            "close" => {
+            "close" | "close-wait" => {
                 let (rp, _) = self.receive.remove(&port).ok_or("no such port")?;
-                let discarded = rp.close(Some(Duration::from_secs(10)));
+                let bound = (w[0] == "close").then(|| Duration::from_secs(10));
+                let discarded = rp.close(bound);
                 println!("closed {port} {discarded}");
             }
             "connect" => {
