@@ -71,6 +71,16 @@ pub enum IplError {
         /// The receive ports whose connection was lost.
         lost: Vec<ReceivePortIdentifier>,
     },
+    /// A receive port's connection was lost (the sender's process died, or the network
+    /// failed) and no other connection is left to wait for: returned once per lost
+    /// connection by an explicit receive, after the messages that arrived before.
+    #[error("connection from {origin} lost: {reason}")]
+    ConnectionLost {
+        /// The send port of the lost connection.
+        origin: Box<crate::identifiers::SendPortIdentifier>,
+        /// Why it was lost.
+        reason: String,
+    },
     /// The port is closed.
     #[error("port closed")]
     PortClosed,

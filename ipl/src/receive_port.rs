@@ -92,6 +92,8 @@ struct PortState {
     /// Connects that arrived while a message was outstanding: accepted at its finish.
     pending: Vec<(ChannelKey, Arc<SendPortIdentifier>)>,
     lost: Vec<(SendPortIdentifier, Disconnect)>,
+    /// Connections lost that no explicit receive has reported yet (see `take_locked`).
+    unreported: VecDeque<(Arc<SendPortIdentifier>, String)>,
     wakers: Vec<Waker>,
     /// Bytes of messages finished per connection since credits were last returned.
     finished: crate::channel_map::ChannelMap<u64>,
@@ -132,6 +134,10 @@ pub(crate) struct PortShared {
     direct_chan: std::sync::atomic::AtomicU64,
     connect_upcall: Option<Box<dyn ReceivePortConnectUpcall>>,
 }
+
+/// How long a receive waits between two questions to the registry whether the senders
+/// of its port's connections are still members (see `drop_dead_senders`).
+const LIVENESS_CHECK: Duration = Duration::from_secs(1);
 
 /// The longest poll a port learns from the waits it sees (see `next`); a message that
 /// comes later than this halves the budget instead.
@@ -326,8 +332,9 @@ impl PortShared {
                 Some(st.pending.remove(i).1)
             });
             if let Some(o) = &origin {
-                if matches!(why, Disconnect::Lost(_)) {
+                if let Disconnect::Lost(reason) = &why {
                     st.lost.push(((**o).clone(), why.clone()));
+                    st.unreported.push_back((Arc::clone(o), reason.clone()));
                 }
             }
             self.sync_direct(&st);
@@ -336,6 +343,38 @@ impl PortShared {
         };
         if let (Some(origin), Some(up)) = (origin, &self.connect_upcall) {
             up.lost_connection(&self.ident, &origin, &why);
+        }
+    }
+
+    /// Ends, as lost, the connections whose sending member the registry no longer lists:
+    /// a frozen process keeps its connections open, and only the registry's heartbeats
+    /// tell that it is gone. Called by a receive that has waited [`LIVENESS_CHECK`].
+    fn drop_dead_senders(&self) {
+        let Some(ibis) = self.ibis.upgrade() else {
+            return;
+        };
+        let origins: Vec<(ChannelKey, Arc<SendPortIdentifier>)> = {
+            let st = self.state.lock();
+            st.connections
+                .iter()
+                .map(|(k, o)| (*k, Arc::clone(o)))
+                .collect()
+        };
+        if origins.is_empty() {
+            return;
+        }
+        let Some(members) = ibis.members() else {
+            return;
+        };
+        for (key, origin) in origins {
+            if !members.contains(&origin.ibis) {
+                tracing::debug!(port = %self.ident, %origin, "sender's member gone: connection ended");
+                ibis.close_channel(key);
+                self.connection_ended(
+                    key,
+                    Disconnect::Lost(format!("the registry reports member {} gone", origin.ibis)),
+                );
+            }
         }
     }
 
@@ -389,15 +428,32 @@ impl PortShared {
         }
     }
 
-    fn take_locked(self: &Arc<Self>, st: &mut PortState) -> Option<Result<ReadMessage>> {
+    /// The next message, if one can be handed out now. `report`: an explicit receive,
+    /// which also returns [`IplError::ConnectionLost`] for a lost connection when
+    /// nothing is left to wait for: no message queued and no connection open (each loss
+    /// once, after the messages that came before it). Message upcalls do not.
+    fn take_locked(
+        self: &Arc<Self>,
+        st: &mut PortState,
+        report: bool,
+    ) -> Option<Result<ReadMessage>> {
         if st.closed {
             return Some(Err(IplError::PortClosed));
         }
         if st.outstanding {
             return None;
         }
-        let inc = st.queue.pop_front()?;
-        Some(Ok(self.hand_out(st, inc)))
+        match st.queue.pop_front() {
+            Some(inc) => Some(Ok(self.hand_out(st, inc))),
+            None if report && st.connections.is_empty() && st.pending.is_empty() => {
+                let (origin, reason) = st.unreported.pop_front()?;
+                Some(Err(IplError::ConnectionLost {
+                    origin: Box::new((*origin).clone()),
+                    reason,
+                }))
+            }
+            None => None,
+        }
     }
 
     /// Makes `inc` the outstanding message.
@@ -452,7 +508,11 @@ impl PortShared {
     /// only once the message is not there at once (a reading costs about 30 ns on a
     /// virtual machine, a third of a raw shared-memory round trip): the wait counts from
     /// that first reading.
-    fn next(self: &Arc<Self>, timeout: Option<Duration>) -> Result<Option<ReadMessage>> {
+    fn next(
+        self: &Arc<Self>,
+        timeout: Option<Duration>,
+        report: bool,
+    ) -> Result<Option<ReadMessage>> {
         // Poll (yielding the CPU between polls) for an adaptive budget before sleeping.
         // When a message comes within the `spin` budget, the budget goes back to it; when an
         // answer to this thread's own send comes within LEARN_LIMIT, the next budget is
@@ -581,24 +641,34 @@ impl PortShared {
             None
         };
         let mut st = self.state.lock();
+        // When this receive next asks the registry about the senders (it sleeps at most
+        // until then).
+        let mut liveness: Option<Instant> = None;
         loop {
-            if let Some(r) = self.take_locked(&mut st) {
+            if let Some(r) = self.take_locked(&mut st, report) {
                 adapt(true, waited(slept, start, now));
                 return r.map(Some);
             }
             slept = true;
             let start = *start.get_or_insert_with(Instant::now);
+            let due = *liveness.get_or_insert_with(|| Instant::now() + LIVENESS_CHECK);
+            if Instant::now() >= due {
+                parking_lot::MutexGuard::unlocked(&mut st, || self.drop_dead_senders());
+                liveness = Some(Instant::now() + LIVENESS_CHECK);
+                continue;
+            }
+            let until_check = due.saturating_duration_since(Instant::now());
             if let Some((slot, t)) = &park_on {
                 // As long as the condition variable would wait: `notify` interrupts.
                 let nap = match timeout {
-                    None => Duration::MAX,
+                    None => until_check,
                     Some(limit) => {
                         let waited = start.elapsed();
                         if waited >= limit {
                             adapt(false, waited);
                             return Ok(None);
                         }
-                        limit - waited
+                        (limit - waited).min(until_check)
                     }
                 };
                 st.parked += 1;
@@ -633,7 +703,7 @@ impl PortShared {
             match timeout {
                 None => {
                     st.sleepers += 1;
-                    self.cond.wait(&mut st);
+                    self.cond.wait_for(&mut st, until_check);
                     st.sleepers -= 1;
                 }
                 Some(t) => {
@@ -643,7 +713,7 @@ impl PortShared {
                         return Ok(None);
                     }
                     st.sleepers += 1;
-                    self.cond.wait_for(&mut st, t - waited);
+                    self.cond.wait_for(&mut st, (t - waited).min(until_check));
                     st.sleepers -= 1;
                 }
             }
@@ -727,17 +797,21 @@ impl ReceivePort {
         }
     }
 
-    /// Blocks until a message arrives (needs `receive.explicit`).
+    /// Blocks until a message arrives (needs `receive.explicit`). Ends with
+    /// [`IplError::ConnectionLost`] when a connection was lost and the port has no
+    /// message and no connection left (so a receiver whose only sender died is told, not
+    /// left waiting); a later receive waits for new connections again.
     pub fn receive(&self) -> Result<ReadMessage> {
         self.need(PortCapabilities::RECEIVE_EXPLICIT, "receive.explicit")?;
-        self.shared.next(None)?.ok_or(IplError::PortClosed)
+        self.shared.next(None, true)?.ok_or(IplError::PortClosed)
     }
 
-    /// Waits at most `timeout` for a message (needs `receive.timeout`).
+    /// Waits at most `timeout` for a message (needs `receive.timeout`). A lost
+    /// connection ends it as in [`receive`](Self::receive).
     pub fn receive_timeout(&self, timeout: Duration) -> Result<ReadMessage> {
         self.need(PortCapabilities::RECEIVE_TIMEOUT, "receive.timeout")?;
         self.shared
-            .next(Some(timeout))?
+            .next(Some(timeout), true)?
             .ok_or(IplError::Timeout(timeout))
     }
 
@@ -754,16 +828,17 @@ impl ReceivePort {
             }
         }
         let mut st = self.shared.state.lock();
-        self.shared.take_locked(&mut st).transpose()
+        self.shared.take_locked(&mut st, true).transpose()
     }
 
-    /// Waits for a message from async code (needs `receive.explicit`). Cancel-safe: a
+    /// Waits for a message from async code (needs `receive.explicit`); a lost
+    /// connection ends it as in [`receive`](Self::receive). Cancel-safe: a
     /// dropped future takes no message.
     pub async fn receive_async(&self) -> Result<ReadMessage> {
         self.need(PortCapabilities::RECEIVE_EXPLICIT, "receive.explicit")?;
         poll_fn(|cx| {
             let mut st = self.shared.state.lock();
-            match self.shared.take_locked(&mut st) {
+            match self.shared.take_locked(&mut st, true) {
                 Some(r) => Poll::Ready(r),
                 None => {
                     if !st.wakers.iter().any(|w| w.will_wake(cx.waker())) {
@@ -797,7 +872,7 @@ impl ReceivePort {
         let handle = std::thread::Builder::new()
             .name(name)
             .spawn(move || {
-                while let Ok(Some(m)) = shared.next(None) {
+                while let Ok(Some(m)) = shared.next(None, false) {
                     handler.upcall(m);
                 }
             })
@@ -807,7 +882,8 @@ impl ReceivePort {
     }
 
     /// Closes the port. New connections are refused at once; then it waits up to
-    /// `timeout` (None: without bound) for the connected senders to disconnect, and
+    /// `timeout` (None: without bound, but a sender the registry declares dead counts
+    /// as gone) for the connected senders to disconnect, and
     /// closes the remaining connections itself (those senders see them lost). Messages
     /// not yet received are discarded; their number is returned. Waiting receivers get
     /// [`IplError::PortClosed`].
@@ -815,21 +891,24 @@ impl ReceivePort {
         let deadline = timeout.map(|t| Instant::now() + t);
         let mut st = self.shared.state.lock();
         st.enabled = false;
+        // A sender the registry declares dead never leaves: checked every
+        // LIVENESS_CHECK of waiting (a frozen process keeps its connections open).
+        let mut check = Instant::now() + LIVENESS_CHECK;
         while !st.connections.is_empty() {
             let now = Instant::now();
-            match deadline {
-                Some(d) if now >= d => break,
-                Some(d) => {
-                    st.sleepers += 1;
-                    self.shared.cond.wait_for(&mut st, d - now);
-                    st.sleepers -= 1;
-                }
-                None => {
-                    st.sleepers += 1;
-                    self.shared.cond.wait(&mut st);
-                    st.sleepers -= 1;
-                }
+            if now >= check {
+                parking_lot::MutexGuard::unlocked(&mut st, || self.shared.drop_dead_senders());
+                check = Instant::now() + LIVENESS_CHECK;
+                continue;
             }
+            let nap = match deadline {
+                Some(d) if now >= d => break,
+                Some(d) => (d - now).min(check - now),
+                None => check - now,
+            };
+            st.sleepers += 1;
+            self.shared.cond.wait_for(&mut st, nap);
+            st.sleepers -= 1;
         }
         st.closed = true;
         let forced: Vec<(ChannelKey, Arc<SendPortIdentifier>)> = st.connections.drain().collect();

@@ -43,7 +43,15 @@ pub(crate) struct OutLink {
     is_lost: AtomicBool,
     /// The flow-control window: the credits a sender starts with.
     window: u64,
+    /// The member the channel goes to (asked about in the registry by a sender that
+    /// waits long for credits).
+    peer: IbisIdentifier,
 }
+
+/// How long a sender waits for credits between two questions to the registry whether
+/// the receiver is still a member (a frozen process keeps its connections open, and
+/// only the registry's heartbeats tell that it is gone).
+const LIVENESS_CHECK: Duration = Duration::from_secs(1);
 
 #[derive(Default)]
 struct LinkState {
@@ -52,8 +60,9 @@ struct LinkState {
 }
 
 impl OutLink {
-    pub(crate) fn new(window: u64) -> Arc<Self> {
+    pub(crate) fn new(window: u64, peer: IbisIdentifier) -> Arc<Self> {
         Arc::new(OutLink {
+            peer,
             state: Mutex::new(LinkState::default()),
             cond: Condvar::new(),
             port: Mutex::new(None),
@@ -99,21 +108,35 @@ impl OutLink {
     }
 
     /// Takes the credit for a message of this cost, waiting while the receiver's window
-    /// is full. Returns false if the connection was lost meanwhile.
-    fn take_credit(&self, cost: u64) -> bool {
-        if self.is_lost.load(Ordering::Acquire) {
-            return false;
+    /// is full. Fails with why if the connection was lost (before or meanwhile), or if
+    /// the registry says the receiver is no longer a member (checked every
+    /// [`LIVENESS_CHECK`] of waiting): a receiver that is frozen, not dead, keeps its
+    /// connection open and would never grant credits.
+    fn take_credit(&self, cost: u64, ibis: &IbisShared) -> std::result::Result<(), String> {
+        if !self.is_lost.load(Ordering::Acquire) && self.try_take_credit(cost) {
+            return Ok(());
         }
-        if self.try_take_credit(cost) {
-            return true;
-        }
+        let mut check = Instant::now() + LIVENESS_CHECK;
         let mut st = self.state.lock();
         loop {
-            if st.lost.is_some() {
-                return false;
+            if let Some(why) = &st.lost {
+                return Err(why.clone());
             }
             if self.try_take_credit(cost) {
-                return true;
+                return Ok(());
+            }
+            if Instant::now() >= check {
+                // Not under the lock: the router takes it to grant credits.
+                let member =
+                    parking_lot::MutexGuard::unlocked(&mut st, || ibis.is_member(&self.peer));
+                if member == Some(false) {
+                    return Err(format!(
+                        "the registry reports member {} gone while this sender waited for credits",
+                        self.peer
+                    ));
+                }
+                check = Instant::now() + LIVENESS_CHECK;
+                continue;
             }
             self.cond.wait_for(&mut st, Duration::from_millis(100));
         }
@@ -324,7 +347,7 @@ impl SendPort {
                 reasons.push(format!("{tname}: the member has no address"));
                 continue;
             };
-            let link = OutLink::new(self.ibis.window);
+            let link = OutLink::new(self.ibis.window, target.ibis.clone());
             *link.port.lock() = Some(Arc::downgrade(&self.shared));
             let left = deadline.saturating_duration_since(Instant::now());
             match self.ibis.open_channel(
@@ -483,9 +506,13 @@ impl SendPort {
         let mut failed = Vec::new();
         for (key, link) in &self.keys {
             let key = *key;
-            // Flow control: wait while this receiver's window is full.
-            if !link.take_credit(protocol::cost(len + protocol::HEADER_LEN)) {
-                continue; // lost meanwhile: reported by the next finish
+            // Flow control: wait while this receiver's window is full. A connection lost
+            // meanwhile did not get this message: reported now, like a failed send.
+            if let Err(why) =
+                link.take_credit(protocol::cost(len + protocol::HEADER_LEN), &self.ibis)
+            {
+                failed.push((key, why));
+                continue;
             }
             if let Err(e) = self.ibis.send_on(key, &slices) {
                 tracing::debug!(error = %e, "send failed");

@@ -328,6 +328,12 @@ impl CallTable {
         let mut m = match port.receive_timeout(slice) {
             Ok(m) => m,
             Err(IplError::Timeout(_)) => return Got::Empty,
+            // A server's connection was lost: the calls to it fail through the
+            // registry's report of its death; the port itself goes on.
+            Err(e @ IplError::ConnectionLost { .. }) => {
+                tracing::debug!(error = %e, "reply connection lost");
+                return Got::Empty;
+            }
             Err(e) => {
                 tracing::debug!(error = %e, "reply port closed");
                 return Got::Closed;

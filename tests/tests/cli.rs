@@ -7,6 +7,7 @@ mod cli;
 fn every_test_program_has_a_clean_command_line() {
     for bin in [
         env!("CARGO_BIN_EXE_ipl-pool-check"),
+        env!("CARGO_BIN_EXE_ipl-fault-peer"),
         env!("CARGO_BIN_EXE_rmi-pool-check"),
         env!("CARGO_BIN_EXE_repmi-pool-check"),
         env!("CARGO_BIN_EXE_satin-app"),

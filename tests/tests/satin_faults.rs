@@ -67,9 +67,9 @@ impl Pool {
             argv.push(report.clone().into());
             let child = Command::new(env!("CARGO_BIN_EXE_satin-app"))
                 .args(argv)
-                .envs(env.iter().copied())
                 .env("IPL_TRANSPORT", "tcp")
                 .env("RUST_LOG", "warn")
+                .envs(env.iter().copied())
                 .env(ENV_REGISTRY, server.local_addr().to_string())
                 .env(ENV_POOL, &pool)
                 .env(ENV_POOL_SIZE, n.to_string())
@@ -180,24 +180,40 @@ impl Drop for Pool {
     }
 }
 
-/// One established TCP connection of `ss -tnp`: local and peer address, and the pid
-/// owning the local end.
+/// One established TCP connection of `ss -tnpi`: local and peer address, the pid
+/// owning the local end, and the bytes it received.
 #[derive(Debug, Clone)]
 struct Conn {
     local: String,
     peer: String,
     pid: u32,
+    received: u64,
 }
 
 /// The established TCP connections owned by `pids` (empty without `ss`).
 fn connections(pids: &[u32]) -> Vec<Conn> {
-    let Ok(out) = Command::new("ss").args(["-Htnp"]).output() else {
+    let Ok(out) = Command::new("ss").args(["-Htnpi"]).output() else {
         return Vec::new();
     };
     let text = String::from_utf8_lossy(&out.stdout);
-    let mut conns = Vec::new();
+    let mut conns: Vec<Conn> = Vec::new();
+    let mut last_mine = false;
     for line in text.lines() {
         let cols: Vec<&str> = line.split_whitespace().collect();
+        if !line.starts_with(char::is_whitespace) {
+            last_mine = false;
+        }
+        if line.starts_with(char::is_whitespace) {
+            // The details of the socket line before it.
+            if let (true, Some(c)) = (last_mine, conns.last_mut()) {
+                c.received = cols
+                    .iter()
+                    .find_map(|w| w.strip_prefix("bytes_received:"))
+                    .and_then(|n| n.parse().ok())
+                    .unwrap_or(0);
+            }
+            continue;
+        }
         if cols.len() < 6 || cols[0] != "ESTAB" {
             continue;
         }
@@ -214,7 +230,9 @@ fn connections(pids: &[u32]) -> Vec<Conn> {
                 local: cols[3].to_string(),
                 peer: cols[4].to_string(),
                 pid,
+                received: 0,
             });
+            last_mine = true;
         }
     }
     conns
@@ -254,25 +272,31 @@ fn can_reset() -> bool {
             .is_ok_and(|o| o.status.success())
 }
 
+/// The ends of the member-to-member connections: both ends owned by two different
+/// members.
+fn member_links(pool: &Pool) -> Vec<Conn> {
+    let conns = connections(&pool.pids());
+    conns
+        .iter()
+        .filter(|c| {
+            conns
+                .iter()
+                .any(|o| o.pid != c.pid && port(&o.local) == port(&c.peer))
+        })
+        .cloned()
+        .collect()
+}
+
 /// Waits (bounded) until every member is connected to every other one (the run has
 /// started) and returns one member-to-member connection.
 fn wait_for_member_link(pool: &Pool) -> Conn {
     let until = Instant::now() + Duration::from_secs(30);
     loop {
-        let pids = pool.pids();
-        let conns = connections(&pids);
-        // A member link: both ends owned by two different members.
-        let links: Vec<&Conn> = conns
-            .iter()
-            .filter(|c| {
-                conns
-                    .iter()
-                    .any(|o| o.pid != c.pid && port(&o.local) == port(&c.peer))
-            })
-            .collect();
+        let links = member_links(pool);
         if links.len() >= 6 {
             return links[0].clone();
         }
+        let conns = connections(&pool.pids());
         assert!(
             Instant::now() < until,
             "the members did not connect: {conns:?}:\n{}",
@@ -332,19 +356,64 @@ fn link_to_the_master_ends_mid_run() {
     );
 }
 
-/// Finding 1 with a real reset: `ss -K` on one member-to-member TCP connection while
-/// the pool runs (3 of 3 runs hung before the fix).
+/// Finding 1 with a real reset: `ss -K` on the member-to-member TCP connections while
+/// the pool runs and jobs are out. The reset comes once every link has carried steal
+/// traffic (bytes received on each end), so that jobs stolen over the links are out
+/// and their results can never come back over them; a run counts only if a member then
+/// redid such a job (its log says so), else it is tried again (at most 4 runs). Each run
+/// must end within `BOUND` with the right result. Before the fix (0a8cd1d) the master
+/// waited forever for the results of the jobs its thieves held: the run hung and this
+/// test failed at `BOUND`.
 #[test]
 fn reset_member_connection_mid_run() {
     if !can_reset() {
         eprintln!("skipped: resetting sockets needs root and ss");
         return;
     }
-    let start = Instant::now();
-    let mut pool = Pool::start(3, &["nqueens", QUEENS], &[]);
-    let c = wait_for_member_link(&pool);
-    assert!(reset(&c), "ss -K failed on {c:?}");
-    pool.assert_result(start, SOLUTIONS);
+    for _ in 0..4 {
+        let start = Instant::now();
+        let mut pool = Pool::start(
+            3,
+            &["nqueens", QUEENS],
+            // The driver's debug log says when a job is redone.
+            &[("RUST_LOG", "warn,satin::dist::driver=debug")],
+        );
+        wait_for_member_link(&pool);
+        let until = Instant::now() + Duration::from_secs(30);
+        let links = loop {
+            let links = member_links(&pool);
+            if links.len() >= 6 && links.iter().all(|c| c.received > 0) {
+                break links;
+            }
+            assert!(
+                Instant::now() < until && pool.ends.iter().all(Option::is_none),
+                "no steal traffic on every member link: {links:?}:\n{}",
+                pool.logs()
+            );
+            // Bounded poll of the sockets' counters; nothing to be notified by.
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        // One end of each connection is enough: the other gets the reset.
+        let mut done: Vec<(&str, &str)> = Vec::new();
+        for c in &links {
+            let key = (port(&c.local), port(&c.peer));
+            if done.contains(&(key.1, key.0)) {
+                continue;
+            }
+            assert!(reset(c), "ss -K failed on {c:?}");
+            done.push(key);
+        }
+        pool.assert_result(start, SOLUTIONS);
+        let logs = pool.logs();
+        assert!(
+            logs.contains("treating it as failed"),
+            "the reset links were not noticed:\n{logs}"
+        );
+        if logs.contains("redoing a job stolen by a member that is gone") {
+            return;
+        }
+    }
+    panic!("no reset caught a stolen job out over a link in 4 runs");
 }
 
 /// Finding 2: one member's registry connection is reset mid-run; the registry declares

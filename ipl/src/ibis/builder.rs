@@ -401,7 +401,7 @@ impl IbisBuilder {
         let backend = self
             .registry
             .unwrap_or_else(|| Arc::new(default_registry()));
-        let registry = Registry::join(backend, &self.pool, config, request)?;
+        let registry = Registry::join(Arc::clone(&backend), &self.pool, config, request)?;
         let shared = Arc::new(IbisShared {
             ident: registry.identifier().clone(),
             slots,
@@ -412,6 +412,7 @@ impl IbisBuilder {
             ended: AtomicBool::new(false),
             spin,
             window,
+            registry: backend,
         });
         for r in &routers.0 {
             r.settle(RouterState::Ready(Arc::downgrade(&shared)));

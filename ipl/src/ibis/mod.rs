@@ -58,6 +58,9 @@ pub(crate) struct IbisShared {
     pub(crate) spin: Duration,
     /// The flow-control window of this instance's connections, in bytes.
     pub(crate) window: u64,
+    /// The registry this member joined through (to ask whether a peer is still a
+    /// member).
+    registry: Arc<dyn ipl_registry::RegistryBackend>,
 }
 
 impl IbisShared {
@@ -80,6 +83,20 @@ impl IbisShared {
             .get(slot)
             .and_then(|s| s.live.upgrade())
             .ok_or_else(|| TransportError::Closed("the Ibis instance has ended".into()))
+    }
+
+    /// The pool's members as the registry knows them (None: it cannot tell now).
+    pub(crate) fn members(&self) -> Option<Vec<IbisIdentifier>> {
+        self.registry
+            .members(&self.ident)
+            .inspect_err(|e| tracing::debug!(error = %e, "registry: members unknown"))
+            .ok()
+    }
+
+    /// Whether `who` is still a member of the pool, as the registry knows it (None: the
+    /// registry cannot tell now).
+    pub(crate) fn is_member(&self, who: &IbisIdentifier) -> Option<bool> {
+        self.members().map(|m| m.contains(who))
     }
 
     /// Sends one message on a channel.

@@ -33,7 +33,9 @@
 //!
 //! **Flow control**: a sender without credits spins for `shm.spin_us`, then sets a
 //! "waiting" flag and sleeps until the receiver's release wakes it (or the peer dies,
-//! or `shm.send_timeout_ms` passes: a `Timeout` error). Messages above a quarter of
+//! or `shm.send_timeout_ms` passes: a `Timeout` error). A send that fails after part of
+//! a fragmented message is in the ring ends the connection (both sides see its channels
+//! lost): the peer would otherwise take what follows for the rest of that message. Messages above a quarter of
 //! the ring are sent in fragments and reassembled into an owned buffer (a copy on
 //! receive for huge messages only). When unreleased messages hold half the ring, further
 //! messages are copied out and released at once, so a receiver that keeps buffers

@@ -190,9 +190,19 @@ impl Link {
         let mut left = total;
         while left > 0 {
             let n = left.min(max);
+            let k = if left == n { Kind::FragEnd } else { Kind::Frag };
+            let written =
+                self.write_slot(&mut tx, k, wire, &mut cur, n as u32, pacing, &mut deadline);
+            if let Err(e) = written {
+                if left < total {
+                    // Part of the message is in the ring: the peer would take what
+                    // follows for the rest of it. The link is unusable: both sides see
+                    // it lost.
+                    self.kill();
+                }
+                return Err(e);
+            }
             left -= n;
-            let k = if left == 0 { Kind::FragEnd } else { Kind::Frag };
-            self.write_slot(&mut tx, k, wire, &mut cur, n as u32, pacing, &mut deadline)?;
         }
         Ok(())
     }

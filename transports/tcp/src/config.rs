@@ -13,6 +13,10 @@ pub const DEFAULT_MAX_MESSAGE: u32 = 1 << 30;
 /// authenticate, in all.
 pub const DEFAULT_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// Default `tcp.send_timeout_ms`: how long a send may make no progress at all (the
+/// peer's process reads nothing: frozen, or stuck) before the connection is given up.
+pub const DEFAULT_SEND_TIMEOUT: Duration = Duration::from_secs(60);
+
 /// A parsed configuration: the keys of every network transport, and the bounds on
 /// connections that have not authenticated yet.
 #[derive(Debug, Clone)]
@@ -22,6 +26,8 @@ pub(crate) struct Config {
     pub handshake_timeout: Duration,
     /// `tcp.max_handshakes`: accepted connections in the handshake at once.
     pub max_handshakes: usize,
+    /// `tcp.send_timeout_ms`: the longest a send waits for the peer to take any data.
+    pub send_timeout: Duration,
 }
 
 impl std::ops::Deref for Config {
@@ -55,12 +61,16 @@ impl Config {
         };
         let mut handshake_timeout = DEFAULT_HANDSHAKE_TIMEOUT;
         let mut max_handshakes = DEFAULT_MAX_HANDSHAKES;
+        let mut send_timeout = DEFAULT_SEND_TIMEOUT;
         let net = NetConfig::parse(text, defaults, |key, value| {
             match key {
                 "tcp.handshake_timeout_ms" => {
                     handshake_timeout = Duration::from_millis(number(key, value, 1, 3_600_000)?);
                 }
                 "tcp.max_handshakes" => max_handshakes = number(key, value, 1, 1 << 20)? as usize,
+                "tcp.send_timeout_ms" => {
+                    send_timeout = Duration::from_millis(number(key, value, 1, 86_400_000)?);
+                }
                 _ => return Ok(false),
             }
             Ok(true)
@@ -69,6 +79,7 @@ impl Config {
             net,
             handshake_timeout,
             max_handshakes,
+            send_timeout,
         })
     }
 
@@ -93,11 +104,13 @@ mod tests {
         assert_eq!(c.max_message, DEFAULT_MAX_MESSAGE);
         assert_eq!(c.handshake_timeout, DEFAULT_HANDSHAKE_TIMEOUT);
         assert_eq!(c.max_handshakes, DEFAULT_MAX_HANDSHAKES);
+        assert_eq!(c.send_timeout, DEFAULT_SEND_TIMEOUT);
         assert_eq!(c.auth_context(), b"ipl-tcp/");
         let c = Config::parse(&format!(
-            "secret={S}\ntcp.handshake_timeout_ms=300\ntcp.max_handshakes=4"
+            "secret={S}\ntcp.handshake_timeout_ms=300\ntcp.max_handshakes=4\ntcp.send_timeout_ms=700"
         ))
         .unwrap();
+        assert_eq!(c.send_timeout, Duration::from_millis(700));
         assert_eq!(c.handshake_timeout, Duration::from_millis(300));
         assert_eq!(c.max_handshakes, 4);
         let c = Config::parse(&format!(
@@ -129,6 +142,7 @@ mod tests {
             format!("secret={S}\ntcp.handshake_timeout_ms=0"),
             format!("secret={S}\ntcp.max_handshakes=0"),
             format!("secret={S}\ntcp.max_handshakes=many"),
+            format!("secret={S}\ntcp.send_timeout_ms=0"),
         ] {
             let e = Config::parse(&bad).unwrap_err();
             assert!(

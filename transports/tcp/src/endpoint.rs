@@ -313,7 +313,9 @@ impl Inner {
                 "no tcp endpoint {want:016x} at {peer} any more (found {peer_id:016x})"
             )));
         }
-        set_timeouts(None)?;
+        sock.set_read_timeout(None)
+            .and_then(|_| sock.set_write_timeout(Some(self.cfg.send_timeout)))
+            .map_err(|e| TransportError::Other(format!("tcp socket option: {e}")))?;
         let conn = self.new_conn(Arc::new(sock), peer_id, peer);
         // Register and start the reader under one lock: the reader cannot report the
         // connection lost before it is registered, and `shutdown` joins the thread.
@@ -370,11 +372,6 @@ impl Inner {
                 self.admission.dropped(&peer, what);
             }
             Dropped
-        };
-        let timeouts = |d: Option<Duration>| {
-            sock.set_read_timeout(d)
-                .and_then(|_| sock.set_write_timeout(d))
-                .map_err(|e| fail(&format_args!("socket option: {e}")))
         };
         let set_timeouts = |left: Duration| {
             sock.set_read_timeout(Some(left))?;
@@ -433,7 +430,9 @@ impl Inner {
             let _ = net::write_all(sock, &self.id.to_le_bytes());
             return Err(Dropped);
         }
-        timeouts(None)?;
+        sock.set_read_timeout(None)
+            .and_then(|_| sock.set_write_timeout(Some(self.cfg.send_timeout)))
+            .map_err(|e| fail(&format_args!("socket option: {e}")))?;
         let conn = self.new_conn(sock.clone(), peer_id, peer);
         // Our id is the last handshake message; hold the write lock until it is out so
         // that a frame sent on the connection by a concurrent `connect` cannot precede it.
@@ -793,7 +792,18 @@ impl TransportPlugin for TcpTransport {
             .map_err(|e| {
                 // A partly written frame leaves the stream unusable.
                 route.link.kill();
-                TransportError::Closed(format!("tcp connection to {} failed: {e}", route.link.peer))
+                if net::is_timeout(&e) {
+                    TransportError::Timeout(format!(
+                        "tcp: the peer at {} took no data for {} ms (tcp.send_timeout_ms); connection closed",
+                        route.link.peer,
+                        self.inner.cfg.send_timeout.as_millis()
+                    ))
+                } else {
+                    TransportError::Closed(format!(
+                        "tcp connection to {} failed: {e}",
+                        route.link.peer
+                    ))
+                }
             })
     }
 

@@ -6,7 +6,9 @@
 //! `IPL_POOL_SECRET`), `pool=<name>`, `interfaces=<list>` (the interfaces to listen on
 //! and advertise, see [`ipl_transport_kit::interfaces`]; default all; the IPL passes
 //! `IPL_INTERFACES`), `bind=<ip:port>` (listen there instead), `advertise=<ip>` (publish
-//! this IP instead), `max_message=<bytes>` (default 1 GiB).
+//! this IP instead), `max_message=<bytes>` (default 1 GiB), `tcp.send_timeout_ms=<ms>`
+//! (default 60000: a send that makes no progress that long, because the peer's process
+//! takes no data, fails with `Timeout` and closes the connection).
 //! **Address** ([`ipl_transport_kit::address`]): UTF-8
 //! `ip:port[,ip:port...]/id/host`, every selected address with the listening port, the
 //! endpoint's random 64-bit id in 16 hex digits (a stale address never reaches a newer
