@@ -331,6 +331,12 @@ impl RxShared {
             .is_ok_and(|w| w.load(Ordering::SeqCst) != 0)
     }
 
+    /// Bytes consumed and not reclaimed yet (the fuzzing harness checks its bound).
+    #[cfg(feature = "fuzzing")]
+    pub(crate) fn held(&self) -> u64 {
+        self.reclaimer.lock().held()
+    }
+
     /// Releases consumed slot `seq`; reclaims space and wakes a waiting sender.
     #[inline]
     pub fn release(&self, seq: u64) {
