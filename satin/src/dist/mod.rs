@@ -80,6 +80,9 @@
 #![forbid(unsafe_code)]
 
 mod driver;
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub mod fuzzing;
 mod protocol;
 mod stats;
 
