@@ -145,6 +145,42 @@ impl std::fmt::Debug for ReadMessage {
 }
 
 impl ReadMessage {
+    /// A received message holding `payload`, on a receive port of type `port_type` that
+    /// belongs to no Ibis instance, for the cargo-fuzz targets that run the decoders of
+    /// Satin and RMI on it (feature `fuzzing`; not part of the API). Finishing it
+    /// returns no credits: there is no connection.
+    #[cfg(feature = "fuzzing")]
+    #[doc(hidden)]
+    pub fn detached(port_type: crate::PortType, payload: Vec<u8>) -> ReadMessage {
+        use crate::identifiers::ReceivePortIdentifier;
+        use ipl_registry::{IbisIdentifier, MemberId};
+        let member = IbisIdentifier::new(MemberId(0), "fuzz", "fuzz", "fuzz", Vec::new());
+        let port = PortShared::new(
+            ReceivePortIdentifier {
+                ibis: member.clone(),
+                name: "fuzz".into(),
+            },
+            port_type,
+            std::sync::Weak::new(),
+            Vec::new(),
+            std::time::Duration::ZERO,
+            u64::MAX,
+            None,
+        );
+        ReadMessage {
+            key: (0, 0),
+            port: Arc::new(port),
+            reader: MessageReader::new(ipl_transport_abi::PluginBuffer::owned(payload).into()),
+            origin: Arc::new(SendPortIdentifier {
+                ibis: member,
+                name: "fuzz".into(),
+            }),
+            seq: 0,
+            level: port_type.serialization(),
+            finished: false,
+        }
+    }
+
     /// The send port that sent this message.
     pub fn origin(&self) -> &SendPortIdentifier {
         &self.origin

@@ -38,6 +38,20 @@ pub(crate) enum Reply {
     Bytes(Status, Vec<u8>),
 }
 
+/// Reads the rest of a reply (after its call id) received for another caller: the
+/// status and the encoded value, which the caller decodes when it collects them.
+pub(crate) fn reply_bytes(m: &mut ReadMessage) -> Result<Reply, RmiError> {
+    let status = m
+        .read_u8()
+        .map_err(|e| RmiError::Malformed(format!("reply: {e}")))
+        .and_then(Status::from_u8)?;
+    let n = m.remaining();
+    let b = m
+        .read_bytes_ref(n)
+        .map_err(|e| RmiError::Malformed(format!("reply: {e}")))?;
+    Ok(Reply::Bytes(status, b.to_vec()))
+}
+
 /// Where a call's reply (or failure) lands.
 struct Slot {
     target: Arc<IbisIdentifier>,
@@ -349,17 +363,7 @@ impl CallTable {
         if Some(call) == mine {
             return Got::Mine(m);
         }
-        let reply = m
-            .read_u8()
-            .map_err(|e| RmiError::Malformed(format!("reply: {e}")))
-            .and_then(Status::from_u8)
-            .and_then(|s| {
-                let n = m.remaining();
-                let b = m
-                    .read_bytes_ref(n)
-                    .map_err(|e| RmiError::Malformed(format!("reply: {e}")))?;
-                Ok(Reply::Bytes(s, b.to_vec()))
-            });
+        let reply = reply_bytes(&mut m);
         m.finish();
         let mut st = self.state.lock();
         match st.slots.get_mut(&call) {

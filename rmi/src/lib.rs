@@ -63,6 +63,9 @@ extern crate self as ibis_rmi;
 mod calls;
 mod client;
 pub mod error;
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod naming;
 pub mod reference;
 mod runtime;

@@ -229,11 +229,11 @@ impl ServerCore {
     }
 }
 
-type Decoded<S> = (RequestHeader, Result<Invocation<S>, RmiError>);
+pub(crate) type Decoded<S> = (RequestHeader, Result<Invocation<S>, RmiError>);
 
 /// Reads a request: its header (a request without one is dropped: there is nobody to
 /// answer) and its arguments.
-fn decode<S: Skeleton>(skel: &S, hash: u32, m: &mut ReadMessage) -> Option<Decoded<S>> {
+pub(crate) fn decode<S: Skeleton>(skel: &S, hash: u32, m: &mut ReadMessage) -> Option<Decoded<S>> {
     let h = match RequestHeader::read(m) {
         Ok(h) => h,
         Err(e) => {

@@ -56,7 +56,7 @@ fn object<T: DeserializeOwned>(r: &mut Reply) -> Result<T, RmiError> {
 }
 
 /// Turns a reply into the method's result type.
-fn decode<R>(mut reply: Reply) -> R
+pub(crate) fn decode<R>(mut reply: Reply) -> R
 where
     R: RemoteResult,
     R::Ok: DeserializeOwned,

@@ -87,6 +87,9 @@
 #![forbid(unsafe_code)]
 
 mod driver;
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub mod fuzzing;
 mod protocol;
 mod stats;
 

@@ -117,6 +117,17 @@ impl From<ReceivedBuffer> for crate::PluginBuffer {
     }
 }
 
+/// A plugin's buffer received without crossing the ABI: the IPL's `fuzzing` feature
+/// builds messages from bytes with it. Only with the feature `fuzzing`.
+#[cfg(feature = "fuzzing")]
+impl From<crate::PluginBuffer> for ReceivedBuffer {
+    fn from(buf: crate::PluginBuffer) -> Self {
+        // SAFETY: a PluginBuffer holds a buffer obeying the RawBuffer contract, and
+        // into_raw hands over its one release, unused, to the new owner.
+        unsafe { ReceivedBuffer::from_raw(buf.into_raw()) }
+    }
+}
+
 impl Drop for ReceivedBuffer {
     fn drop(&mut self) {
         // SAFETY: release is called exactly once, here; the plugin promises it is valid

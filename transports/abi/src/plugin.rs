@@ -178,7 +178,7 @@ impl PluginBuffer {
     }
 
     /// Hands the buffer over: whoever receives the raw value must release it.
-    fn into_raw(self) -> RawBuffer {
+    pub(crate) fn into_raw(self) -> RawBuffer {
         let me = std::mem::ManuallyDrop::new(self);
         RawBuffer { ..me.raw }
     }

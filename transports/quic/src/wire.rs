@@ -95,6 +95,15 @@ impl StreamHeader {
     }
 }
 
+impl StreamHeader {
+    /// Parses the header at the start of the bytes a stream brought so far (the hello
+    /// stream, a channel's stream): `None` while fewer than [`STREAM_HEADER_LEN`] bytes
+    /// came; what follows the header is not looked at.
+    pub fn parse_prefix(buf: &[u8]) -> Option<Result<Self, WireError>> {
+        buf.first_chunk::<STREAM_HEADER_LEN>().map(Self::parse)
+    }
+}
+
 /// The length prefix of a message of `len` bytes.
 pub fn len_prefix(len: u32) -> [u8; LEN_PREFIX] {
     len.to_le_bytes()
@@ -314,6 +323,13 @@ mod tests {
             unreliable: true,
         };
         assert_eq!(StreamHeader::parse(&h.encode()).unwrap(), h);
+        let mut longer = h.encode().to_vec();
+        assert_eq!(
+            StreamHeader::parse_prefix(&longer[..STREAM_HEADER_LEN - 1]),
+            None
+        );
+        longer.extend_from_slice(b"next");
+        assert_eq!(StreamHeader::parse_prefix(&longer), Some(Ok(h)));
         let mut bad = h.encode();
         bad[0] = b'X';
         assert_eq!(StreamHeader::parse(&bad), Err(WireError::BadMagic));

@@ -33,7 +33,79 @@ pub const MAGIC: [u8; 8] = *b"IPLSHM\x00\x01";
 /// the handshake, in all (a deadline for the whole handshake, not for each read).
 pub const ACCEPT_TIMEOUT: Duration = Duration::from_secs(5);
 
-const THIRD_LEN: usize = FINISH_LEN + 24;
+/// Size of the connecting side's last message.
+pub const THIRD_LEN: usize = FINISH_LEN + 24;
+/// Size of the accepting side's answer.
+pub const REPLY_LEN: usize = 9;
+
+/// The connecting side's last message, as the accepting side reads it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Third {
+    /// The auth `Finish` (the connecting side's proof).
+    pub finish: [u8; FINISH_LEN],
+    /// The connecting endpoint's id.
+    pub peer_id: u64,
+    /// The endpoint it wants (a stale address names another one).
+    pub wanted: u64,
+    /// The capacity of each ring of the segment that comes with the message.
+    pub cap: u64,
+}
+
+impl Third {
+    /// The message's bytes.
+    pub fn encode(&self) -> [u8; THIRD_LEN] {
+        let mut m = [0u8; THIRD_LEN];
+        m[..FINISH_LEN].copy_from_slice(&self.finish);
+        m[FINISH_LEN..FINISH_LEN + 8].copy_from_slice(&self.peer_id.to_le_bytes());
+        m[FINISH_LEN + 8..FINISH_LEN + 16].copy_from_slice(&self.wanted.to_le_bytes());
+        m[FINISH_LEN + 16..].copy_from_slice(&self.cap.to_le_bytes());
+        m
+    }
+
+    /// Splits the message into its parts (any bytes are some message; the caller checks
+    /// the proof and the capacity).
+    pub fn parse(m: &[u8; THIRD_LEN]) -> Self {
+        let mut finish = [0u8; FINISH_LEN];
+        finish.copy_from_slice(&m[..FINISH_LEN]);
+        let word = |i: usize| {
+            let mut b = [0u8; 8];
+            b.copy_from_slice(&m[FINISH_LEN + 8 * i..FINISH_LEN + 8 * i + 8]);
+            u64::from_le_bytes(b)
+        };
+        Third {
+            finish,
+            peer_id: word(0),
+            wanted: word(1),
+            cap: word(2),
+        }
+    }
+}
+
+/// The accepting side's answer: its id, and whether it mapped the segment (it does not
+/// when the connecting side wanted another endpoint).
+pub fn encode_reply(my_id: u64, mapped: bool) -> [u8; REPLY_LEN] {
+    let mut reply = [0u8; REPLY_LEN];
+    reply[..8].copy_from_slice(&my_id.to_le_bytes());
+    reply[8] = u8::from(mapped);
+    reply
+}
+
+/// Reads the accepting side's answer: `(its id, mapped)`; a status byte other than 1
+/// is "not mapped".
+pub fn parse_reply(reply: &[u8; REPLY_LEN]) -> (u64, bool) {
+    let mut id = [0u8; 8];
+    id.copy_from_slice(&reply[..8]);
+    (u64::from_le_bytes(id), reply[8] == 1)
+}
+
+/// The accepting side's check of the ring capacity the connecting side announced: a
+/// valid capacity no larger than this endpoint's own.
+pub fn check_capacity(cap: u64, max_cap: usize) -> Result<usize, String> {
+    match usize::try_from(cap) {
+        Ok(c) if valid_capacity(cap) && c <= max_cap => Ok(c),
+        _ => Err(format!("ring capacity {cap} refused (at most {max_cap})")),
+    }
+}
 
 /// A connection that completed the handshake.
 #[derive(Debug)]
@@ -109,15 +181,17 @@ pub fn initiate(
     region
         .write(0, &segment_header(cap as u64))
         .map_err(|e| TransportError::Other(format!("shm segment: {e}")))?;
-    let mut third = [0u8; THIRD_LEN];
-    third[..FINISH_LEN].copy_from_slice(&finish);
-    third[FINISH_LEN..FINISH_LEN + 8].copy_from_slice(&my_id.to_le_bytes());
-    third[FINISH_LEN + 8..FINISH_LEN + 16].copy_from_slice(&wanted.to_le_bytes());
-    third[FINISH_LEN + 16..].copy_from_slice(&(cap as u64).to_le_bytes());
+    let third = Third {
+        finish,
+        peer_id: my_id,
+        wanted,
+        cap: cap as u64,
+    }
+    .encode();
     timeout(&sock)?;
     sys::send_with_fd(&sock, &third, &fd).map_err(|e| io_err("handshake", e))?;
     drop(fd);
-    let mut reply = [0u8; 9];
+    let mut reply = [0u8; REPLY_LEN];
     timeout(&sock)?;
     match sock.read_exact(&mut reply) {
         Ok(()) => {}
@@ -125,10 +199,8 @@ pub fn initiate(
         Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Err(refused_secret()),
         Err(e) => return Err(io_err("handshake", e)),
     }
-    let mut id = [0u8; 8];
-    id.copy_from_slice(&reply[..8]);
-    let peer_id = u64::from_le_bytes(id);
-    if peer_id != wanted || reply[8] != 1 {
+    let (peer_id, mapped) = parse_reply(&reply);
+    if peer_id != wanted || !mapped {
         return Err(TransportError::Refused(format!(
             "no shm endpoint {wanted:016x} any more (found {peer_id:016x})"
         )));
@@ -180,47 +252,40 @@ pub fn respond(
         }
         Err(e) => return Err(format!("handshake: {e}")),
     };
-    if resp.on_finish(&third[..FINISH_LEN]).is_err() {
+    let Third {
+        finish,
+        peer_id,
+        wanted,
+        cap,
+    } = Third::parse(&third);
+    if resp.on_finish(&finish).is_err() {
         return Err("it does not know this pool's secret".into());
     }
-    let word = |i: usize| {
-        let mut b = [0u8; 8];
-        b.copy_from_slice(&third[FINISH_LEN + 8 * i..FINISH_LEN + 8 * i + 8]);
-        u64::from_le_bytes(b)
-    };
-    let (peer_id, wanted, cap) = (word(0), word(1), word(2));
     if wanted != my_id {
-        let mut reply = [0u8; 9];
-        reply[..8].copy_from_slice(&my_id.to_le_bytes());
-        let _ = io.write_all(&reply);
+        let _ = io.write_all(&encode_reply(my_id, false));
         return Err(format!(
             "peer wanted endpoint {wanted:016x}, a stale address"
         ));
     }
     let fd = fd.ok_or("no shared segment came with the handshake")?;
-    if !valid_capacity(cap) || cap as usize > max_cap {
-        return Err(format!("ring capacity {cap} refused (at most {max_cap})"));
-    }
+    let ring = check_capacity(cap, max_cap)?;
     let size = sys::sealed_size(&fd).map_err(|e| format!("shared segment: {e}"))?;
     // Map only a segment of exactly the expected size, sealed so that it cannot shrink
     // later: no access can then fault.
-    if size != segment_size(cap as usize) as u64 {
+    if size != segment_size(ring) as u64 {
         return Err(format!(
             "shared segment of {size} bytes, expected {}",
-            segment_size(cap as usize)
+            segment_size(ring)
         ));
     }
     let mut h = [0u8; 16];
-    let region = Region::map(&fd, segment_size(cap as usize))
+    let region = Region::map(&fd, segment_size(ring))
         .map_err(|e| format!("cannot map the shared segment: {e}"))?;
     region
         .read(0, &mut h)
         .map_err(|e| format!("shared segment: {e}"))?;
     let cap = check_segment(&h, cap, size).map_err(|e| format!("shared segment: {e}"))?;
-    let mut reply = [0u8; 9];
-    reply[..8].copy_from_slice(&my_id.to_le_bytes());
-    reply[8] = 1;
-    io.write_all(&reply)
+    io.write_all(&encode_reply(my_id, true))
         .map_err(|e| format!("handshake: {e}"))?;
     sock.set_read_timeout(None)
         .and_then(|_| sock.set_write_timeout(None))
@@ -231,4 +296,42 @@ pub fn respond(
         cap,
         peer_id,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages_round_trip() {
+        let t = Third {
+            finish: [3; FINISH_LEN],
+            peer_id: 0x0102_0304_0506_0708,
+            wanted: u64::MAX - 1,
+            cap: 1 << 16,
+        };
+        let m = t.encode();
+        assert_eq!(&m[FINISH_LEN + 16..], &(1u64 << 16).to_le_bytes());
+        assert_eq!(Third::parse(&m), t);
+        assert_eq!(parse_reply(&encode_reply(42, true)), (42, true));
+        assert_eq!(parse_reply(&encode_reply(42, false)), (42, false));
+        let mut r = encode_reply(7, true);
+        r[8] = 2;
+        assert_eq!(parse_reply(&r), (7, false), "only 1 means mapped");
+    }
+
+    #[test]
+    fn capacities_are_checked_against_our_own() {
+        assert_eq!(check_capacity(1 << 16, 1 << 20), Ok(1 << 16));
+        assert!(check_capacity(1 << 21, 1 << 20).is_err(), "above ours");
+        assert!(
+            check_capacity((1 << 16) + 16, 1 << 20).is_err(),
+            "not a power of two"
+        );
+        assert!(
+            check_capacity(1 << 15, 1 << 20).is_err(),
+            "below the minimum"
+        );
+        assert!(check_capacity(u64::MAX, usize::MAX).is_err());
+    }
 }

@@ -182,7 +182,7 @@ pub fn valid_capacity(cap: u64) -> bool {
 }
 
 /// Size of a segment with two rings of `cap` bytes.
-pub fn segment_size(cap: usize) -> usize {
+pub const fn segment_size(cap: usize) -> usize {
     DATA_OFFSET + 2 * cap
 }
 

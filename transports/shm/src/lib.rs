@@ -65,6 +65,9 @@ mod chan_map;
 mod config;
 mod consumer;
 mod endpoint;
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub mod fuzzing;
 mod handshake;
 mod layout;
 mod link;

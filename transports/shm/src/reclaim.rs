@@ -32,6 +32,12 @@ impl Reclaimer {
         Self::default()
     }
 
+    /// The position reclaimed so far: the credits this side granted (kept here, in
+    /// private memory; the copy in the ring is only what the producer reads).
+    pub fn tail(&self) -> u64 {
+        self.tail
+    }
+
     /// Bytes consumed but not yet reclaimed (held by unreleased slots and the released
     /// ones behind them).
     pub fn held(&self) -> u64 {

@@ -23,7 +23,8 @@
 //!   ([`Consumer::take`](crate::consumer::Consumer::take)), every tail against our head
 //!   ([`Producer::check_tail`](crate::producer::Producer::check_tail)), and the region
 //!   checks bounds again on each access by offset.
-//! - *Make us allocate by its numbers.* A payload is at most a slot (a quarter ring),
+//! - *Make us allocate by its numbers.* A payload is at most the ring (its slot must
+//!   fit the space this side reclaimed, counted in private memory),
 //!   a reassembled message at most `max_message` (checked before each append), a ring
 //!   at most our own configured size (checked in the handshake).
 //! - *Make us panic.* A value that breaks the protocol is a typed error
@@ -75,8 +76,8 @@ pub struct OutOfBounds {
 enum Backing {
     /// `mmap`ed shared memory, unmapped on drop.
     Mapped,
-    /// Heap memory (tests): the allocation the pointer points into.
-    #[cfg(test)]
+    /// Heap memory (tests, fuzzing): the allocation the pointer points into.
+    #[cfg(any(test, feature = "fuzzing"))]
     Heap(#[allow(dead_code)] Box<[AtomicU64]>),
 }
 
@@ -103,7 +104,7 @@ unsafe impl Sync for Region {}
 impl Region {
     /// Zeroed heap memory of `size` bytes (rounded up to 8), for tests and in-process
     /// use of the ring code.
-    #[cfg(test)]
+    #[cfg(any(test, feature = "fuzzing"))]
     pub fn heap(size: usize) -> Region {
         let words: Box<[AtomicU64]> = (0..size.div_ceil(8)).map(|_| AtomicU64::new(0)).collect();
         let base = words.as_ptr() as *mut u8;
@@ -331,7 +332,7 @@ impl Drop for Region {
                 // buffers handed out in place hold one too).
                 let _ = unsafe { rustix::mm::munmap(self.base.cast(), self.size) };
             }
-            #[cfg(test)]
+            #[cfg(any(test, feature = "fuzzing"))]
             Backing::Heap(_) => {}
         }
     }

@@ -331,6 +331,12 @@ impl RxShared {
             .is_ok_and(|w| w.load(Ordering::SeqCst) != 0)
     }
 
+    /// Bytes consumed and not reclaimed yet (the fuzzing harness checks its bound).
+    #[cfg(feature = "fuzzing")]
+    pub(crate) fn held(&self) -> u64 {
+        self.reclaimer.lock().held()
+    }
+
     /// Releases consumed slot `seq`; reclaims space and wakes a waiting sender.
     #[inline]
     pub fn release(&self, seq: u64) {
@@ -430,12 +436,14 @@ impl RingRx {
         // The second word as a word too (no byte copy): the acquire load above orders it.
         let second = s.region.atomic(at + 8)?.load(Ordering::Relaxed);
         let raw = SlotHeader::bytes_of_words([first, second]);
-        let tail = s.index(TAIL).load(Ordering::Relaxed);
-        let Some(c) = self.consumer.take(&raw, tail)? else {
+        // The credits are what this side reclaimed, from its private state: the tail
+        // in the ring is the peer's to overwrite, and a tail it raised would let it
+        // publish slots without end over the ones the host still holds.
+        let mut rec = s.reclaimer.lock();
+        let Some(c) = self.consumer.take(&raw, rec.tail())? else {
             return Ok(None);
         };
         s.read.store(self.consumer.read(), Ordering::Release);
-        let mut rec = s.reclaimer.lock();
         let held = rec.held();
         let payload = matches!(c.kind, Kind::Data | Kind::Frag | Kind::FragEnd);
         let in_place = c.kind == Kind::Data && in_place(&c, held);
@@ -674,6 +682,41 @@ mod tests {
         assert!(tx.take_sleeping());
         assert!(!tx.take_sleeping());
         assert!(rx.shared().has_pending());
+    }
+
+    #[test]
+    fn a_tail_the_peer_writes_grants_no_credits() {
+        // The peer keeps writing our published tail as if we had reclaimed everything,
+        // and publishes slot after slot while we hold them all (the host keeps the
+        // buffers): the consumer goes by the space it reclaimed itself, so it stops at
+        // a ring's worth with a protocol error instead of taking (and recording) slots
+        // without end. Found by the shm_ring fuzz target.
+        let (mut tx, mut rx, _) = pair();
+        let mut refused = false;
+        for _ in 0..2 * CAP / 1024 {
+            rx.shared
+                .index(TAIL)
+                .store(tx.producer.head(), Ordering::SeqCst);
+            assert!(
+                send(&mut tx, 1, &[&[7u8; 1000]]),
+                "the lie grants the space"
+            );
+            match rx.poll(|_, _| true) {
+                Ok(Some(t)) => assert!(t.seq.is_some(), "held"),
+                Ok(None) => unreachable!("a slot was published"),
+                Err(e) => {
+                    assert!(
+                        matches!(e, DriverError::Ring(RingError::Credits { .. })),
+                        "{e}"
+                    );
+                    refused = true;
+                    break;
+                }
+            }
+            let held = rx.shared.reclaimer.lock().held();
+            assert!(held <= CAP as u64, "{held} bytes held in a ring of {CAP}");
+        }
+        assert!(refused, "slots beyond the ring were taken");
     }
 
     #[test]

@@ -9,7 +9,7 @@ use std::sync::{Arc, OnceLock, Weak};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
-use ipl_auth::{AuthError, Initiator, Responder, CHALLENGE_LEN, FINISH_LEN, HELLO_LEN};
+use ipl_auth::{AuthError, Initiator, Responder, CHALLENGE_LEN, HELLO_LEN};
 use ipl_transport_abi::ffi::CloseCode;
 use ipl_transport_abi::{HostSink, TransportCapabilities, TransportError, TransportPlugin};
 use ipl_transport_kit::admission::{self, Admission, DeadlineIo, Slot};
@@ -289,10 +289,7 @@ impl Inner {
             AuthError::BadProof => refused_secret(peer),
             e => TransportError::Refused(format!("tcp handshake with {peer}: {e}")),
         })?;
-        let mut third = [0u8; FINISH_LEN + 16];
-        third[..FINISH_LEN].copy_from_slice(&finish);
-        third[FINISH_LEN..FINISH_LEN + 8].copy_from_slice(&self.id.to_le_bytes());
-        third[FINISH_LEN + 8..].copy_from_slice(&want.to_le_bytes());
+        let third = wire::finish_msg(&finish, self.id, want);
         net::write_all(&sock, &third).map_err(|e| io_err("handshake with", e))?;
         let mut their = [0u8; 8];
         set_timeouts(Some(remaining()?))?;
@@ -409,21 +406,21 @@ impl Inner {
             .map_err(|e| fail(&format_args!("handshake: {e}")))?;
         arm()?;
         net::write_all(sock, &challenge).map_err(|e| fail(&format_args!("handshake: {e}")))?;
-        let mut third = [0u8; FINISH_LEN + 16];
+        let mut third = [0u8; wire::FINISH_MSG_LEN];
         match net::read_exact_or_eof(&mut r, &mut third) {
             Ok(true) => {}
             // The initiator hangs up when our proof is wrong: it does not share the secret.
             Ok(false) => return Err(fail(&"it does not know this pool's secret (hung up)")),
             Err(e) => return Err(fail(&format_args!("handshake: {e}"))),
         }
-        if resp.on_finish(&third[..FINISH_LEN]).is_err() {
+        let wire::FinishMsg {
+            finish,
+            peer_id,
+            wanted,
+        } = wire::parse_finish_msg(&third);
+        if resp.on_finish(&finish).is_err() {
             return Err(fail(&"it does not know this pool's secret"));
         }
-        let mut id = [0u8; 8];
-        id.copy_from_slice(&third[FINISH_LEN..FINISH_LEN + 8]);
-        let peer_id = u64::from_le_bytes(id);
-        id.copy_from_slice(&third[FINISH_LEN + 8..]);
-        let wanted = u64::from_le_bytes(id);
         if wanted != self.id {
             tracing::debug!(peer = %peer, "tcp: peer wanted endpoint {wanted:016x}, a stale address");
             arm()?;

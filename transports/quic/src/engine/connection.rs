@@ -16,7 +16,7 @@ use super::{
     shutting_down, Engine, HostEvent, CODE_PROTOCOL, CODE_SHUTDOWN, DIAL_HANDSHAKE_TIMEOUT,
 };
 use crate::tls;
-use crate::wire::{StreamHeader, STREAM_HEADER_LEN};
+use crate::wire::StreamHeader;
 
 /// Where a connection is in its life.
 #[derive(Debug)]
@@ -282,16 +282,14 @@ impl Engine {
         for d in data {
             buf.extend_from_slice(d);
         }
-        if buf.len() < STREAM_HEADER_LEN {
+        let Some(parsed) = StreamHeader::parse_prefix(buf) else {
             if !matches!(end, End::Open) {
                 self.protocol_close(ch, conn, "bad hello: the stream ended early");
             }
             return;
-        }
-        let mut h = [0u8; STREAM_HEADER_LEN];
-        h.copy_from_slice(&buf[..STREAM_HEADER_LEN]);
+        };
         conn.hello_in = None;
-        let theirs = match StreamHeader::parse(&h) {
+        let theirs = match parsed {
             Ok(t) => t,
             Err(e) => {
                 self.protocol_close(ch, conn, &format!("bad hello: {e}"));

@@ -1,0 +1,101 @@
+//! The decoder of the messages members of a pool send each other, for the cargo-fuzz
+//! targets in `fuzz/` (feature `fuzzing`; not part of the API).
+
+use ipl::{MessageWriter, ReadMessage};
+
+use super::driver::{read_message as decode, Input};
+use super::protocol::{Header, Msg, WireJob};
+use super::stats::MemberStats;
+
+/// Decodes one message of a member's `satin` port as the receive upcall does: the
+/// header, then the payload it announces. `Some((sender, payload length))` when it
+/// decoded.
+pub fn read_message(m: &mut ReadMessage) -> Option<(u32, usize)> {
+    match decode(m)? {
+        Input::Net { from, payload, .. } => Some((from, payload.len())),
+        _ => None,
+    }
+}
+
+/// One message of each kind, as a member writes them (the payload bytes of a message
+/// on the port), for a fuzz target's seed corpus. `job` and `output` are the payloads
+/// of a steal reply and of a result.
+pub fn sample_messages(name: &str, job: &[u8], output: &[u8]) -> Vec<Vec<u8>> {
+    let msgs: Vec<(Msg, &[u8])> = vec![
+        (
+            Msg::StealRequest {
+                id: 7,
+                synchronous: true,
+            },
+            &[],
+        ),
+        (Msg::StealReply { id: 7, job: None }, &[]),
+        (
+            Msg::StealReply {
+                id: 8,
+                job: Some(WireJob {
+                    job: 3,
+                    name: name.into(),
+                    len: job.len() as u64,
+                }),
+            },
+            job,
+        ),
+        (
+            Msg::Result {
+                job: 3,
+                outcome: Ok(output.len() as u64),
+            },
+            output,
+        ),
+        (
+            Msg::Result {
+                job: 4,
+                outcome: Err("job panicked: boom".into()),
+            },
+            &[],
+        ),
+        (Msg::Done, &[]),
+        (
+            Msg::Stats(Box::new(MemberStats {
+                node: 1,
+                name: "member-1".into(),
+                cluster: "c0".into(),
+                workers: 2,
+                spawns: 100,
+                ..MemberStats::default()
+            })),
+            &[],
+        ),
+        (Msg::Exit, &[]),
+    ];
+    msgs.into_iter()
+        .filter_map(|(msg, payload)| {
+            let mut w = MessageWriter::new();
+            w.write_object(&Header { from: 1, msg }).ok()?;
+            if !payload.is_empty() {
+                w.write_bytes(payload);
+            }
+            Some(w.to_vec())
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_samples_decode_with_their_payloads() {
+        let samples = sample_messages("x::Job", b"job bytes", b"out");
+        assert_eq!(samples.len(), 8);
+        let port = super::super::port_type().unwrap();
+        let got: Vec<_> = samples
+            .into_iter()
+            .map(|s| read_message(&mut ReadMessage::detached(port, s)))
+            .collect();
+        assert_eq!(got[2], Some((1, 9)));
+        assert_eq!(got[3], Some((1, 3)));
+        assert!(got.iter().all(Option::is_some));
+    }
+}
