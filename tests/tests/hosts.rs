@@ -10,9 +10,7 @@ use std::time::{Duration, Instant};
 use ipl_auth::PoolSecret;
 use ipl_registry::net::Heartbeat;
 use ipl_registry::{RegistryServer, ServerHandle};
-use ipl_tools::launcher::{
-    ENV_CLUSTER, ENV_POOL, ENV_POOL_SIZE, ENV_RANK, ENV_REGISTRY, ENV_SECRET,
-};
+use ipl_tools::launcher::PoolEnv;
 
 #[path = "../common/hosts.rs"]
 mod hosts;
@@ -65,12 +63,8 @@ fn member_env(
     rank: usize,
     host: usize,
 ) {
-    c.env(ENV_REGISTRY, registry.to_string())
-        .env(ENV_POOL, pool)
-        .env(ENV_POOL_SIZE, size.to_string())
-        .env(ENV_SECRET, secret.to_hex())
-        .env(ENV_CLUSTER, format!("host-{host}"))
-        .env(ENV_RANK, rank.to_string());
+    let cluster = format!("host-{host}");
+    c.envs(PoolEnv::member(registry, pool, size, secret, &cluster, rank).vars());
 }
 
 /// A registry server on host `i` (its listener lives in that host's network).

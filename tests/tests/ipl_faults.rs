@@ -23,9 +23,7 @@ use std::time::{Duration, Instant};
 use ipl_auth::PoolSecret;
 use ipl_registry::net::Heartbeat;
 use ipl_registry::{RegistryServer, ServerHandle};
-use ipl_tools::launcher::{
-    unique_pool_name, ENV_CLUSTER, ENV_POOL, ENV_POOL_SIZE, ENV_RANK, ENV_REGISTRY, ENV_SECRET,
-};
+use ipl_tools::launcher::{unique_pool_name, PoolEnv};
 
 /// The bound on each expected line (a reported error, a delivered message, a state):
 /// generous for a loaded two-core machine; none of the waits it bounds takes more than
@@ -176,12 +174,7 @@ impl Pool {
                 .env("IPL_TRANSPORT", transport)
                 .env("FAULT_TRANSPORT_CONFIG", &config)
                 .env("RUST_LOG", "warn")
-                .env(ENV_REGISTRY, server.local_addr().to_string())
-                .env(ENV_POOL, &pool)
-                .env(ENV_POOL_SIZE, n.to_string())
-                .env(ENV_SECRET, secret.to_hex())
-                .env(ENV_CLUSTER, "c0")
-                .env(ENV_RANK, i.to_string())
+                .envs(PoolEnv::member(server.local_addr(), &pool, n, &secret, "c0", i).vars())
                 .stdin(Stdio::piped())
                 .stdout(Stdio::piped())
                 .stderr(Stdio::piped())

@@ -18,9 +18,7 @@ use std::time::{Duration, Instant};
 
 use ipl_auth::PoolSecret;
 use ipl_registry::{RegistryServer, ServerHandle};
-use ipl_tools::launcher::{
-    unique_pool_name, ENV_CLUSTER, ENV_POOL, ENV_POOL_SIZE, ENV_RANK, ENV_REGISTRY, ENV_SECRET,
-};
+use ipl_tools::launcher::{unique_pool_name, PoolEnv};
 
 /// Every run ends within this (a hang fails the test).
 const BOUND: Duration = Duration::from_secs(90);
@@ -70,12 +68,7 @@ impl Pool {
                 .env("IPL_TRANSPORT", "tcp")
                 .env("RUST_LOG", "warn")
                 .envs(env.iter().copied())
-                .env(ENV_REGISTRY, server.local_addr().to_string())
-                .env(ENV_POOL, &pool)
-                .env(ENV_POOL_SIZE, n.to_string())
-                .env(ENV_SECRET, secret.to_hex())
-                .env(ENV_CLUSTER, "c0")
-                .env(ENV_RANK, i.to_string())
+                .envs(PoolEnv::member(server.local_addr(), &pool, n, &secret, "c0", i).vars())
                 .stdin(Stdio::null())
                 .stdout(out)
                 .stderr(err)

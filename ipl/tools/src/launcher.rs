@@ -199,6 +199,43 @@ impl PoolEnv {
         })
     }
 
+    /// Member `rank` of the closed-world pool `pool` of `size` members in `cluster`,
+    /// whose registry is at `registry`: what a launcher hands each process it starts.
+    pub fn member(
+        registry: impl ToString,
+        pool: &str,
+        size: usize,
+        secret: &PoolSecret,
+        cluster: &str,
+        rank: usize,
+    ) -> Self {
+        Self {
+            registry: registry.to_string(),
+            pool: pool.to_owned(),
+            size,
+            secret: secret.clone(),
+            cluster: cluster.to_owned(),
+            rank: Some(rank),
+        }
+    }
+
+    /// The contract's variables that make a process this member: what
+    /// [`from_lookup`](Self::from_lookup) reads back (the rank only if set). For
+    /// [`Command::envs`], wherever a pool's processes are started.
+    pub fn vars(&self) -> Vec<(&'static str, String)> {
+        let mut v = vec![
+            (ENV_REGISTRY, self.registry.clone()),
+            (ENV_POOL, self.pool.clone()),
+            (ENV_POOL_SIZE, self.size.to_string()),
+            (ENV_SECRET, self.secret.to_hex()),
+            (ENV_CLUSTER, self.cluster.clone()),
+        ];
+        if let Some(r) = self.rank {
+            v.push((ENV_RANK, r.to_string()));
+        }
+        v
+    }
+
     /// Connects to the registry (within `timeout`) and joins the
     /// closed-world pool of [`size`](Self::size) in [`cluster`](Self::cluster).
     pub fn join(&self, timeout: Duration) -> Result<Registry, RegistryError> {
@@ -442,13 +479,9 @@ pub fn launch(config: &LaunchConfig) -> io::Result<LaunchOutcome> {
             None => Command::new(&config.program),
         };
         cmd.envs(config.env.iter().map(|(k, v)| (k, v)));
+        let cluster = cluster_name(cluster_of(i, n, config.clusters));
         cmd.args(&config.args)
-            .env(ENV_REGISTRY, registry.to_string())
-            .env(ENV_POOL, &pool)
-            .env(ENV_POOL_SIZE, n.to_string())
-            .env(ENV_SECRET, secret.to_hex())
-            .env(ENV_CLUSTER, cluster_name(cluster_of(i, n, config.clusters)))
-            .env(ENV_RANK, i.to_string())
+            .envs(PoolEnv::member(registry, &pool, n, &secret, &cluster, i).vars())
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
@@ -667,6 +700,27 @@ mod tests {
         assert_eq!(env.cluster, "cluster-0");
         assert_eq!(env.rank, Some(2));
         assert_eq!(env.secret, secret);
+        // What vars() writes, from_lookup reads back.
+        for rank in [Some(5), None] {
+            let written = PoolEnv {
+                cluster: "c1".into(),
+                rank,
+                ..env.clone()
+            }
+            .vars();
+            let again = PoolEnv::from_lookup(|k| {
+                written
+                    .iter()
+                    .find(|(n, _)| *n == k)
+                    .map(|(_, v)| v.clone())
+            })
+            .unwrap();
+            assert_eq!(
+                (again.registry, again.pool, again.size, again.secret),
+                (env.registry.clone(), env.pool.clone(), 3, secret.clone())
+            );
+            assert_eq!((again.cluster.as_str(), again.rank), ("c1", rank));
+        }
         let err = PoolEnv::from_lookup(|k| if k == ENV_POOL { None } else { vars(k) }).unwrap_err();
         assert!(err.to_string().contains(ENV_POOL));
         let err = PoolEnv::from_lookup(|k| {

@@ -31,7 +31,7 @@ use ibis_bench::{median, ping_pong_capabilities, report, Children, Figure};
 use ipl::{Ibis, PortCapabilities, PortType};
 use ipl_auth::PoolSecret;
 use ipl_registry::RegistryServer;
-use ipl_tools::launcher::{ENV_POOL, ENV_POOL_SIZE, ENV_RANK, ENV_REGISTRY, ENV_SECRET};
+use ipl_tools::launcher::PoolEnv;
 
 /// The reference program: MPI_Init, a barrier, MPI_Finalize.
 const MPI_STARTUP_C: &str = include_str!("../../mpi/startup.c");
@@ -108,11 +108,17 @@ fn run_pool(n: u32, pool: &str) -> Res<Run> {
     for rank in 0..n {
         let child = Command::new(&exe)
             .arg("__member")
-            .env(ENV_REGISTRY, server.local_addr().to_string())
-            .env(ENV_POOL, pool)
-            .env(ENV_POOL_SIZE, n.to_string())
-            .env(ENV_SECRET, secret.to_hex())
-            .env(ENV_RANK, rank.to_string())
+            .envs(
+                PoolEnv::member(
+                    server.local_addr(),
+                    pool,
+                    n as usize,
+                    &secret,
+                    "cluster-0",
+                    rank as usize,
+                )
+                .vars(),
+            )
             .stdout(Stdio::piped())
             .spawn()?;
         children.0.push(child);

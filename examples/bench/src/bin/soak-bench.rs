@@ -26,7 +26,7 @@ use ibis_apps::fib::{fib_seq, Fib};
 use ibis_bench::{report, Children, Figure};
 use ipl_auth::PoolSecret;
 use ipl_registry::RegistryServer;
-use ipl_tools::launcher::{ENV_POOL, ENV_POOL_SIZE, ENV_RANK, ENV_REGISTRY, ENV_SECRET};
+use ipl_tools::launcher::PoolEnv;
 use satin::Satin;
 
 /// A Satin pool kept busy for a set time: memory, threads, jobs and errors over time.
@@ -161,11 +161,17 @@ fn measure(o: &Opts) -> Res<()> {
             .args(["--sample-secs", &o.sample_secs.to_string()])
             .args(["--fib", &o.fib.to_string()])
             .arg("__member")
-            .env(ENV_REGISTRY, server.local_addr().to_string())
-            .env(ENV_POOL, &pool)
-            .env(ENV_POOL_SIZE, o.members.to_string())
-            .env(ENV_SECRET, secret.to_hex())
-            .env(ENV_RANK, rank.to_string())
+            .envs(
+                PoolEnv::member(
+                    server.local_addr(),
+                    &pool,
+                    o.members as usize,
+                    &secret,
+                    "cluster-0",
+                    rank,
+                )
+                .vars(),
+            )
             .stdout(Stdio::piped())
             .spawn()?;
         let out = child
