@@ -108,6 +108,34 @@ pub mod fields {
             .map_err(|e| invalid(format!("{transport} config: {e}")))
     }
 
+    /// A whole number in `min..=max` for `key`, or an error naming the transport, the
+    /// key and the range.
+    ///
+    /// ```
+    /// use ipl_transport_kit::config::fields::number;
+    /// assert_eq!(number("tcp", "tcp.max_handshakes", "8", 1, 64).unwrap(), 8);
+    /// let e = number("tcp", "tcp.max_handshakes", "0", 1, 64).unwrap_err().to_string();
+    /// assert!(e.contains("tcp config: tcp.max_handshakes=\"0\" must be 1..=64"), "{e}");
+    /// assert!(number("quic", "k", "-1", 0, 9).is_err());
+    /// ```
+    pub fn number(
+        transport: &str,
+        key: &str,
+        value: &str,
+        min: u64,
+        max: u64,
+    ) -> Result<u64, TransportError> {
+        value
+            .parse::<u64>()
+            .ok()
+            .filter(|n| (min..=max).contains(n))
+            .ok_or_else(|| {
+                invalid(format!(
+                    "{transport} config: {key}={value:?} must be {min}..={max}"
+                ))
+            })
+    }
+
     /// `max_message=`: bytes, from 1 to `limit`.
     pub fn max_message(transport: &str, value: &str, limit: u32) -> Result<u32, TransportError> {
         value

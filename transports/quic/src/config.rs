@@ -43,15 +43,7 @@ fn invalid(msg: String) -> TransportError {
 
 /// `value` as a number in `min..=max`, or an error naming the key and the range.
 fn number(key: &str, value: &str, min: u64, max: u64) -> Result<u64, TransportError> {
-    value
-        .parse::<u64>()
-        .ok()
-        .filter(|n| (min..=max).contains(n))
-        .ok_or_else(|| {
-            invalid(format!(
-                "quic config: {key}={value:?} must be {min}..={max}"
-            ))
-        })
+    ipl_transport_kit::config::fields::number("quic", key, value, min, max)
 }
 
 impl Config {
