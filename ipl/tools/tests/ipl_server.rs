@@ -63,34 +63,18 @@ fn serves_with_the_secret_of_a_private_file_and_its_heartbeat() {
     let dir = TempDir::new("ok");
     let secret = PoolSecret::generate().unwrap();
     let file = secret_file(&dir, &secret, 0o600);
-    let mut child = server(&[
-        "--bind",
-        "127.0.0.1:0",
-        "--secret-file",
-        file.to_str().unwrap(),
-        "--heartbeat-interval-ms",
-        "200",
-        "--heartbeat-timeout-ms",
-        "1000",
-    ])
-    .spawn()
-    .unwrap();
-    let stdout = child.stdout.take().unwrap();
-    let server = Server(child);
-    // The first line names the address; read it on a thread to bound the wait.
-    let (tx, rx) = mpsc::channel();
-    thread::spawn(move || {
-        let mut lines = BufReader::new(stdout).lines();
-        let _ = tx.send(lines.next());
-        // Keep draining so the server never blocks on its output.
-        for _ in lines {}
-    });
-    let line = rx.recv_timeout(T).unwrap().unwrap().unwrap();
-    let addr = line
-        .rsplit(' ')
-        .next()
-        .unwrap_or_else(|| panic!("no address in {line:?}"));
-    let client = NetRegistry::connect(addr, &secret, T).unwrap();
+    let (server, addr, _) = started(
+        &[
+            "--secret-file",
+            file.to_str().unwrap(),
+            "--heartbeat-interval-ms",
+            "200",
+            "--heartbeat-timeout-ms",
+            "1000",
+        ],
+        None,
+    );
+    let client = NetRegistry::connect(addr.as_str(), &secret, T).unwrap();
     assert_eq!(client.heartbeat().interval(), Duration::from_millis(200));
     assert_eq!(client.heartbeat().timeout(), Duration::from_millis(1000));
     let m = client
@@ -143,15 +127,17 @@ fn refuses_a_secret_file_others_can_read_and_bad_heartbeats() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("heartbeat timeout"));
 }
 
-/// Starts `ipl-server ARGS` on a free port and returns it with its first two lines
-/// (the address, the handshake bounds).
-fn started(args: &[&str], secret: &PoolSecret) -> (Server, String, String) {
+/// Starts `ipl-server ARGS` on a free port (with `secret` in `IPL_POOL_SECRET`, if
+/// given) and returns it with the address of its first line and its second line (the
+/// handshake bounds). The lines are read on a thread, to bound the wait.
+fn started(args: &[&str], secret: Option<&PoolSecret>) -> (Server, String, String) {
     let mut all = vec!["--bind", "127.0.0.1:0"];
     all.extend_from_slice(args);
-    let mut child = server(&all)
-        .env("IPL_POOL_SECRET", secret.to_hex())
-        .spawn()
-        .unwrap();
+    let mut command = server(&all);
+    if let Some(secret) = secret {
+        command.env("IPL_POOL_SECRET", secret.to_hex());
+    }
+    let mut child = command.spawn().unwrap();
     let stdout = child.stdout.take().unwrap();
     let server = Server(child);
     let (tx, rx) = mpsc::channel();
@@ -174,7 +160,7 @@ fn the_handshake_bound_and_deadline_are_options() {
     let secret = PoolSecret::generate().unwrap();
     let (_server, addr, bounds) = started(
         &["--max-handshakes", "1", "--handshake-timeout-ms", "600000"],
-        &secret,
+        Some(&secret),
     );
     assert!(
         bounds.contains("at most 1 connections") && bounds.contains("600000 ms"),
