@@ -35,13 +35,22 @@ pub enum Disconnect {
 
 /// Connection upcalls of a receive port (needs `connection.upcalls`). Called from the
 /// transport's threads; keep them short.
+///
+/// One exception: a connection whose sender the registry reports gone (left or declared
+/// dead, found by the once-a-second check of a waiting port) is ended by the thread
+/// that checked, and [`lost_connection`](Self::lost_connection) runs on it: the
+/// application's own thread inside [`ReceivePort::receive`],
+/// [`ReceivePort::receive_timeout`] or [`ReceivePort::close`], or the port's
+/// message-upcall thread. An upcall must therefore not wait for a lock that the
+/// receiving thread holds around its receive.
 pub trait ReceivePortConnectUpcall: Send + Sync + 'static {
     /// A send port wants to connect; return false to refuse.
     fn got_connection(&self, port: &ReceivePortIdentifier, origin: &SendPortIdentifier) -> bool {
         let _ = (port, origin);
         true
     }
-    /// A connection ended.
+    /// A connection ended. Runs on a transport thread, or on a receiving thread of the
+    /// port when the registry reported the sender gone (see the trait's docs).
     fn lost_connection(
         &self,
         port: &ReceivePortIdentifier,
@@ -836,7 +845,12 @@ impl ReceivePort {
     /// Blocks until a message arrives (needs `receive.explicit`). Ends with
     /// [`IplError::ConnectionLost`] when a connection was lost and the port has no
     /// message and no connection left (so a receiver whose only sender died is told, not
-    /// left waiting); a later receive waits for new connections again.
+    /// left waiting); a later receive waits for new connections again. Losses are kept
+    /// for this only on a port without message upcalls, at most 64, and not after
+    /// [`lost_connections`](Self::lost_connections) returned them or a newer connection
+    /// was accepted. While it waits it asks the registry once a second (per port)
+    /// whether the senders are gone; the connection upcall of a loss found so runs on
+    /// this thread (see [`ReceivePortConnectUpcall`]).
     pub fn receive(&self) -> Result<ReadMessage> {
         self.need(PortCapabilities::RECEIVE_EXPLICIT, "receive.explicit")?;
         self.shared.next(None, true)?.ok_or(IplError::PortClosed)
@@ -851,7 +865,10 @@ impl ReceivePort {
             .ok_or(IplError::Timeout(timeout))
     }
 
-    /// Returns a message if one is ready, without waiting (needs `receive.poll`).
+    /// Returns a message if one is ready, without waiting (needs `receive.poll`). Like
+    /// [`receive`](Self::receive), returns [`IplError::ConnectionLost`] for a lost
+    /// connection once nothing is left to wait for; it does not ask the registry
+    /// whether the senders are gone (a waiting receive or `close` does).
     pub fn poll(&self) -> Result<Option<ReadMessage>> {
         self.need(PortCapabilities::RECEIVE_POLL, "receive.poll")?;
         if !self.shared.ready.load(Ordering::Acquire) {
@@ -869,7 +886,11 @@ impl ReceivePort {
 
     /// Waits for a message from async code (needs `receive.explicit`); a lost
     /// connection ends it as in [`receive`](Self::receive). Cancel-safe: a
-    /// dropped future takes no message.
+    /// dropped future takes no message. It does not ask the registry whether the
+    /// senders are gone: a frozen sender's connection stays open until the transport
+    /// reports it lost, or a blocking receive, `receive_timeout` or `close` of the same
+    /// port finds the sender gone in the registry (bound the wait with a timer of the
+    /// async runtime where that matters).
     pub async fn receive_async(&self) -> Result<ReadMessage> {
         self.need(PortCapabilities::RECEIVE_EXPLICIT, "receive.explicit")?;
         poll_fn(|cx| {

@@ -180,10 +180,13 @@ impl OutLink {
             if now >= check {
                 // Not under the lock: the router takes it to grant credits.
                 match parking_lot::MutexGuard::unlocked(&mut st, &is_gone) {
-                    Some(true) => return Err(format!(
-                        "the registry reports member {} gone while this sender waited for credits",
-                        self.peer
-                    )),
+                    Some(true) => {
+                        return Err(format!(
+                            "the registry reports member {} gone while this sender \
+                             waited for credits",
+                            self.peer
+                        ));
+                    }
                     Some(false) => unanswered = None,
                     None => {
                         unanswered.get_or_insert(now);
