@@ -35,13 +35,22 @@ pub enum Disconnect {
 
 /// Connection upcalls of a receive port (needs `connection.upcalls`). Called from the
 /// transport's threads; keep them short.
+///
+/// One exception: a connection whose sender the registry reports gone (left or declared
+/// dead, found by the once-a-second check of a waiting port) is ended by the thread
+/// that checked, and [`lost_connection`](Self::lost_connection) runs on it: the
+/// application's own thread inside [`ReceivePort::receive`],
+/// [`ReceivePort::receive_timeout`] or [`ReceivePort::close`], or the port's
+/// message-upcall thread. An upcall must therefore not wait for a lock that the
+/// receiving thread holds around its receive.
 pub trait ReceivePortConnectUpcall: Send + Sync + 'static {
     /// A send port wants to connect; return false to refuse.
     fn got_connection(&self, port: &ReceivePortIdentifier, origin: &SendPortIdentifier) -> bool {
         let _ = (port, origin);
         true
     }
-    /// A connection ended.
+    /// A connection ended. Runs on a transport thread, or on a receiving thread of the
+    /// port when the registry reported the sender gone (see the trait's docs).
     fn lost_connection(
         &self,
         port: &ReceivePortIdentifier,
@@ -92,8 +101,17 @@ struct PortState {
     /// Connects that arrived while a message was outstanding: accepted at its finish.
     pending: Vec<(ChannelKey, Arc<SendPortIdentifier>)>,
     lost: Vec<(SendPortIdentifier, Disconnect)>,
-    /// Connections lost that no explicit receive has reported yet (see `take_locked`).
+    /// Connections lost that no explicit receive has reported yet (see `take_locked`):
+    /// kept only on a port without message upcalls, at most [`MAX_UNREPORTED`] (the
+    /// newest), emptied when a new connection is accepted or `lost_connections` is
+    /// called (the application has seen them, or has a sender to wait for again).
     unreported: VecDeque<(Arc<SendPortIdentifier>, String)>,
+    /// Message upcalls are enabled: no explicit receive takes `unreported`.
+    upcalls: bool,
+    /// When a waiting thread of this port next asks the registry whether the senders
+    /// are gone (shared by all receives and `close`, so that a loop of short receives
+    /// checks too; see `until_liveness_check`).
+    liveness_due: Option<Instant>,
     wakers: Vec<Waker>,
     /// Bytes of messages finished per connection since credits were last returned.
     finished: crate::channel_map::ChannelMap<u64>,
@@ -138,6 +156,29 @@ pub(crate) struct PortShared {
 /// How long a receive waits between two questions to the registry whether the senders
 /// of its port's connections are still members (see `drop_dead_senders`).
 const LIVENESS_CHECK: Duration = Duration::from_secs(1);
+
+/// The most lost connections a port keeps for explicit receives to report (the oldest
+/// are dropped first; `lost_connections` still lists them all).
+const MAX_UNREPORTED: usize = 64;
+
+/// The receive modes that report a lost connection as [`IplError::ConnectionLost`].
+const EXPLICIT_RECEIPT: PortCapabilities = PortCapabilities::RECEIVE_EXPLICIT
+    .union(PortCapabilities::RECEIVE_TIMEOUT)
+    .union(PortCapabilities::RECEIVE_POLL);
+
+/// How long a waiting thread may sleep before it asks the registry about the port's
+/// senders (see `drop_dead_senders`); None: ask now (the next question is then due a
+/// [`LIVENESS_CHECK`] later, so one of several waiting threads asks).
+fn until_liveness_check(st: &mut PortState) -> Option<Duration> {
+    let now = Instant::now();
+    let due = *st.liveness_due.get_or_insert(now + LIVENESS_CHECK);
+    if now >= due {
+        st.liveness_due = Some(now + LIVENESS_CHECK);
+        None
+    } else {
+        Some(due - now)
+    }
+}
 
 /// The longest poll a port learns from the waits it sees (see `next`); a message that
 /// comes later than this halves the budget instead.
@@ -296,6 +337,8 @@ impl PortShared {
             None
         } else {
             st.connections.insert(key, origin);
+            // A sender to wait for again: older losses are no longer news.
+            st.unreported.clear();
             self.sync_direct(&st);
             Some(Control::Accept {
                 receiver: self.ident.clone(),
@@ -334,7 +377,12 @@ impl PortShared {
             if let Some(o) = &origin {
                 if let Disconnect::Lost(reason) = &why {
                     st.lost.push(((**o).clone(), why.clone()));
-                    st.unreported.push_back((Arc::clone(o), reason.clone()));
+                    if !st.upcalls && self.port_type.capabilities().intersects(EXPLICIT_RECEIPT) {
+                        if st.unreported.len() >= MAX_UNREPORTED {
+                            st.unreported.pop_front();
+                        }
+                        st.unreported.push_back((Arc::clone(o), reason.clone()));
+                    }
                 }
             }
             self.sync_direct(&st);
@@ -346,9 +394,12 @@ impl PortShared {
         }
     }
 
-    /// Ends, as lost, the connections whose sending member the registry no longer lists:
-    /// a frozen process keeps its connections open, and only the registry's heartbeats
-    /// tell that it is gone. Called by a receive that has waited [`LIVENESS_CHECK`].
+    /// Ends, as lost, the connections whose sending member the registry reports gone
+    /// (it left, or was declared dead): a frozen process keeps its connections open, and
+    /// only the registry's heartbeats tell that it is gone. A member the registry does
+    /// not list yet (its `Joined` still on the way) is not gone. Called by a waiting
+    /// receive or close every [`LIVENESS_CHECK`] of the port (`until_liveness_check`),
+    /// on the thread that waits: the connection upcall then runs on it.
     fn drop_dead_senders(&self) {
         let Some(ibis) = self.ibis.upgrade() else {
             return;
@@ -360,14 +411,8 @@ impl PortShared {
                 .map(|(k, o)| (*k, Arc::clone(o)))
                 .collect()
         };
-        if origins.is_empty() {
-            return;
-        }
-        let Some(members) = ibis.members() else {
-            return;
-        };
         for (key, origin) in origins {
-            if !members.contains(&origin.ibis) {
+            if ibis.is_gone(&origin.ibis) == Some(true) {
                 tracing::debug!(port = %self.ident, %origin, "sender's member gone: connection ended");
                 ibis.close_channel(key);
                 self.connection_ended(
@@ -405,6 +450,7 @@ impl PortShared {
                 for (k, o) in &pending {
                     st.connections.insert(*k, o.clone());
                 }
+                st.unreported.clear();
                 self.sync_direct(&st);
             }
             self.notify(&mut st);
@@ -641,9 +687,6 @@ impl PortShared {
             None
         };
         let mut st = self.state.lock();
-        // When this receive next asks the registry about the senders (it sleeps at most
-        // until then).
-        let mut liveness: Option<Instant> = None;
         loop {
             if let Some(r) = self.take_locked(&mut st, report) {
                 adapt(true, waited(slept, start, now));
@@ -651,13 +694,11 @@ impl PortShared {
             }
             slept = true;
             let start = *start.get_or_insert_with(Instant::now);
-            let due = *liveness.get_or_insert_with(|| Instant::now() + LIVENESS_CHECK);
-            if Instant::now() >= due {
+            // It sleeps at most until the port next asks the registry about its senders.
+            let Some(until_check) = until_liveness_check(&mut st) else {
                 parking_lot::MutexGuard::unlocked(&mut st, || self.drop_dead_senders());
-                liveness = Some(Instant::now() + LIVENESS_CHECK);
                 continue;
-            }
-            let until_check = due.saturating_duration_since(Instant::now());
+            };
             if let Some((slot, t)) = &park_on {
                 // As long as the condition variable would wait: `notify` interrupts.
                 let nap = match timeout {
@@ -784,9 +825,13 @@ impl ReceivePort {
         self.shared.state.lock().queue.len()
     }
 
-    /// Connections lost (not closed in an orderly way) since the last call.
+    /// Connections lost (not closed in an orderly way) since the last call. The losses
+    /// returned here are not reported again by [`receive`](Self::receive) as
+    /// [`IplError::ConnectionLost`].
     pub fn lost_connections(&self) -> Vec<(SendPortIdentifier, Disconnect)> {
-        std::mem::take(&mut self.shared.state.lock().lost)
+        let mut st = self.shared.state.lock();
+        st.unreported.clear();
+        std::mem::take(&mut st.lost)
     }
 
     fn need(&self, c: PortCapabilities, name: &'static str) -> Result<()> {
@@ -800,7 +845,12 @@ impl ReceivePort {
     /// Blocks until a message arrives (needs `receive.explicit`). Ends with
     /// [`IplError::ConnectionLost`] when a connection was lost and the port has no
     /// message and no connection left (so a receiver whose only sender died is told, not
-    /// left waiting); a later receive waits for new connections again.
+    /// left waiting); a later receive waits for new connections again. Losses are kept
+    /// for this only on a port without message upcalls, at most 64, and not after
+    /// [`lost_connections`](Self::lost_connections) returned them or a newer connection
+    /// was accepted. While it waits it asks the registry once a second (per port)
+    /// whether the senders are gone; the connection upcall of a loss found so runs on
+    /// this thread (see [`ReceivePortConnectUpcall`]).
     pub fn receive(&self) -> Result<ReadMessage> {
         self.need(PortCapabilities::RECEIVE_EXPLICIT, "receive.explicit")?;
         self.shared.next(None, true)?.ok_or(IplError::PortClosed)
@@ -815,7 +865,10 @@ impl ReceivePort {
             .ok_or(IplError::Timeout(timeout))
     }
 
-    /// Returns a message if one is ready, without waiting (needs `receive.poll`).
+    /// Returns a message if one is ready, without waiting (needs `receive.poll`). Like
+    /// [`receive`](Self::receive), returns [`IplError::ConnectionLost`] for a lost
+    /// connection once nothing is left to wait for; it does not ask the registry
+    /// whether the senders are gone (a waiting receive or `close` does).
     pub fn poll(&self) -> Result<Option<ReadMessage>> {
         self.need(PortCapabilities::RECEIVE_POLL, "receive.poll")?;
         if !self.shared.ready.load(Ordering::Acquire) {
@@ -833,7 +886,11 @@ impl ReceivePort {
 
     /// Waits for a message from async code (needs `receive.explicit`); a lost
     /// connection ends it as in [`receive`](Self::receive). Cancel-safe: a
-    /// dropped future takes no message.
+    /// dropped future takes no message. It does not ask the registry whether the
+    /// senders are gone: a frozen sender's connection stays open until the transport
+    /// reports it lost, or a blocking receive, `receive_timeout` or `close` of the same
+    /// port finds the sender gone in the registry (bound the wait with a timer of the
+    /// async runtime where that matters).
     pub async fn receive_async(&self) -> Result<ReadMessage> {
         self.need(PortCapabilities::RECEIVE_EXPLICIT, "receive.explicit")?;
         poll_fn(|cx| {
@@ -867,6 +924,12 @@ impl ReceivePort {
                 "receive port was created without a message upcall".into(),
             ));
         };
+        {
+            // Nothing takes lost connections as errors from a port with message upcalls.
+            let mut st = self.shared.state.lock();
+            st.upcalls = true;
+            st.unreported.clear();
+        }
         let shared = Arc::clone(&self.shared);
         let name = format!("ipl-upcall-{}", shared.ident.name);
         let handle = std::thread::Builder::new()
@@ -893,18 +956,18 @@ impl ReceivePort {
         st.enabled = false;
         // A sender the registry declares dead never leaves: checked every
         // LIVENESS_CHECK of waiting (a frozen process keeps its connections open).
-        let mut check = Instant::now() + LIVENESS_CHECK;
         while !st.connections.is_empty() {
             let now = Instant::now();
-            if now >= check {
-                parking_lot::MutexGuard::unlocked(&mut st, || self.shared.drop_dead_senders());
-                check = Instant::now() + LIVENESS_CHECK;
-                continue;
+            if deadline.is_some_and(|d| now >= d) {
+                break;
             }
+            let Some(until_check) = until_liveness_check(&mut st) else {
+                parking_lot::MutexGuard::unlocked(&mut st, || self.shared.drop_dead_senders());
+                continue;
+            };
             let nap = match deadline {
-                Some(d) if now >= d => break,
-                Some(d) => (d - now).min(check - now),
-                None => check - now,
+                Some(d) => d.saturating_duration_since(now).min(until_check),
+                None => until_check,
             };
             st.sleepers += 1;
             self.shared.cond.wait_for(&mut st, nap);
@@ -945,5 +1008,132 @@ impl Drop for ReceivePort {
         if !self.shared.state.lock().closed {
             self.close(Some(Duration::ZERO));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ipl_registry::{IbisIdentifier, MemberId};
+    use PortCapabilities as P;
+
+    fn member(id: u64) -> IbisIdentifier {
+        IbisIdentifier::new(MemberId(id), "pool", "local", format!("m{id}"), Vec::new())
+    }
+
+    fn port(caps: P) -> Arc<PortShared> {
+        let t = PortType::new(
+            caps | P::CONNECTION_MANY_TO_ONE
+                | P::COMMUNICATION_RELIABLE
+                | P::COMMUNICATION_FIFO
+                | P::SERIALIZATION_DATA,
+        )
+        .expect("valid port type");
+        let ident = ReceivePortIdentifier {
+            ibis: member(0),
+            name: "in".into(),
+        };
+        let p = PortShared::new(
+            ident,
+            t,
+            Weak::new(),
+            Vec::new(),
+            Duration::ZERO,
+            1000,
+            None,
+        );
+        p.state.lock().enabled = true;
+        Arc::new(p)
+    }
+
+    /// Connection `n` from member `n` (accepted).
+    fn connect(p: &PortShared, n: u64) -> ChannelKey {
+        let origin = SendPortIdentifier {
+            ibis: member(n),
+            name: "out".into(),
+        };
+        let key = (0, n);
+        let answer = p.connect_request(key, &origin, &p.port_type.clone());
+        assert!(matches!(answer, Some(Control::Accept { .. })), "{answer:?}");
+        key
+    }
+
+    fn lose(p: &PortShared, key: ChannelKey) {
+        p.connection_ended(key, Disconnect::Lost("test".into()));
+    }
+
+    fn explicit_receive(p: &Arc<PortShared>) -> Option<Result<ReadMessage>> {
+        let mut st = p.state.lock();
+        p.take_locked(&mut st, true)
+    }
+
+    #[test]
+    fn a_port_without_explicit_receipt_keeps_no_losses() {
+        let p = port(P::RECEIVE_AUTO_UPCALLS);
+        for n in 1..=500 {
+            let k = connect(&p, n);
+            lose(&p, k);
+        }
+        assert_eq!(p.state.lock().unreported.len(), 0);
+    }
+
+    #[test]
+    fn a_port_with_message_upcalls_keeps_no_losses() {
+        let p = port(P::RECEIVE_EXPLICIT | P::RECEIVE_AUTO_UPCALLS);
+        let rp = ReceivePort::new(Arc::clone(&p), Some(Box::new(|_m: ReadMessage| {})));
+        rp.enable_message_upcalls().expect("upcalls start");
+        let k = connect(&p, 1);
+        lose(&p, k);
+        assert_eq!(p.state.lock().unreported.len(), 0);
+        rp.close(Some(Duration::ZERO));
+    }
+
+    #[test]
+    fn losses_kept_for_explicit_receives_are_bounded() {
+        let p = port(P::RECEIVE_EXPLICIT);
+        let keys: Vec<_> = (1..=500).map(|n| connect(&p, n)).collect();
+        for k in keys {
+            lose(&p, k);
+        }
+        assert_eq!(p.state.lock().unreported.len(), MAX_UNREPORTED);
+        // The newest are kept.
+        match explicit_receive(&p) {
+            Some(Err(IplError::ConnectionLost { origin, .. })) => {
+                assert_eq!(origin.ibis.id(), MemberId(500 - MAX_UNREPORTED as u64 + 1))
+            }
+            other => panic!("expected a lost connection: {:?}", other.map(|r| r.is_ok())),
+        }
+    }
+
+    #[test]
+    fn a_loss_is_reported_once_by_an_explicit_receive() {
+        let p = port(P::RECEIVE_EXPLICIT);
+        let k = connect(&p, 1);
+        lose(&p, k);
+        assert!(matches!(
+            explicit_receive(&p),
+            Some(Err(IplError::ConnectionLost { .. }))
+        ));
+        assert!(explicit_receive(&p).is_none());
+    }
+
+    #[test]
+    fn a_loss_seen_through_lost_connections_is_not_reported_again() {
+        let p = port(P::RECEIVE_EXPLICIT);
+        let rp = ReceivePort::new(Arc::clone(&p), None);
+        let k = connect(&p, 1);
+        lose(&p, k);
+        assert_eq!(rp.lost_connections().len(), 1);
+        assert!(explicit_receive(&p).is_none());
+    }
+
+    #[test]
+    fn a_new_connection_makes_older_losses_stale() {
+        let p = port(P::RECEIVE_EXPLICIT);
+        let a = connect(&p, 1);
+        lose(&p, a);
+        let b = connect(&p, 2);
+        p.connection_ended(b, Disconnect::Closed);
+        assert!(explicit_receive(&p).is_none());
     }
 }

@@ -53,6 +53,27 @@ pub(crate) struct OutLink {
 /// only the registry's heartbeats tell that it is gone).
 const LIVENESS_CHECK: Duration = Duration::from_secs(1);
 
+/// How long a sender waits for credits while the registry cannot tell whether the
+/// receiver is alive (the registry is lost or silent) and no credit arrives: then the
+/// message fails for that receiver. The default send timeout of the tcp and shm
+/// transports (`send_timeout_ms`); credits that keep coming reset it, so members finish
+/// their run after the registry server is gone.
+pub(crate) const UNCHECKED_CREDIT_WAIT: Duration = Duration::from_secs(60);
+
+/// The waits of a sender without credits (see `OutLink::take_credit`).
+#[derive(Clone, Copy)]
+struct CreditWait {
+    /// Between two questions to the registry.
+    check: Duration,
+    /// The longest wait while the registry cannot tell.
+    unchecked: Duration,
+}
+
+const CREDIT_WAIT: CreditWait = CreditWait {
+    check: LIVENESS_CHECK,
+    unchecked: UNCHECKED_CREDIT_WAIT,
+};
+
 #[derive(Default)]
 struct LinkState {
     reply: Option<Control>,
@@ -108,15 +129,29 @@ impl OutLink {
     }
 
     /// Takes the credit for a message of this cost, waiting while the receiver's window
-    /// is full. Fails with why if the connection was lost (before or meanwhile), or if
-    /// the registry says the receiver is no longer a member (checked every
-    /// [`LIVENESS_CHECK`] of waiting): a receiver that is frozen, not dead, keeps its
-    /// connection open and would never grant credits.
+    /// is full. Fails with why if the connection was lost (before or meanwhile), if the
+    /// registry reports the receiver gone (asked every [`LIVENESS_CHECK`] of waiting: a
+    /// frozen receiver keeps its connection open and would never grant credits), or if
+    /// no credit came for [`UNCHECKED_CREDIT_WAIT`] while the registry could not tell.
     fn take_credit(&self, cost: u64, ibis: &IbisShared) -> std::result::Result<(), String> {
+        self.take_credit_with(cost, CREDIT_WAIT, || ibis.is_gone(&self.peer))
+    }
+
+    /// [`take_credit`](Self::take_credit) with the waits given and `is_gone` asked
+    /// whether the receiver is gone (None: nobody can tell now).
+    fn take_credit_with(
+        &self,
+        cost: u64,
+        wait: CreditWait,
+        is_gone: impl Fn() -> Option<bool>,
+    ) -> std::result::Result<(), String> {
         if !self.is_lost.load(Ordering::Acquire) && self.try_take_credit(cost) {
             return Ok(());
         }
-        let mut check = Instant::now() + LIVENESS_CHECK;
+        let mut check = Instant::now() + wait.check;
+        // Since when the registry could not tell, with no credit coming meanwhile.
+        let mut unanswered: Option<Instant> = None;
+        let mut seen = self.credits.load(Ordering::Acquire);
         let mut st = self.state.lock();
         loop {
             if let Some(why) = &st.lost {
@@ -125,20 +160,43 @@ impl OutLink {
             if self.try_take_credit(cost) {
                 return Ok(());
             }
-            if Instant::now() >= check {
-                // Not under the lock: the router takes it to grant credits.
-                let member =
-                    parking_lot::MutexGuard::unlocked(&mut st, || ibis.is_member(&self.peer));
-                if member == Some(false) {
+            let credits = self.credits.load(Ordering::Acquire);
+            if credits != seen {
+                // Credits flow (just not enough yet): the receiver is alive.
+                seen = credits;
+                unanswered = None;
+            }
+            let now = Instant::now();
+            if let Some(since) = unanswered {
+                if now.duration_since(since) >= wait.unchecked {
                     return Err(format!(
-                        "the registry reports member {} gone while this sender waited for credits",
-                        self.peer
+                        "no credits from member {} for {} ms while the registry cannot \
+                         tell whether it is alive",
+                        self.peer,
+                        now.duration_since(since).as_millis()
                     ));
                 }
-                check = Instant::now() + LIVENESS_CHECK;
+            }
+            if now >= check {
+                // Not under the lock: the router takes it to grant credits.
+                match parking_lot::MutexGuard::unlocked(&mut st, &is_gone) {
+                    Some(true) => {
+                        return Err(format!(
+                            "the registry reports member {} gone while this sender \
+                             waited for credits",
+                            self.peer
+                        ));
+                    }
+                    Some(false) => unanswered = None,
+                    None => {
+                        unanswered.get_or_insert(now);
+                    }
+                }
+                check = Instant::now() + wait.check;
                 continue;
             }
-            self.cond.wait_for(&mut st, Duration::from_millis(100));
+            let nap = (check - now).min(Duration::from_millis(100));
+            self.cond.wait_for(&mut st, nap);
         }
     }
 
@@ -584,4 +642,82 @@ thread_local! {
 /// Whether this thread sent a message since it last asked; clears the mark.
 pub(crate) fn take_sent_since_receive() -> bool {
     SENT_SINCE_RECEIVE.with(|s| s.replace(false))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ipl_registry::MemberId;
+    use std::sync::mpsc;
+
+    /// A bound for what should end soon (a loaded machine).
+    const BOUND: Duration = Duration::from_secs(30);
+
+    fn link() -> Arc<OutLink> {
+        let peer = IbisIdentifier::new(MemberId(7), "pool", "local", "receiver", Vec::new());
+        // No Accept yet: no credits.
+        OutLink::new(1000, peer)
+    }
+
+    /// Runs `f` on a thread and returns its result, failing if it does not end in BOUND.
+    fn bounded<R: Send + 'static>(f: impl FnOnce() -> R + Send + 'static) -> R {
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(f());
+        });
+        rx.recv_timeout(BOUND)
+            .expect("take_credit did not end within its bound")
+    }
+
+    #[test]
+    fn waiting_for_credits_while_the_registry_cannot_tell_is_bounded() {
+        let link = link();
+        let wait = CreditWait {
+            check: Duration::from_millis(5),
+            unchecked: Duration::from_millis(20),
+        };
+        let r = bounded(move || link.take_credit_with(100, wait, || None));
+        let why = r.expect_err("no credit and no registry: the message fails");
+        assert!(why.contains("cannot tell"), "why: {why}");
+    }
+
+    #[test]
+    fn credits_that_come_keep_sends_going_without_a_registry() {
+        let link = link();
+        let wait = CreditWait {
+            check: Duration::from_millis(1),
+            unchecked: Duration::ZERO,
+        };
+        // Every question to the (unanswering) registry is followed by a credit.
+        let l = Arc::clone(&link);
+        let r = bounded(move || {
+            (0..10).try_for_each(|_| {
+                l.take_credit_with(100, wait, || {
+                    l.credit(100);
+                    None
+                })
+            })
+        });
+        assert_eq!(r, Ok(()));
+    }
+
+    #[test]
+    fn a_receiver_reported_gone_fails_the_wait_and_an_unknown_one_does_not() {
+        let link = link();
+        let wait = CreditWait {
+            check: Duration::from_millis(1),
+            unchecked: BOUND,
+        };
+        let asked = Arc::new(AtomicU64::new(0));
+        let (l, a) = (Arc::clone(&link), Arc::clone(&asked));
+        let r = bounded(move || {
+            l.take_credit_with(100, wait, || {
+                // Not gone (e.g. not heard of yet) twice, then reported gone.
+                Some(a.fetch_add(1, Ordering::Relaxed) >= 2)
+            })
+        });
+        let why = r.expect_err("a receiver reported gone fails the message");
+        assert!(why.contains("gone"), "why: {why}");
+        assert_eq!(asked.load(Ordering::Relaxed), 3);
+    }
 }

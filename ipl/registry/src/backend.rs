@@ -94,6 +94,13 @@ pub trait RegistryBackend: Send + Sync {
     /// The current members of `me`'s pool, in join order.
     fn members(&self, me: &IbisIdentifier) -> Result<Vec<IbisIdentifier>>;
 
+    /// Whether `who` has departed from `me`'s pool: it left, or was declared dead, as
+    /// far as `me` has been told. A member `me` has not heard of yet (it joined a moment
+    /// ago and its `Joined` is still on the way, or it is of another pool) has *not*
+    /// departed: only a reported departure counts. Cheap (no copy of the member
+    /// list): asked about each peer of a waiting port once a second.
+    fn is_gone(&self, me: &IbisIdentifier, who: &IbisIdentifier) -> Result<bool>;
+
     /// The status of `me`'s pool.
     fn pool_status(&self, me: &IbisIdentifier) -> Result<PoolStatus>;
 

@@ -388,6 +388,16 @@ impl PoolState {
         self.members.values().map(|m| m.ident.clone()).collect()
     }
 
+    /// Whether `who` was a member of this pool and is no longer (it left or was
+    /// declared dead). Ids are never reused within a pool, so a member not yet
+    /// joined, or of another pool, has not departed.
+    pub fn has_departed(&self, who: &IbisIdentifier) -> bool {
+        if who.pool() != self.name || who.id().0 >= self.next_id {
+            return false;
+        }
+        self.members.get(&who.id()).is_none_or(|m| m.ident != *who)
+    }
+
     /// The number of current members.
     pub fn size(&self) -> usize {
         self.members.len()

@@ -185,6 +185,16 @@ impl RegistryBackend for EmbeddedRegistry {
         Ok(self.inner.state.lock().core.member_pool(me)?.members())
     }
 
+    fn is_gone(&self, me: &IbisIdentifier, who: &IbisIdentifier) -> Result<bool> {
+        Ok(self
+            .inner
+            .state
+            .lock()
+            .core
+            .member_pool(me)?
+            .has_departed(who))
+    }
+
     fn pool_status(&self, me: &IbisIdentifier) -> Result<PoolStatus> {
         Ok(self.inner.state.lock().core.member_pool(me)?.status())
     }

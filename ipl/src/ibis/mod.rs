@@ -85,18 +85,14 @@ impl IbisShared {
             .ok_or_else(|| TransportError::Closed("the Ibis instance has ended".into()))
     }
 
-    /// The pool's members as the registry knows them (None: it cannot tell now).
-    pub(crate) fn members(&self) -> Option<Vec<IbisIdentifier>> {
+    /// Whether the registry reported `who` gone (it left, or was declared dead): Some(false)
+    /// for a live member and for one this member has not heard of yet (its `Joined`
+    /// may still be on the way); None: the registry cannot tell now (lost, silent).
+    pub(crate) fn is_gone(&self, who: &IbisIdentifier) -> Option<bool> {
         self.registry
-            .members(&self.ident)
-            .inspect_err(|e| tracing::debug!(error = %e, "registry: members unknown"))
+            .is_gone(&self.ident, who)
+            .inspect_err(|e| tracing::debug!(error = %e, "registry: cannot tell who is gone"))
             .ok()
-    }
-
-    /// Whether `who` is still a member of the pool, as the registry knows it (None: the
-    /// registry cannot tell now).
-    pub(crate) fn is_member(&self, who: &IbisIdentifier) -> Option<bool> {
-        self.members().map(|m| m.contains(who))
     }
 
     /// Sends one message on a channel.

@@ -115,6 +115,9 @@ struct State {
 struct MemberCache {
     events: VecDeque<(Seq, Event)>,
     members: BTreeMap<MemberId, IbisIdentifier>,
+    /// The members this client was told left or died (`Left`/`Died` events): what
+    /// `is_gone` answers from. One id per departure the pool ever had.
+    departed: HashSet<MemberId>,
     status: PoolStatus,
 }
 
@@ -555,6 +558,7 @@ fn reader_loop(
                 let cache = st.members.entry(k).or_insert_with(|| MemberCache {
                     events: VecDeque::new(),
                     members: BTreeMap::new(),
+                    departed: HashSet::new(),
                     status,
                 });
                 for (_, e) in &events {
@@ -564,6 +568,7 @@ fn reader_loop(
                         }
                         Event::Left(m) | Event::Died(m) => {
                             cache.members.remove(&m.id());
+                            cache.departed.insert(m.id());
                         }
                         _ => {}
                     }
@@ -734,6 +739,12 @@ impl RegistryBackend for NetRegistry {
 
     fn members(&self, me: &IbisIdentifier) -> Result<Vec<IbisIdentifier>> {
         self.with_member(me, |c| c.members.values().cloned().collect())
+    }
+
+    fn is_gone(&self, me: &IbisIdentifier, who: &IbisIdentifier) -> Result<bool> {
+        self.with_member(me, |c| {
+            who.pool() == me.pool() && c.departed.contains(&who.id())
+        })
     }
 
     fn pool_status(&self, me: &IbisIdentifier) -> Result<PoolStatus> {

@@ -10,7 +10,8 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use ipl_registry::{
-    Event, IbisIdentifier, JoinRequest, PoolConfig, Registry, RegistryBackend, RegistryError,
+    Event, IbisIdentifier, JoinRequest, MemberId, PoolConfig, Registry, RegistryBackend,
+    RegistryError,
 };
 
 pub const T: Duration = Duration::from_secs(10);
@@ -159,6 +160,35 @@ pub fn leave_gives_left_and_drop_gives_died(b: &impl Backend) {
     drop(m3);
     assert_eq!(next(&a), Event::Died(id3));
     assert_eq!(a.members().unwrap(), vec![a.identifier().clone()]);
+}
+
+/// `is_gone` says departed only for a member reported Left or Died: not for a live
+/// member, nor for one this member has not heard of (joined a moment ago, or never).
+pub fn is_gone_only_after_a_reported_departure(b: &impl Backend) {
+    let a = join(b, "p");
+    let m2 = join(b, "p");
+    let m3 = join(b, "p");
+    joined(&a, 3);
+    let (me, id2, id3) = (
+        a.identifier().clone(),
+        m2.identifier().clone(),
+        m3.identifier().clone(),
+    );
+    let gone = |who: &IbisIdentifier| a.backend().is_gone(&me, who).unwrap();
+    let unheard_of = IbisIdentifier::new(MemberId(id3.id().get() + 100), "p", "local", "x", vec![]);
+    let other_pool = IbisIdentifier::new(id2.id(), "q", "local", "x", vec![]);
+    assert!(!gone(&id2));
+    assert!(!gone(&unheard_of), "a member not (yet) known is not gone");
+    assert!(!gone(&other_pool));
+    m2.leave().unwrap();
+    assert_eq!(next(&a), Event::Left(id2.clone()));
+    assert!(gone(&id2));
+    assert!(!gone(&id3));
+    drop(m3);
+    assert_eq!(next(&a), Event::Died(id3.clone()));
+    assert!(gone(&id3));
+    assert!(!gone(&me));
+    assert!(!gone(&unheard_of));
 }
 
 pub fn strict_election_with_racing_members(b: &impl Backend) {
@@ -453,6 +483,7 @@ macro_rules! registry_suite {
             sequential_joins_are_seen_in_join_order,
             concurrent_joins_are_totally_ordered,
             leave_gives_left_and_drop_gives_died,
+            is_gone_only_after_a_reported_departure,
             strict_election_with_racing_members,
             election_result_waits_with_timeout,
             winner_leaving_unelects_and_a_new_election_can_be_won,
