@@ -171,8 +171,8 @@ pub struct PoolStats {
     pub members: Vec<MemberStats>,
     /// The sum over the members.
     pub total: MemberStats,
-    /// Members that did not report before the end-of-run deadline, by name (as
-    /// [`MemberStats::name`]).
+    /// Members that did not report before the end-of-run deadline, by IPL name and
+    /// cluster: `member-2 (cluster h1)`.
     pub missing: Vec<String>,
 }
 
