@@ -81,7 +81,9 @@ impl From<ipl::IplError> for RmiError {
     fn from(e: ipl::IplError) -> Self {
         use ipl::IplError as E;
         match e {
-            E::ConnectionsLost { .. } | E::NotConnected => RmiError::ConnectionLost(e.to_string()),
+            E::ConnectionsLost { .. } | E::ConnectionLost { .. } | E::NotConnected => {
+                RmiError::ConnectionLost(e.to_string())
+            }
             E::PortClosed | E::Ended => RmiError::Ended,
             E::Serialization(s) => RmiError::Serialize(s.to_string()),
             E::Decode(d) => RmiError::Malformed(d.to_string()),
@@ -102,5 +104,30 @@ impl From<ipl::IplError> for RmiError {
 impl From<ipl::RegistryError> for RmiError {
     fn from(e: ipl::RegistryError) -> Self {
         RmiError::Ipl(e.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ipl::{IbisIdentifier, IplError, SendPortIdentifier};
+    use ipl_registry::MemberId;
+
+    /// A receive port whose last connection died reports `IplError::ConnectionLost`;
+    /// RMI counts that as a communication failure, like a lost send connection.
+    #[test]
+    fn a_lost_receive_connection_is_a_communication_failure() {
+        let origin = SendPortIdentifier {
+            ibis: IbisIdentifier::new(MemberId(1), "pool", "c0", "member-1", vec![]),
+            name: "rmi-reply".into(),
+        };
+        let e: RmiError = IplError::ConnectionLost {
+            origin: Box::new(origin),
+            reason: "reset by peer".into(),
+        }
+        .into();
+        assert!(matches!(e, RmiError::ConnectionLost(_)), "{e:?}");
+        assert!(e.is_communication());
+        assert!(e.to_string().contains("reset by peer"), "{e}");
     }
 }

@@ -45,7 +45,7 @@
 //!
 //! Configuration: every setting is a [`SatinBuilder`] option; the `SATIN_*`
 //! environment variables are one layer under the builder's settings, read in one
-//! place ([`env`]).
+//! place ([`env`](mod@env)).
 //!
 //! Applications (fib, nqueens, ...) are not part of this crate: they live in the
 //! `ibis-apps` crate of the examples.

@@ -172,6 +172,9 @@ fn wrong_secret_is_refused_and_never_joins() {
     // An unsupported version is refused with a reason.
     let (_, _, ch) = raw_hello(&net, &stranger, 999);
     assert!(ch.challenge.unwrap_err().to_string().contains("version"));
+    // So is protocol v2, whose refusal was a bare string (v3 made it `Refusal`).
+    let (_, _, ch) = raw_hello(&net, &stranger, 2);
+    assert!(ch.challenge.unwrap_err().to_string().contains("version 2"));
 
     assert_eq!(net.registry_pool_size("p"), Some(1));
     assert_eq!(a.members().unwrap(), vec![a.identifier().clone()]);

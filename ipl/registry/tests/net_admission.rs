@@ -52,50 +52,63 @@ fn a_slow_loris_is_cut_off_at_the_handshake_deadline() {
     let mut s = TcpStream::connect(srv.local_addr()).unwrap();
     s.set_read_timeout(Some(Duration::from_millis(100)))
         .unwrap();
+    // Cut while the bytes still come: the whole trickle takes over ten times the
+    // deadline (longer still on a loaded machine), each gap well within it.
     let start = Instant::now();
-    let mut cut = None;
-    for &byte in &hello[..hello.len() - 1] {
-        if s.write_all(&[byte]).is_err() || closed(&mut s) {
-            cut = Some(start.elapsed());
-            break;
-        }
-    }
-    let cut = cut.unwrap_or_else(|| {
-        panic!(
-            "a client trickling {} bytes for {:?} was never cut off (deadline {deadline:?})",
-            hello.len() - 1,
-            start.elapsed()
-        )
-    });
+    let cut = hello[..hello.len() - 1]
+        .iter()
+        .any(|&byte| s.write_all(&[byte]).is_err() || closed(&mut s));
     assert!(
-        cut < deadline + Duration::from_secs(2),
-        "cut off after {cut:?}"
+        cut,
+        "a client trickling {} bytes for {:?} was never cut off (deadline {deadline:?})",
+        hello.len() - 1,
+        start.elapsed()
     );
     assert_eq!(srv.connections(), 0);
+}
+
+/// Strangers that hold every slot until `deadline`, on a server bounded at `n`
+/// handshakes: the server, its address and the strangers' connections.
+fn held_by_strangers(
+    secret: &PoolSecret,
+    deadline: Duration,
+    n: usize,
+) -> (ipl_registry::ServerHandle, SocketAddr, Vec<TcpStream>) {
+    let srv = RegistryServer::bind("127.0.0.1:0", secret.clone())
+        .unwrap()
+        .with_handshake_timeout(deadline)
+        .with_max_handshakes(n)
+        .run_in_background()
+        .unwrap();
+    let addr: SocketAddr = srv.local_addr();
+    let strangers: Vec<TcpStream> = (0..n).map(|_| TcpStream::connect(addr).unwrap()).collect();
+    let end = Instant::now() + T;
+    while srv.handshakes() < n {
+        assert!(Instant::now() < end, "the strangers were never accepted");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    (srv, addr, strangers)
+}
+
+/// Joins a pool of one over `member` and leaves.
+fn join_and_leave(member: NetRegistry) {
+    let m = member
+        .join("pool", PoolConfig::closed_world(1), JoinRequest::new("c"))
+        .unwrap();
+    m.wait_until_pool_closed(Some(T)).unwrap();
+    m.leave().unwrap();
 }
 
 #[test]
 fn beyond_the_handshake_bound_strangers_are_closed_at_once_and_members_still_join() {
     let secret = PoolSecret::generate().unwrap();
-    let deadline = Duration::from_secs(2);
-    let srv = RegistryServer::bind("127.0.0.1:0", secret.clone())
-        .unwrap()
-        .with_handshake_timeout(deadline)
-        .with_max_handshakes(4)
-        .run_in_background()
-        .unwrap();
-    let addr: SocketAddr = srv.local_addr();
-    // Four silent strangers hold every slot.
-    let strangers: Vec<TcpStream> = (0..4).map(|_| TcpStream::connect(addr).unwrap()).collect();
-    let end = Instant::now() + T;
-    while srv.handshakes() < 4 {
-        assert!(Instant::now() < end, "the strangers were never accepted");
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    // A fifth is turned away at once, long before the deadline: a short busy refusal,
-    // then the connection is closed.
+    // A deadline no loaded machine reaches: the four strangers hold their slots for
+    // the whole test, so every count below is exact.
+    let (srv, addr, strangers) = held_by_strangers(&secret, Duration::from_secs(600), 4);
+    // A fifth is turned away at once: a short busy refusal, then the connection is
+    // closed (the read timeout only bounds the test; the deadline is far away).
     let mut fifth = TcpStream::connect(addr).unwrap();
-    fifth.set_read_timeout(Some(deadline / 2)).unwrap();
+    fifth.set_read_timeout(Some(T)).unwrap();
     let refusal: protocol::Challenge = protocol::read_msg(&mut fifth, 64).unwrap();
     assert_eq!(
         refusal.challenge,
@@ -113,23 +126,19 @@ fn beyond_the_handshake_bound_strangers_are_closed_at_once_and_members_still_joi
         }
         other => panic!("expected Busy, got {other:?}"),
     }
-    assert!(srv.refused_connections() >= 1);
-    // A member gets in once the strangers' handshakes reach their deadline.
-    let start = Instant::now();
-    let member = loop {
-        match NetRegistry::connect(addr, &secret, T) {
-            Ok(c) => break c,
-            Err(e) => {
-                assert!(start.elapsed() < T, "a member never got in: {e}");
-                std::thread::sleep(Duration::from_millis(50));
-            }
-        }
-    };
-    let m = member
-        .join("pool", PoolConfig::closed_world(1), JoinRequest::new("c"))
-        .unwrap();
-    m.wait_until_pool_closed(Some(T)).unwrap();
-    m.leave().unwrap();
+    assert!(srv.refused_connections() >= 2);
+    // Once the strangers are gone, a member gets in.
+    drop(strangers);
+    join_and_leave(NetRegistry::connect(addr, &secret, T).expect("a member gets in"));
+}
+
+#[test]
+fn strangers_hold_their_slots_only_until_the_handshake_deadline() {
+    let secret = PoolSecret::generate().unwrap();
+    // The strangers stay connected and silent; their handshakes end at the deadline,
+    // and a member retrying a busy server (within T) then gets in.
+    let (_srv, addr, strangers) = held_by_strangers(&secret, Duration::from_millis(300), 4);
+    join_and_leave(NetRegistry::connect(addr, &secret, T).expect("a member gets in"));
     drop(strangers);
 }
 

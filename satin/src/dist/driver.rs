@@ -27,7 +27,6 @@ const REGISTRY_CHECK: Duration = Duration::from_millis(200);
 /// anybody, as a reset link would end it. Ignored when malformed.
 pub(crate) const DROP_LINK_ENV: &str = "SATIN_TEST_DROP_LINK";
 
-/// The hook of [`DROP_LINK_ENV`] for node `me`: (peer, after this many sends).
 /// A member as the user knows it, from its entry in [`DriverInit::members`]: its IPL
 /// name and cluster, `member-2 (cluster h1)`.
 fn member_label(member: Option<&(u64, String, String)>) -> String {
@@ -37,6 +36,7 @@ fn member_label(member: Option<&(u64, String, String)>) -> String {
     }
 }
 
+/// The hook of [`DROP_LINK_ENV`] for node `me`: (peer, after this many sends).
 fn drop_link_hook(me: u32, master: u32, nodes: u32) -> Option<(u32, u64, bool)> {
     let v = std::env::var(DROP_LINK_ENV).ok()?;
     let (which, n) = v.split_once(':')?;

@@ -45,7 +45,7 @@
 //!
 //! Each member has one receive port `satin` (many-to-one, message upcalls, object
 //! serialization, reliable and FIFO) and a send port connected to every other
-//! member. A message is a header (sender, [`protocol`] message) followed by raw bytes
+//! member. A message is a header (sender, `protocol` message) followed by raw bytes
 //! for a job or result:
 //!
 //! - `StealRequest { id, synchronous }` and `StealReply { id, job }`: the victim's

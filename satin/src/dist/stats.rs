@@ -9,8 +9,8 @@ pub struct MemberStats {
     /// The member's node number (`satin_core::NodeId`: members numbered in join
     /// order, for the load balancer; not shown to users).
     pub node: u32,
-    /// The member's name as the user knows it ([`member_label`](super::member_label):
-    /// `member-R`, R the rank its launcher gave it).
+    /// The member's IPL name as the user knows it (`member-R`, R the rank its launcher
+    /// gave it; the driver's error messages show it with the cluster).
     pub name: String,
     /// The member's cluster.
     pub cluster: String,
@@ -171,8 +171,8 @@ pub struct PoolStats {
     pub members: Vec<MemberStats>,
     /// The sum over the members.
     pub total: MemberStats,
-    /// Members that did not report before the end-of-run deadline, by name (as
-    /// [`MemberStats::name`]).
+    /// Members that did not report before the end-of-run deadline, by IPL name and
+    /// cluster: `member-2 (cluster h1)`.
     pub missing: Vec<String>,
 }
 

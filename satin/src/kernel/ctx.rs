@@ -74,7 +74,7 @@ impl Ctx {
     /// Opens a spawn frame: the scope of a group of spawns and their `sync`.
     ///
     /// Results of an earlier frame of this context can no longer be read after this
-    /// (the borrow checker enforces it: its [`Synced`] and tickets borrow the context).
+    /// (the borrow checker enforces it: its [`Synced`](super::Synced) and tickets borrow the context).
     /// Opening a frame costs nothing: its id is drawn, and the records of the last
     /// synced frame are recycled, only once it queues a child.
     #[inline(always)]

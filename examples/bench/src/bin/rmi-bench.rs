@@ -27,7 +27,7 @@ use clap::{Parser, Subcommand};
 use ibis_bench::pair::PairPool;
 use ibis_bench::{at_least_one, median, report, stats, us, Figure};
 use ibis_rmi::{remote, Rmi, RmiError};
-use ipl::{Ibis, ReadMessage, ReceivePort, SendPort};
+use ipl::{Ibis, IbisIdentifier, IplError, ReadMessage, ReceivePort, SendPort};
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 
@@ -156,15 +156,25 @@ fn serve(rmi: &Rmi) -> Res<mpsc::Receiver<()>> {
     let rp = ibis.create_receive_port(&t, "bench-echo")?;
     rp.enable_connections();
     let mut sp = ibis.create_send_port(&t, "bench-echo-reply")?;
+    // It answers one client at a time (the one that sent the message) and outlives
+    // a client that dies: only the port's closing ends it.
     std::thread::spawn(move || {
-        let mut connected = false;
-        while let Ok(mut m) = rp.receive() {
-            if !connected {
-                let origin = m.origin().ibis.clone();
-                if sp.connect_to(&origin, "bench-echo-back", WAIT).is_err() {
-                    return;
+        let mut client: Option<IbisIdentifier> = None;
+        loop {
+            let mut m = match rp.receive() {
+                Ok(m) => m,
+                Err(IplError::ConnectionLost { .. }) => continue,
+                Err(_) => return,
+            };
+            let origin = m.origin().ibis.clone();
+            if client.as_ref() != Some(&origin) {
+                for r in sp.connected_to() {
+                    let _ = sp.disconnect(&r);
                 }
-                connected = true;
+                client = sp
+                    .connect_to(&origin, "bench-echo-back", WAIT)
+                    .is_ok()
+                    .then_some(origin);
             }
             if m.remaining() > 0 {
                 let _ = m
@@ -172,9 +182,9 @@ fn serve(rmi: &Rmi) -> Res<mpsc::Receiver<()>> {
                     .map(|a| std::hint::black_box(a.len()));
             }
             m.finish();
-            let ok = sp.new_message().and_then(|w| w.finish());
-            if ok.is_err() {
-                return;
+            if client.is_some() && sp.new_message().and_then(|w| w.finish()).is_err() {
+                // The client is gone; the next one gets a fresh connection.
+                client = None;
             }
         }
     });

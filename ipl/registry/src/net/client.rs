@@ -150,6 +150,37 @@ fn handshake_error(step: &str, e: FrameError) -> RegistryError {
     }
 }
 
+/// Why one attempt of [`NetRegistry::connect`] failed.
+enum Attempt {
+    /// Turned away before the handshake (busy, or cut before any answer): another
+    /// attempt may get in.
+    Retry(RegistryError),
+    /// Refused or failed for good (wrong secret, protocol version, no server).
+    Failed(RegistryError),
+}
+
+impl From<RegistryError> for Attempt {
+    fn from(e: RegistryError) -> Self {
+        Attempt::Failed(e)
+    }
+}
+
+/// Whether reading the server's first answer failed because the connection was closed
+/// or reset before any frame came (not a timeout, not a malformed answer).
+fn cut_before_answer(e: &FrameError) -> bool {
+    match e {
+        FrameError::Closed => true,
+        FrameError::Io(e) => matches!(
+            e.kind(),
+            io::ErrorKind::ConnectionReset
+                | io::ErrorKind::ConnectionAborted
+                | io::ErrorKind::UnexpectedEof
+                | io::ErrorKind::BrokenPipe
+        ),
+        _ => false,
+    }
+}
+
 impl NetRegistry {
     /// Connects to the registry server at `addr` within `timeout` and
     /// authenticates with `secret` (the same bound applies to the handshake).
@@ -161,7 +192,10 @@ impl NetRegistry {
     ///
     /// A server at its bound of connections in the handshake turns the connection
     /// away at once, saying so; the client then retries (after 50 ms, doubling up to
-    /// 1 s) until `timeout` has passed, and fails with [`RegistryError::Busy`].
+    /// 1 s) until `timeout` has passed, and fails with [`RegistryError::Busy`]. A
+    /// connection closed or reset before the server's first answer (a busy refusal
+    /// lost on the way) is retried the same way; a refusal that came (another secret,
+    /// another protocol version) fails at once.
     pub fn connect(
         addr: impl ToSocketAddrs,
         secret: &PoolSecret,
@@ -181,28 +215,34 @@ impl NetRegistry {
         let mut pause = BUSY_PAUSE;
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
-            match Self::connect_once(&addrs, secret, left) {
-                Err(RegistryError::Busy { in_progress, .. }) => {
-                    let left = deadline.saturating_duration_since(Instant::now());
-                    if left.is_zero() {
-                        return Err(RegistryError::Busy {
-                            in_progress,
-                            waited_ms: u64::try_from(start.elapsed().as_millis())
-                                .unwrap_or(u64::MAX),
-                        });
-                    }
-                    tracing::debug!(in_progress, "the registry is busy; retrying");
-                    // Backoff before the next attempt, never past the deadline.
-                    thread::sleep(pause.min(left));
-                    pause = (pause * 2).min(BUSY_PAUSE_MAX);
-                }
-                other => return other,
+            let error = match Self::connect_once(&addrs, secret, left) {
+                Ok(c) => return Ok(c),
+                Err(Attempt::Failed(e)) => return Err(e),
+                Err(Attempt::Retry(e)) => e,
+            };
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(match error {
+                    RegistryError::Busy { in_progress, .. } => RegistryError::Busy {
+                        in_progress,
+                        waited_ms: u64::try_from(start.elapsed().as_millis()).unwrap_or(u64::MAX),
+                    },
+                    other => other,
+                });
             }
+            tracing::debug!(error = %error, "the registry turned the connection away; retrying");
+            // Backoff before the next attempt, never past the deadline.
+            thread::sleep(pause.min(left));
+            pause = (pause * 2).min(BUSY_PAUSE_MAX);
         }
     }
 
     /// One attempt of [`connect`](Self::connect), within `timeout`.
-    fn connect_once(addrs: &[SocketAddr], secret: &PoolSecret, timeout: Duration) -> Result<Self> {
+    fn connect_once(
+        addrs: &[SocketAddr],
+        secret: &PoolSecret,
+        timeout: Duration,
+    ) -> Result<Self, Attempt> {
         let timeout = timeout.max(Duration::from_millis(1));
         let mut last = None;
         let mut stream = None;
@@ -241,26 +281,39 @@ impl NetRegistry {
         let challenge: std::result::Result<Challenge, FrameError> =
             read_msg(&mut reader, MAX_HANDSHAKE_FRAME);
         // A busy server answers before reading the hello and closes: its refusal is
-        // what counts, even if writing the hello failed.
+        // what counts, even if writing the hello failed. A connection closed or reset
+        // before any answer came is most likely a busy refusal lost on the way (the
+        // server closes with our hello unread, which may reset the connection before
+        // its refusal is read): worth another attempt.
         let challenge = match (hello, challenge) {
             (_, Ok(c)) => c,
-            (Err(e), Err(_)) => return Err(handshake_error("hello", e)),
-            (Ok(()), Err(e)) => return Err(handshake_error("challenge", e)),
+            (hello, Err(e)) => {
+                let cut = cut_before_answer(&e);
+                let e = match hello {
+                    Err(h) => handshake_error("hello", h),
+                    Ok(()) => handshake_error("challenge", e),
+                };
+                return Err(if cut {
+                    Attempt::Retry(e)
+                } else {
+                    Attempt::Failed(e)
+                });
+            }
         };
         let challenge = challenge.challenge.map_err(|r| match r {
-            Refusal::Busy { in_progress } => RegistryError::Busy {
+            Refusal::Busy { in_progress } => Attempt::Retry(RegistryError::Busy {
                 in_progress,
                 waited_ms: 0,
-            },
-            Refusal::Other(reason) => RegistryError::Refused(reason),
+            }),
+            Refusal::Other(reason) => Attempt::Failed(RegistryError::Refused(reason)),
         })?;
         let proof = match initiator.on_challenge(&challenge) {
             Ok(p) => p,
             Err(AuthError::BadProof) => {
                 let _ = stream.shutdown(Shutdown::Both);
-                return Err(refused_by_secret());
+                return Err(refused_by_secret().into());
             }
-            Err(e) => return Err(auth(e)),
+            Err(e) => return Err(auth(e).into()),
         };
         write_msg(&mut writer, &Finish { proof }).map_err(|e| handshake_error("finish", e))?;
         let welcome: Welcome = read_msg(&mut reader, MAX_HANDSHAKE_FRAME)
@@ -305,7 +358,7 @@ impl NetRegistry {
                 Ok(t) => (stop, t),
                 Err(e) => {
                     let _ = stream.shutdown(Shutdown::Both);
-                    return Err(RegistryError::Thread(e.to_string()));
+                    return Err(RegistryError::Thread(e.to_string()).into());
                 }
             }
         };

@@ -41,8 +41,9 @@ use crate::event::{Event, Seq};
 use crate::identifier::{IbisIdentifier, MemberId};
 
 /// Version of this protocol, sent in [`Hello`]. A server refuses any other
-/// version with a reason (version 2 added heartbeats).
-pub const PROTOCOL_VERSION: u32 = 2;
+/// version with a reason (version 2 added heartbeats; version 3 made the
+/// [`Challenge`] refusal the enum [`Refusal`] instead of a string).
+pub const PROTOCOL_VERSION: u32 = 3;
 
 /// The `ipl_auth` context of the registry handshake.
 pub const AUTH_CONTEXT: &[u8] = b"ipl-registry";

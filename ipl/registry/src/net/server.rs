@@ -1,7 +1,7 @@
 //! [`RegistryServer`]: the registry over TCP.
 
 use std::collections::{BTreeSet, HashMap};
-use std::io::{self, BufReader, BufWriter, Write};
+use std::io::{self, BufReader, BufWriter, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc};
@@ -396,20 +396,34 @@ fn accept_loop(listener: &TcpListener, shared: &Arc<ServerShared>) -> io::Result
     Ok(())
 }
 
+/// The most of a turned-away peer's bytes read before closing (see [`turn_away`]).
+const TURN_AWAY_DRAIN: usize = 4096;
+
 /// Turns away a connection beyond the handshake bound: one short frame saying so
 /// (a `Challenge` refused as busy, which a client reads in the place of the
 /// challenge), written without waiting (a fresh socket's buffer takes it; if not,
-/// nothing is sent), then the connection is closed. Nothing of the peer is read and
-/// no thread is started: a stranger gets a few bytes for its connection, no more.
+/// nothing is sent), then the connection is closed. Before closing, what the peer has
+/// already sent (its hello) is read without waiting, at most [`TURN_AWAY_DRAIN`]
+/// bytes: closing with unread bytes would reset the connection, and the reset may
+/// overtake the refusal (the client then sees a reset, not "busy"). No thread is
+/// started: a stranger gets a few bytes for its connection, no more.
 fn turn_away(stream: TcpStream, in_progress: usize) {
     let refusal = Challenge {
         challenge: Err(Refusal::Busy {
             in_progress: u32::try_from(in_progress).unwrap_or(u32::MAX),
         }),
     };
-    if let Ok(frame) = encode(&refusal) {
-        if stream.set_nonblocking(true).is_ok() {
+    if stream.set_nonblocking(true).is_ok() {
+        if let Ok(frame) = encode(&refusal) {
             let _ = (&stream).write(&frame);
+        }
+        let mut buf = [0u8; 512];
+        let mut read = 0;
+        while read < TURN_AWAY_DRAIN {
+            match (&stream).read(&mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => read += n,
+            }
         }
     }
     let _ = stream.shutdown(Shutdown::Both);
