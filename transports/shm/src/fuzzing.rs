@@ -12,6 +12,7 @@ use crate::handshake::{
 };
 use crate::layout::{self, check_segment, segment_size, Kind, MIN_CAPACITY};
 use crate::link::{Link, RxState};
+use crate::reassembly::Reassembly;
 use crate::region::Region;
 use crate::ring::{Cursor, RingPlace, RingRx, RingTx};
 
@@ -112,7 +113,7 @@ pub fn hostile_ring(mut ops: &[u8]) {
     };
     let mut rx = RxState {
         ring: rx,
-        partial: None,
+        reassembly: Reassembly::default(),
         last_channel: CachedLookup::default(),
     };
     let shared = rx.ring.shared().clone();
