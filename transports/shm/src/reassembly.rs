@@ -58,7 +58,7 @@ impl Reassembly {
 
     /// The message being reassembled: its wire channel id, its bytes so far and their
     /// allocation.
-    #[cfg(test)]
+    #[cfg(any(test, feature = "fuzzing"))]
     pub(crate) fn pending(&self) -> Option<(u64, usize, usize)> {
         self.partial
             .as_ref()
