@@ -336,32 +336,28 @@ impl Inner {
                     None
                 }
                 Kind::Frag | Kind::FragEnd => {
-                    let max = self.cfg.max_message;
-                    let partial = rx.partial.get_or_insert_with(|| (c.channel, Vec::new()));
-                    if partial.0 != c.channel {
-                        release();
-                        Some(format!(
-                            "fragment of channel {:#x} inside a message of channel {:#x}",
-                            c.channel, partial.0
-                        ))
-                    } else if partial.1.len() + c.len > max {
-                        release();
-                        Some(format!("fragmented message exceeds max_message ({max})"))
-                    } else {
-                        let mut v = std::mem::take(&mut partial.1);
-                        let copied = rx.ring.copy_payload(&c, &mut v);
-                        release();
-                        if c.kind == Kind::FragEnd {
-                            rx.partial = None;
-                            if copied.is_ok() {
-                                if let Some(ch) = self.lookup(link, &mut rx, c.channel) {
-                                    given = hand(ch, c.channel, PluginBuffer::owned(v));
-                                }
+                    let last = c.kind == Kind::FragEnd;
+                    let RxState {
+                        ring, reassembly, ..
+                    } = &mut *rx;
+                    let pushed =
+                        reassembly.push(c.channel, last, c.len, self.cfg.max_message, |v| {
+                            let copied = ring.copy_payload(&c, v);
+                            release();
+                            copied
+                        });
+                    match pushed {
+                        Ok(None) => None,
+                        Ok(Some((wire, v))) => {
+                            if let Some(ch) = self.lookup(link, &mut rx, wire) {
+                                given = hand(ch, wire, PluginBuffer::owned(v));
                             }
-                        } else if let Some(p) = rx.partial.as_mut() {
-                            p.1 = v;
+                            None
                         }
-                        None
+                        Err(why) => {
+                            release();
+                            Some(why)
+                        }
                     }
                 }
             };

@@ -12,6 +12,7 @@ use crate::handshake::{
 };
 use crate::layout::{self, check_segment, segment_size, Kind, MIN_CAPACITY};
 use crate::link::{Link, RxState};
+use crate::reassembly::Reassembly;
 use crate::region::Region;
 use crate::ring::{Cursor, RingPlace, RingRx, RingTx};
 
@@ -67,6 +68,9 @@ pub fn handshake(data: &[u8]) {
 /// Ring capacity of the hostile ring harness (the smallest a ring may have).
 const CAP: usize = MIN_CAPACITY;
 
+/// `max_message` of the hostile ring harness's reassembly: a few fragments reach it.
+const MAX_MESSAGE: usize = 4096;
+
 /// Reads a little-endian number of `N` bytes from the front of `ops`, if there are.
 fn take<const N: usize>(ops: &mut &[u8]) -> Option<[u8; N]> {
     let (v, rest) = ops.split_first_chunk::<N>()?;
@@ -81,8 +85,9 @@ fn take<const N: usize>(ops: &mut &[u8]) -> Option<[u8; N]> {
 /// - peer writes: bytes at an offset anywhere in the segment, or near the slot we
 ///   read next (so that headers land where they are looked at), or a word at a
 ///   control index of either ring;
-/// - we take the next slot (as the endpoint does: `Link::poll`), copy its payload,
-///   and keep the slot held or release it;
+/// - we take the next slot (as the endpoint does: `Link::poll`), copy its payload
+///   (a fragment's into the message being reassembled, with a `max_message` of
+///   [`MAX_MESSAGE`]), and keep the slot held or release it;
 /// - we release a held slot (any one, in any order, twice at times);
 /// - we publish our read position;
 /// - we send a message on the other ring (whose credits the peer's tail grants).
@@ -91,8 +96,10 @@ fn take<const N: usize>(ops: &mut &[u8]) -> Option<[u8; N]> {
 ///   when a hostile write broke it: the peer's problem).
 ///
 /// Panics if a completion points outside the ring, a payload is longer than the ring,
-/// or the bytes consumed and not reclaimed exceed the ring. A protocol error ends the
-/// run, as it ends the connection.
+/// the bytes consumed and not reclaimed exceed the ring, or a message being reassembled
+/// or delivered is longer (or allocated larger) than `max_message`. A ring protocol
+/// error ends the run, as it ends the connection; a reassembly error (a fragment of
+/// another channel, a message too long) starts the next message afresh.
 pub fn hostile_ring(mut ops: &[u8]) {
     // One segment for every run (allocating it costs more than a run), zeroed anew:
     // a fresh segment is all zero.
@@ -112,7 +119,7 @@ pub fn hostile_ring(mut ops: &[u8]) {
     };
     let mut rx = RxState {
         ring: rx,
-        partial: None,
+        reassembly: Reassembly::default(),
         last_channel: CachedLookup::default(),
     };
     let shared = rx.ring.shared().clone();
@@ -177,10 +184,38 @@ pub fn hostile_ring(mut ops: &[u8]) {
                 assert!(c.offset + c.len <= CAP, "payload outside the ring: {c:?}");
                 assert!(c.slot as usize <= CAP, "{c:?}");
                 next_read = c.pos + c.slot;
-                if matches!(c.kind, Kind::Data | Kind::Frag | Kind::FragEnd) {
+                if c.kind == Kind::Data {
                     let mut v = Vec::new();
                     rx.ring.copy_payload(&c, &mut v).expect("checked above");
                     assert_eq!(v.len(), c.len);
+                }
+                if matches!(c.kind, Kind::Frag | Kind::FragEnd) {
+                    let RxState {
+                        ring, reassembly, ..
+                    } = &mut rx;
+                    let last = c.kind == Kind::FragEnd;
+                    let pushed = reassembly.push(c.channel, last, c.len, MAX_MESSAGE, |v| {
+                        let before = v.len();
+                        ring.copy_payload(&c, v).expect("checked above");
+                        assert_eq!(v.len() - before, c.len);
+                        Ok::<(), ()>(())
+                    });
+                    match pushed {
+                        Ok(Some((ch, v))) => {
+                            assert_eq!(ch, c.channel);
+                            assert!(v.len() <= MAX_MESSAGE, "{} bytes delivered", v.len());
+                        }
+                        Ok(None) => {}
+                        // The endpoint would drop the connection; here the next
+                        // message starts afresh, so that the ring is explored further.
+                        Err(_) => *reassembly = Reassembly::default(),
+                    }
+                    if let Some((_, len, cap)) = reassembly.pending() {
+                        assert!(
+                            len <= MAX_MESSAGE && cap <= MAX_MESSAGE,
+                            "{len} bytes ({cap} allocated) of a message of at most {MAX_MESSAGE}"
+                        );
+                    }
                 }
                 match taken.seq {
                     Some(seq) if op % 9 == 3 && taken.in_place => held.push(seq),

@@ -73,6 +73,7 @@ mod layout;
 mod link;
 mod park;
 mod producer;
+mod reassembly;
 mod reclaim;
 mod region;
 mod ring;

@@ -18,6 +18,7 @@ use crate::chan_map::ChanHasher;
 use crate::consumer::Completion;
 use crate::handshake::Established;
 use crate::layout::Kind;
+use crate::reassembly::Reassembly;
 use crate::region::Region;
 use crate::ring::{Cursor, DriverError, RingPlace, RingRx, RingTx, RxShared, Taken};
 
@@ -25,8 +26,8 @@ use crate::ring::{Cursor, DriverError, RingPlace, RingRx, RingTx, RxShared, Take
 #[derive(Debug)]
 pub(crate) struct RxState {
     pub ring: RingRx,
-    /// A fragmented message being reassembled: (wire id, bytes so far).
-    pub partial: Option<(u64, Vec<u8>)>,
+    /// The fragmented message being reassembled.
+    pub reassembly: Reassembly,
     /// The channel of the last message taken (most messages follow one on the same
     /// channel).
     pub last_channel: CachedLookup,
@@ -116,7 +117,7 @@ impl Link {
             rx_shared: rx.shared().clone(),
             rx: Mutex::new(RxState {
                 ring: rx,
-                partial: None,
+                reassembly: Reassembly::default(),
                 last_channel: CachedLookup::default(),
             }),
             credit: (Mutex::new(()), Condvar::new()),
