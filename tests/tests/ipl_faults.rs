@@ -25,6 +25,10 @@ use ipl_registry::net::Heartbeat;
 use ipl_registry::{RegistryServer, ServerHandle};
 use ipl_tools::launcher::{unique_pool_name, PoolEnv};
 
+#[path = "../common/sockets.rs"]
+mod sockets;
+use sockets::{can_reset, connections, port};
+
 /// The bound on each expected line (a reported error, a delivered message, a state):
 /// generous for a loaded two-core machine; none of the waits it bounds takes more than
 /// a second on an idle one, except where a test says otherwise.
@@ -418,70 +422,19 @@ fn frozen_member_killed_shm() {
     frozen_member("shm", false);
 }
 
-/// Whether this process may reset sockets (`ss -K` needs root and `ss`).
-fn can_reset() -> bool {
-    rustix::process::geteuid().is_root()
-        && Command::new("ss")
-            .arg("-V")
-            .output()
-            .is_ok_and(|o| o.status.success())
-}
-
-/// The port of `address:port`.
-fn port_of(a: &str) -> &str {
-    a.rsplit(':').next().unwrap_or_default()
-}
-
-/// The established TCP connections of `ss -tnp` as (local, peer, pid of the local end).
-fn tcp_connections() -> Vec<(String, String, u32)> {
-    let out = Command::new("ss").args(["-Htnp"]).output().expect("run ss");
-    let text = String::from_utf8_lossy(&out.stdout);
-    text.lines()
-        .filter_map(|line| {
-            let cols: Vec<&str> = line.split_whitespace().collect();
-            if cols.len() < 6 || cols[0] != "ESTAB" {
-                return None;
-            }
-            let pid = cols[5..]
-                .iter()
-                .find_map(|c| c.split("pid=").nth(1))
-                .and_then(|p| p.split([',', ')']).next())
-                .and_then(|p| p.parse::<u32>().ok())?;
-            Some((cols[3].to_string(), cols[4].to_string(), pid))
-        })
-        .collect()
-}
-
 /// Resets (`ss -K`) every TCP connection between members `a` and `b`, from `a`'s end
 /// (the kernel aborts that socket and sends the peer a reset). Returns how many.
 fn reset_between(a: &Member, b: &Member) -> usize {
-    let conns = tcp_connections();
+    let conns = connections(&[a.pid(), b.pid()]);
     let mut n = 0;
-    for (local, peer, pid) in &conns {
-        let to_b = conns.iter().any(|(l, p, q)| {
-            *q == b.pid() && port_of(l) == port_of(peer) && port_of(p) == port_of(local)
+    for c in conns.iter().filter(|c| c.pid == a.pid()) {
+        let to_b = conns.iter().any(|o| {
+            o.pid == b.pid() && port(&o.local) == port(&c.peer) && port(&o.peer) == port(&c.local)
         });
-        if *pid != a.pid() || !to_b {
-            continue;
+        if to_b {
+            assert!(sockets::reset(c), "ss -K {} {} failed", c.local, c.peer);
+            n += 1;
         }
-        let ok = Command::new("ss")
-            .args([
-                "-K",
-                "src",
-                "127.0.0.1",
-                "sport",
-                "=",
-                port_of(local),
-                "dst",
-                "127.0.0.1",
-                "dport",
-                "=",
-                port_of(peer),
-            ])
-            .output()
-            .is_ok_and(|o| o.status.success());
-        assert!(ok, "ss -K {local} {peer} failed");
-        n += 1;
     }
     n
 }
