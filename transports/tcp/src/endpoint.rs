@@ -458,7 +458,7 @@ impl Inner {
     fn read_frames(&self, conn: &Arc<Conn>) -> Result<(), String> {
         let peer = conn.peer;
         let mut r = BufReader::with_capacity(net::READ_CHUNK, &*conn.sock);
-        let io = |e: std::io::Error| format!("tcp connection to {peer} failed: {e}");
+        let io = |e: std::io::Error| net::read_failure(&peer, &e);
         let protocol = |what: String| {
             tracing::warn!(peer = %peer, "tcp: protocol error from {peer}: {what}");
             format!("tcp protocol error from {peer}: {what}")

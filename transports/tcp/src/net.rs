@@ -132,6 +132,20 @@ pub(crate) fn read_payload(r: &mut impl Read, len: usize) -> io::Result<Vec<u8>>
     Ok(v)
 }
 
+/// Why a connection's reader stopped, for its error: a stream that ends inside a frame
+/// (the peer closed or died mid-message) says so, instead of the standard library's
+/// "failed to fill whole buffer".
+pub(crate) fn read_failure(peer: &impl std::fmt::Display, e: &io::Error) -> String {
+    if e.kind() == io::ErrorKind::UnexpectedEof {
+        format!(
+            "tcp connection to {peer} ended in the middle of a message \
+             (the peer closed it or died while sending)"
+        )
+    } else {
+        format!("tcp connection to {peer} failed: {e}")
+    }
+}
+
 /// Whether an I/O error means a read or write timeout expired.
 pub(crate) fn is_timeout(e: &io::Error) -> bool {
     matches!(
@@ -142,6 +156,20 @@ pub(crate) fn is_timeout(e: &io::Error) -> bool {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_stream_ending_inside_a_frame_is_named_as_such() {
+        let mut v = Vec::new();
+        let e = read_payload_into(&mut &[1u8, 2, 3][..], &mut v, 10).unwrap_err();
+        let text = read_failure(&"127.0.0.1:9", &e);
+        assert!(text.contains("ended in the middle of a message"), "{text}");
+        assert!(!text.contains("fill whole buffer"), "{text}");
+        let mut h = [0u8; 4];
+        let e = read_exact_or_eof(&mut &[1u8][..], &mut h).unwrap_err();
+        assert!(read_failure(&"p", &e).contains("in the middle"));
+        let other = io::Error::from(io::ErrorKind::ConnectionReset);
+        assert!(read_failure(&"p", &other).contains("failed"));
+    }
+
     use super::*;
 
     #[test]
