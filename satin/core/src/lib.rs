@@ -81,12 +81,14 @@
 
 #![forbid(unsafe_code)]
 
+pub mod key;
 pub mod node;
 pub mod rng;
 pub mod sim;
 pub mod stats;
 pub mod topology;
 
+pub use key::JobKey;
 pub use node::{Action, Config, Error, Event, JobRef, Node, Policy, StealId, TimerId};
 pub use stats::{Counters, Stats};
 pub use topology::{ClusterId, NodeId, Topology};
