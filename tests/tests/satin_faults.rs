@@ -8,174 +8,19 @@
 //! driver's test hook (`SATIN_TEST_DROP_LINK`), or with `ss -K` (root only: skipped
 //! otherwise).
 
-use std::collections::HashMap;
-use std::ffi::OsString;
-use std::net::SocketAddr;
-use std::path::PathBuf;
-use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
-
-use ipl_auth::PoolSecret;
-use ipl_registry::{RegistryServer, ServerHandle};
-use ipl_tools::launcher::{unique_pool_name, PoolEnv};
 
 #[path = "../common/sockets.rs"]
 mod sockets;
 use sockets::{can_reset, connections, port, reset, Conn};
 
-/// Every run ends within this (a hang fails the test).
-const BOUND: Duration = Duration::from_secs(90);
+#[path = "../common/satin_pool.rs"]
+mod satin_pool;
+use satin_pool::Pool;
 
 /// `nqueens 14` has 365596 solutions.
 const QUEENS: &str = "14";
 const SOLUTIONS: &str = "365596";
-
-fn scratch(what: &str) -> PathBuf {
-    static NEXT: AtomicUsize = AtomicUsize::new(0);
-    std::env::temp_dir().join(format!(
-        "satin-faults-{}-{}-{what}",
-        std::process::id(),
-        NEXT.fetch_add(1, Ordering::Relaxed)
-    ))
-}
-
-/// A pool of `satin-app` processes with a registry server in this process.
-struct Pool {
-    server: Option<ServerHandle>,
-    children: Vec<Child>,
-    logs: Vec<PathBuf>,
-    report: PathBuf,
-    ends: Vec<Option<ExitStatus>>,
-}
-
-impl Pool {
-    fn start(n: usize, args: &[&str], env: &[(&str, &str)]) -> Pool {
-        let secret = PoolSecret::generate().expect("a secret");
-        let server = RegistryServer::bind("127.0.0.1:0", secret.clone())
-            .expect("bind the registry")
-            .run_in_background()
-            .expect("run the registry");
-        let pool = unique_pool_name();
-        let report = scratch("report");
-        let mut children = Vec::new();
-        let mut logs = Vec::new();
-        for i in 0..n {
-            let log = scratch(&format!("log{i}"));
-            let out = std::fs::File::create(&log).expect("a log file");
-            let err = out.try_clone().expect("a log file");
-            let mut argv: Vec<OsString> = args.iter().map(OsString::from).collect();
-            argv.extend(["--workers".into(), "1".into(), "--report".into()]);
-            argv.push(report.clone().into());
-            let child = Command::new(env!("CARGO_BIN_EXE_satin-app"))
-                .args(argv)
-                .env("IPL_TRANSPORT", "tcp")
-                .env("RUST_LOG", "warn")
-                .envs(env.iter().copied())
-                .envs(PoolEnv::member(server.local_addr(), &pool, n, &secret, "c0", i).vars())
-                .stdin(Stdio::null())
-                .stdout(out)
-                .stderr(err)
-                .spawn()
-                .expect("start satin-app");
-            children.push(child);
-            logs.push(log);
-        }
-        Pool {
-            server: Some(server),
-            ends: vec![None; n],
-            children,
-            logs,
-            report,
-        }
-    }
-
-    fn registry(&self) -> SocketAddr {
-        self.server.as_ref().expect("the server runs").local_addr()
-    }
-
-    fn pids(&self) -> Vec<u32> {
-        self.children.iter().map(Child::id).collect()
-    }
-
-    /// Waits for every process, at most until `BOUND` after `start`; kills the rest.
-    /// Returns whether all ended by themselves.
-    fn wait(&mut self, start: Instant) -> bool {
-        loop {
-            for (i, c) in self.children.iter_mut().enumerate() {
-                if self.ends[i].is_none() {
-                    self.ends[i] = c.try_wait().expect("wait for a child");
-                }
-            }
-            if self.ends.iter().all(Option::is_some) {
-                return true;
-            }
-            if start.elapsed() > BOUND {
-                for c in &mut self.children {
-                    let _ = c.kill();
-                    let _ = c.wait();
-                }
-                return false;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-
-    fn logs(&self) -> String {
-        let mut s = String::new();
-        for (i, l) in self.logs.iter().enumerate() {
-            let text = std::fs::read_to_string(l).unwrap_or_default();
-            s.push_str(&format!(
-                "--- process {i} ({:?}):\n{text}",
-                self.ends.get(i).copied().flatten()
-            ));
-        }
-        s
-    }
-
-    /// The master's report (`key = value` lines), if it wrote one.
-    fn report(&self) -> Option<HashMap<String, String>> {
-        let text = std::fs::read_to_string(&self.report).ok()?;
-        Some(
-            text.lines()
-                .filter_map(|l| l.split_once(" = "))
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect(),
-        )
-    }
-
-    /// Asserts that every process ended within the bound and the master reported
-    /// `result`.
-    fn assert_result(&mut self, start: Instant, result: &str) {
-        let ended = self.wait(start);
-        let logs = self.logs();
-        assert!(ended, "the pool did not end within {BOUND:?}:\n{logs}");
-        let kv = self
-            .report()
-            .unwrap_or_else(|| panic!("the master wrote no report:\n{logs}"));
-        assert_eq!(
-            kv.get("result").map(String::as_str),
-            Some(result),
-            "{kv:?}\n{logs}"
-        );
-    }
-}
-
-impl Drop for Pool {
-    fn drop(&mut self) {
-        for c in &mut self.children {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-        let _ = std::fs::remove_file(&self.report);
-        for l in &self.logs {
-            let _ = std::fs::remove_file(l);
-        }
-        if let Some(s) = self.server.take() {
-            s.shutdown();
-        }
-    }
-}
 
 /// The ends of the member-to-member connections: both ends owned by two different
 /// members.

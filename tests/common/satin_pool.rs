@@ -1,0 +1,227 @@
+//! A pool of `satin-app` processes around a registry server in the test process, as
+//! `ipl-run` would start it, for the tests that hurt pools on purpose (cut links, kill
+//! members): its processes, their logs, the master's report, bounded waits.
+
+// Each test file uses a part of it.
+#![allow(dead_code)]
+use std::collections::HashMap;
+use std::ffi::OsString;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use ipl_auth::PoolSecret;
+use ipl_registry::{RegistryServer, ServerHandle};
+use ipl_tools::launcher::{unique_pool_name, PoolEnv};
+
+/// Every run ends within this (a hang fails the test).
+pub const BOUND: Duration = Duration::from_secs(90);
+
+pub fn scratch(what: &str) -> PathBuf {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    std::env::temp_dir().join(format!(
+        "satin-faults-{}-{}-{what}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    ))
+}
+
+/// A pool of `satin-app` processes with a registry server in this process.
+pub struct Pool {
+    pub server: Option<ServerHandle>,
+    pub children: Vec<Child>,
+    pub logs: Vec<PathBuf>,
+    pub report: PathBuf,
+    pub ends: Vec<Option<ExitStatus>>,
+    pub pool: String,
+}
+
+impl Pool {
+    pub fn start(n: usize, args: &[&str], env: &[(&str, &str)]) -> Pool {
+        let secret = PoolSecret::generate().expect("a secret");
+        let server = RegistryServer::bind("127.0.0.1:0", secret.clone())
+            .expect("bind the registry")
+            .run_in_background()
+            .expect("run the registry");
+        let pool = unique_pool_name();
+        let report = scratch("report");
+        let mut children = Vec::new();
+        let mut logs = Vec::new();
+        for i in 0..n {
+            let log = scratch(&format!("log{i}"));
+            let out = std::fs::File::create(&log).expect("a log file");
+            let err = out.try_clone().expect("a log file");
+            let mut argv: Vec<OsString> = args.iter().map(OsString::from).collect();
+            argv.extend(["--workers".into(), "1".into(), "--report".into()]);
+            argv.push(report.clone().into());
+            let child = Command::new(env!("CARGO_BIN_EXE_satin-app"))
+                .args(argv)
+                .env("IPL_TRANSPORT", "tcp")
+                .env("RUST_LOG", "warn")
+                .envs(env.iter().copied())
+                .envs(PoolEnv::member(server.local_addr(), &pool, n, &secret, "c0", i).vars())
+                .stdin(Stdio::null())
+                .stdout(out)
+                .stderr(err)
+                .spawn()
+                .expect("start satin-app");
+            children.push(child);
+            logs.push(log);
+        }
+        Pool {
+            server: Some(server),
+            ends: vec![None; n],
+            children,
+            logs,
+            report,
+            pool,
+        }
+    }
+
+    /// The launcher rank of the member that won the master election, once there is
+    /// one (bounded by `within`): members are named `member-R`.
+    pub fn master_rank(&self, within: Duration) -> Option<usize> {
+        let until = Instant::now() + within;
+        loop {
+            let winner = self.server.as_ref().and_then(|s| {
+                s.with_core(|c| {
+                    c.election_result(&self.pool, "satin-master")
+                        .ok()
+                        .flatten()
+                        .map(|w| w.name().to_string())
+                })
+            });
+            if let Some(rank) = winner.and_then(|n| n.strip_prefix("member-")?.parse().ok()) {
+                return Some(rank);
+            }
+            if Instant::now() >= until || self.ends_any() {
+                return None;
+            }
+            // Bounded poll of the registry's state; nothing to be notified by.
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// Whether a process has already ended (looked at without waiting).
+    pub fn ends_any(&self) -> bool {
+        self.ends.iter().any(Option::is_some)
+    }
+
+    /// Whether process `rank` has ended (looked at now, without waiting).
+    pub fn ended(&mut self, rank: usize) -> bool {
+        if self.ends[rank].is_none() {
+            self.ends[rank] = self.children[rank].try_wait().ok().flatten();
+        }
+        self.ends[rank].is_some()
+    }
+
+    /// Number of members the registry counts in the pool now.
+    pub fn members(&self) -> usize {
+        self.server
+            .as_ref()
+            .and_then(|s| s.with_core(|c| c.pool(&self.pool).ok().map(|p| p.members().len())))
+            .unwrap_or(0)
+    }
+
+    /// Kills process `rank` with SIGKILL (as a crashing machine); whether it was
+    /// still running.
+    pub fn kill(&mut self, rank: usize) -> bool {
+        if let Ok(Some(status)) = self.children[rank].try_wait() {
+            self.ends[rank] = Some(status);
+            return false;
+        }
+        let killed = self.children[rank].kill().is_ok();
+        if let Ok(status) = self.children[rank].wait() {
+            self.ends[rank] = Some(status);
+        }
+        killed
+    }
+
+    pub fn registry(&self) -> SocketAddr {
+        self.server.as_ref().expect("the server runs").local_addr()
+    }
+
+    pub fn pids(&self) -> Vec<u32> {
+        self.children.iter().map(Child::id).collect()
+    }
+
+    /// Waits for every process, at most until `BOUND` after `start`; kills the rest.
+    /// Returns whether all ended by themselves.
+    pub fn wait(&mut self, start: Instant) -> bool {
+        loop {
+            for (i, c) in self.children.iter_mut().enumerate() {
+                if self.ends[i].is_none() {
+                    self.ends[i] = c.try_wait().expect("wait for a child");
+                }
+            }
+            if self.ends.iter().all(Option::is_some) {
+                return true;
+            }
+            if start.elapsed() > BOUND {
+                for c in &mut self.children {
+                    let _ = c.kill();
+                    let _ = c.wait();
+                }
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    pub fn logs(&self) -> String {
+        let mut s = String::new();
+        for (i, l) in self.logs.iter().enumerate() {
+            let text = std::fs::read_to_string(l).unwrap_or_default();
+            s.push_str(&format!(
+                "--- process {i} ({:?}):\n{text}",
+                self.ends.get(i).copied().flatten()
+            ));
+        }
+        s
+    }
+
+    /// The master's report (`key = value` lines), if it wrote one.
+    pub fn report(&self) -> Option<HashMap<String, String>> {
+        let text = std::fs::read_to_string(&self.report).ok()?;
+        Some(
+            text.lines()
+                .filter_map(|l| l.split_once(" = "))
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        )
+    }
+
+    /// Asserts that every process ended within the bound and the master reported
+    /// `result`.
+    pub fn assert_result(&mut self, start: Instant, result: &str) {
+        let ended = self.wait(start);
+        let logs = self.logs();
+        assert!(ended, "the pool did not end within {BOUND:?}:\n{logs}");
+        let kv = self
+            .report()
+            .unwrap_or_else(|| panic!("the master wrote no report:\n{logs}"));
+        assert_eq!(
+            kv.get("result").map(String::as_str),
+            Some(result),
+            "{kv:?}\n{logs}"
+        );
+    }
+}
+
+impl Drop for Pool {
+    fn drop(&mut self) {
+        for c in &mut self.children {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        let _ = std::fs::remove_file(&self.report);
+        for l in &self.logs {
+            let _ = std::fs::remove_file(l);
+        }
+        if let Some(s) = self.server.take() {
+            s.shutdown();
+        }
+    }
+}
