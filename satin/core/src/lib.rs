@@ -81,8 +81,10 @@
 
 #![forbid(unsafe_code)]
 
+pub mod checkpoint;
 pub mod key;
 pub mod node;
+pub mod recovery;
 pub mod rng;
 pub mod sim;
 pub mod stats;
@@ -90,6 +92,7 @@ pub mod topology;
 
 pub use key::JobKey;
 pub use node::{Action, Config, Error, Event, JobRef, Node, Policy, StealId, TimerId};
+pub use recovery::{Recovery, RecoveryStats};
 pub use stats::{Counters, Stats};
 pub use topology::{ClusterId, NodeId, Topology};
 
