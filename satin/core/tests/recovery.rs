@@ -5,7 +5,9 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use proptest::prelude::*;
 use satin_core::checkpoint;
-use satin_core::recovery::{Action, Announcement, Config, FetchId, Lookup, Recovery};
+use satin_core::recovery::{
+    Action, Announcement, Config, FetchId, Lookup, Recovery, STORE_ENTRY_OVERHEAD,
+};
 use satin_core::{JobKey, JobRef, NodeId};
 
 fn n(i: u32) -> NodeId {
@@ -494,8 +496,10 @@ fn waiting_fetch_requests_are_bounded() {
 
 #[test]
 fn an_evicted_announced_result_is_answered_not_found() {
+    // Room for 30 result bytes in two entries.
+    let budget = 30 + 2 * STORE_ENTRY_OVERHEAD;
     let config = Config {
-        store_budget: 30,
+        store_budget: budget,
         ..Config::default()
     };
     let mut r = Recovery::with_config(n(1), [n(0), n(2), n(3)], n(0), 1, config);
@@ -509,7 +513,7 @@ fn an_evicted_announced_result_is_answered_not_found() {
     r.stolen_job_finished(JobRef(2), value(k(4)));
     drain(&mut r);
     assert_eq!(r.stats().evictions, 1);
-    assert!(r.store_bytes() <= 30);
+    assert!(r.store_bytes() <= budget);
     r.fetch_requested(n(3), FetchId(1), k(1));
     assert_eq!(
         drain(&mut r),
@@ -521,7 +525,7 @@ fn an_evicted_announced_result_is_answered_not_found() {
     );
     // A result larger than the whole budget is sent home but not kept.
     r.stolen_job_started(JobRef(3), n(3), k(9));
-    r.stolen_job_finished(JobRef(3), vec![0; 31]);
+    r.stolen_job_finished(JobRef(3), vec![0; budget - STORE_ENTRY_OVERHEAD + 1]);
     assert_eq!(drain(&mut r).len(), 1);
     assert_eq!(r.stats().too_large, 1);
     assert_eq!(r.lookup(JobRef(9), k(4)), Lookup::Local(value(k(4))));
@@ -782,7 +786,8 @@ struct World {
 impl World {
     fn new(seed: u64) -> Self {
         let config = Config {
-            store_budget: 40,
+            // Two or three results: evictions happen.
+            store_budget: 40 + 2 * STORE_ENTRY_OVERHEAD,
             directory_capacity: 4,
             max_waiting_fetches: 3,
         };

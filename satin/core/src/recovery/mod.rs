@@ -19,7 +19,8 @@
 //! * **running**: jobs stolen from others running here (handle -> owner, key,
 //!   whether the owner died: an *orphan*);
 //! * **store**: the serialized results this member computed for stolen jobs and
-//!   orphans, bounded by [`Config::store_budget`] bytes, oldest evicted first;
+//!   orphans, bounded by [`Config::store_budget`] bytes (result bytes plus
+//!   [`STORE_ENTRY_OVERHEAD`] per entry), oldest evicted first;
 //! * **directory**: which other member holds (or still computes) which key,
 //!   learned from announcements, bounded by [`Config::directory_capacity`] keys;
 //! * **lookups**: jobs handed over to a lookup, waiting for a fetched result, and
@@ -154,13 +155,15 @@ use crate::topology::NodeId;
 
 use directory::Directory;
 pub use stats::RecoveryStats;
+pub use store::ENTRY_OVERHEAD as STORE_ENTRY_OVERHEAD;
 use store::{Inserted, Store};
 
 /// Bounds of a [`Recovery`]'s memory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Config {
-    /// Result bytes the store keeps at most (default 256 MiB); the oldest results
-    /// are evicted first.
+    /// Bytes the store keeps at most (default 256 MiB): result bytes plus
+    /// [`STORE_ENTRY_OVERHEAD`] per result, so many tiny results are bounded too.
+    /// The oldest results are evicted first.
     pub store_budget: usize,
     /// Keys the directory knows at most (default 1 Mi); announcements of further
     /// keys are dropped (their jobs are recomputed if needed).
@@ -431,7 +434,8 @@ impl Recovery {
         self.store.len()
     }
 
-    /// Result bytes in the store (at most [`Config::store_budget`]).
+    /// Bytes charged to the store's budget: result bytes plus
+    /// [`STORE_ENTRY_OVERHEAD`] per result (at most [`Config::store_budget`]).
     pub fn store_bytes(&self) -> usize {
         self.store.bytes()
     }

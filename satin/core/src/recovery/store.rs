@@ -2,7 +2,8 @@
 //!
 //! Every result of a stolen job (and of an orphan) stays here after it was sent
 //! home, so that a redo after a crash can fetch it instead of recomputing it. The
-//! store holds at most a byte budget of result bytes and evicts the oldest entries
+//! store holds at most a byte budget (result bytes plus [`ENTRY_OVERHEAD`] per
+//! entry, so many tiny results are bounded too) and evicts the oldest entries
 //! first: eviction only costs reuse, never correctness, because a fetch of an
 //! evicted key is answered "not found" and the asker then runs the job itself.
 
@@ -10,6 +11,15 @@ use std::collections::BTreeMap;
 
 use crate::key::JobKey;
 use crate::topology::NodeId;
+
+/// Bytes charged to the budget per entry on top of its result: the key, the
+/// eviction order and the map nodes, roughly.
+pub const ENTRY_OVERHEAD: usize = 64;
+
+/// What an entry with `len` result bytes costs against the budget.
+fn cost(len: usize) -> usize {
+    len.saturating_add(ENTRY_OVERHEAD)
+}
 
 /// One stored result.
 #[derive(Debug, Clone)]
@@ -34,7 +44,7 @@ pub(crate) enum Inserted {
         /// Entries evicted.
         evicted: u64,
     },
-    /// The result alone is larger than the whole budget: not stored.
+    /// The result alone costs more than the whole budget: not stored.
     TooLarge,
 }
 
@@ -50,7 +60,7 @@ pub(crate) struct Store {
 }
 
 impl Store {
-    /// An empty store holding at most `budget` result bytes.
+    /// An empty store costing at most `budget` bytes (see [`ENTRY_OVERHEAD`]).
     pub(crate) fn new(budget: usize) -> Self {
         Self {
             budget,
@@ -85,20 +95,21 @@ impl Store {
             self.order.insert(seq, key);
             return Inserted::Stored { evicted: 0 };
         }
-        if bytes.len() > self.budget {
+        let size = cost(bytes.len());
+        if size > self.budget {
             return Inserted::TooLarge;
         }
         let mut evicted = 0;
-        while self.bytes + bytes.len() > self.budget {
+        while self.bytes + size > self.budget {
             let Some((_, old)) = self.order.pop_first() else {
                 break;
             };
             if let Some(e) = self.entries.remove(&old) {
-                self.bytes -= e.bytes.len();
+                self.bytes -= cost(e.bytes.len());
                 evicted += 1;
             }
         }
-        self.bytes += bytes.len();
+        self.bytes += size;
         self.order.insert(seq, key);
         self.entries.insert(
             key,
@@ -169,7 +180,8 @@ impl Store {
         self.entries.is_empty()
     }
 
-    /// Result bytes stored (never more than the budget).
+    /// Bytes charged to the budget: result bytes plus [`ENTRY_OVERHEAD`] per
+    /// entry (never more than the budget).
     pub(crate) fn bytes(&self) -> usize {
         self.bytes
     }
@@ -185,7 +197,7 @@ mod tests {
 
     #[test]
     fn evicts_oldest_first_and_stays_within_budget() {
-        let mut s = Store::new(10);
+        let mut s = Store::new(2 * cost(4) + 2);
         assert_eq!(
             s.insert(k(1), vec![1; 4], None, false),
             Inserted::Stored { evicted: 0 }
@@ -194,13 +206,13 @@ mod tests {
             s.insert(k(2), vec![2; 4], None, false),
             Inserted::Stored { evicted: 0 }
         );
-        // 4 + 4 + 4 > 10: the oldest (k1) goes.
+        // Three entries of 4 do not fit: the oldest (k1) goes.
         assert_eq!(
             s.insert(k(3), vec![3; 4], None, false),
             Inserted::Stored { evicted: 1 }
         );
         assert!(s.get(&k(1)).is_none());
-        assert_eq!(s.bytes(), 8);
+        assert_eq!(s.bytes(), 2 * cost(4));
         // Re-storing k2 makes it the newest: k3 goes next.
         s.insert(k(2), vec![2; 4], Some(NodeId(5)), false);
         assert_eq!(
@@ -215,16 +227,26 @@ mod tests {
 
     #[test]
     fn a_result_larger_than_the_budget_is_not_stored_and_evicts_nothing() {
-        let mut s = Store::new(10);
+        let mut s = Store::new(cost(10));
         s.insert(k(1), vec![1; 6], None, false);
         assert_eq!(s.insert(k(2), vec![2; 11], None, false), Inserted::TooLarge);
         assert_eq!(s.len(), 1);
-        assert_eq!(s.bytes(), 6);
+        assert_eq!(s.bytes(), cost(6));
+    }
+
+    #[test]
+    fn empty_results_are_bounded_by_their_overhead() {
+        let mut s = Store::new(10 * ENTRY_OVERHEAD);
+        for i in 0..=255u8 {
+            s.insert(k(i), Vec::new(), None, false);
+        }
+        assert_eq!(s.len(), 10);
+        assert_eq!(s.bytes(), 10 * ENTRY_OVERHEAD);
     }
 
     #[test]
     fn owner_death_announces_each_key_once() {
-        let mut s = Store::new(100);
+        let mut s = Store::new(10 * ENTRY_OVERHEAD);
         s.insert(k(1), vec![1], Some(NodeId(1)), false);
         s.insert(k(1), vec![1], Some(NodeId(2)), false);
         s.insert(k(2), vec![2], Some(NodeId(2)), false);
@@ -237,7 +259,7 @@ mod tests {
 
     #[test]
     fn take_all_empties_oldest_first() {
-        let mut s = Store::new(100);
+        let mut s = Store::new(10 * ENTRY_OVERHEAD);
         s.insert(k(3), vec![3], None, false);
         s.insert(k(1), vec![1, 1], None, false);
         assert_eq!(s.take_all(), vec![(k(3), vec![3]), (k(1), vec![1, 1])]);
