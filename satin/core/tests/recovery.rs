@@ -40,6 +40,8 @@ fn pending(key: JobKey) -> Announcement {
 
 /// Member 1 of {0, 1, 2, 3}, master 0.
 fn member() -> Recovery {
+    const fn send<T: Send>() {}
+    send::<Recovery>();
     Recovery::new(n(1), [n(0), n(1), n(2), n(3)], n(0), 99)
 }
 
@@ -264,6 +266,15 @@ fn the_masters_death_asks_for_an_election_and_the_new_master_restarts_the_root()
     r.master_elected(n(1));
     assert_eq!(drain(&mut r), vec![Action::RestartRoot]);
     assert_eq!(r.stats().elections, 3);
+}
+
+#[test]
+fn a_master_missing_from_the_member_list_is_still_replaced_when_it_dies() {
+    let mut r = Recovery::new(n(1), [n(1), n(2)], n(0), 1);
+    r.node_died(n(0), 0);
+    assert_eq!(drain(&mut r), vec![Action::ElectMaster]);
+    r.node_died(n(0), 0);
+    assert!(drain(&mut r).is_empty(), "once");
 }
 
 #[test]

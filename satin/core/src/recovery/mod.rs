@@ -89,6 +89,12 @@
 //! un-announced: a fetch of it is answered "not found", the asker forgets that
 //! directory entry and runs the job itself. Eviction only costs reuse.
 //!
+//! **Handles.** Given jobs and handed-over lookups share one handle space (both
+//! end in [`Action::Redo`], and the driver may keep them in one map); a handle is
+//! free again once its job ended. Stolen jobs running here have their own space
+//! ([`Action::SendResult`] names them). [`Recovery`] is `Send`: the real driver
+//! keeps it behind a lock, since workers call [`lookup`](Recovery::lookup).
+//!
 //! **Robustness.** No call panics. Unknown handles and fetch ids, duplicate
 //! events, and messages from members not alive are ignored and counted in
 //! [`RecoveryStats::ignored`]. No action is addressed to a member that is not
@@ -603,6 +609,10 @@ impl Recovery {
     pub fn node_died(&mut self, dead: NodeId, now: u64) {
         if !self.live.remove(&dead) {
             self.ignore("node_died: not alive");
+            // A master the driver never listed as a member still gets replaced.
+            if dead != self.me && self.master == Some(dead) {
+                self.elect();
+            }
             return;
         }
         debug!(me = %self.me, %dead, "recovery: member died");
@@ -671,10 +681,14 @@ impl Recovery {
         self.announce(entries);
         // 0. The master is elected again.
         if self.master == Some(dead) {
-            self.master = None;
-            self.stats.elections += 1;
-            self.push(Action::ElectMaster);
+            self.elect();
         }
+    }
+
+    fn elect(&mut self) {
+        self.master = None;
+        self.stats.elections += 1;
+        self.push(Action::ElectMaster);
     }
 
     /// The registry elected `master`. If that is this member and it was not the
