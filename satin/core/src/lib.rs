@@ -39,6 +39,15 @@
 //! [`Stats`]: steal attempts and successes and messages, intra- and
 //! inter-cluster, idle time and time spent waiting for steal replies.
 //!
+//! # Crash recovery
+//!
+//! [`recovery::Recovery`] is the sans-IO bookkeeping of fault tolerance, driven
+//! the same way: which jobs went to which thief (redone when it dies), which
+//! results this member keeps for others, which member holds which saved result
+//! (announced only after a death), lookups and fetches for redone jobs, graceful
+//! leave and master re-election. [`checkpoint`] is the byte format of the saved
+//! results in a checkpoint file.
+//!
 //! # Example
 //!
 //! ```
@@ -81,8 +90,10 @@
 
 #![forbid(unsafe_code)]
 
+pub mod checkpoint;
 pub mod key;
 pub mod node;
+pub mod recovery;
 pub mod rng;
 pub mod sim;
 pub mod stats;
@@ -90,6 +101,7 @@ pub mod topology;
 
 pub use key::JobKey;
 pub use node::{Action, Config, Error, Event, JobRef, Node, Policy, StealId, TimerId};
+pub use recovery::{Recovery, RecoveryStats};
 pub use stats::{Counters, Stats};
 pub use topology::{ClusterId, NodeId, Topology};
 
