@@ -8,7 +8,8 @@ use std::time::Duration;
 use clap::Parser;
 use ipl_tools::cluster_launcher::{self, ClusterLaunch};
 use ipl_tools::launcher::{
-    exec_guarded, launch, LaunchConfig, DEFAULT_GRACE, EXIT_FAILED, GUARD_ARG,
+    exec_guarded, launch, LaunchConfig, DEFAULT_GRACE, DEFAULT_MAX_PROCESSES, DEFAULT_REMOVE_GRACE,
+    EXIT_FAILED, GUARD_ARG, MAX_MAX_PROCESSES,
 };
 
 /// Starts an IPL registry in this process and launches N copies of PROGRAM
@@ -21,6 +22,16 @@ use ipl_tools::launcher::{
 /// the other hosts reach and passes IPL_REGISTRY, IPL_POOL and IPL_POOL_SECRET
 /// down; each process takes its rank, the pool size and its cluster (its node)
 /// from the launcher. ipl-run then exits with the launcher's status.
+///
+/// With --malleable the pool is an open world that grows and shrinks while it runs:
+/// instead of IPL_POOL_SIZE each process gets IPL_POOL_MALLEABLE=1,
+/// IPL_POOL_INITIAL_SIZE=N and IPL_RUN_CONTROL, the path of a Unix socket (in a
+/// directory private to the user, removed when ipl-run ends) on which a process asks,
+/// one line each: `add K [CLUSTER]` (start K more processes with the next ranks;
+/// answer `ok RANK...`), `remove RANK` (SIGTERM to that process, which should leave
+/// and exit 0; answer `ok`), `list` (answer `ok RANK:CLUSTER:PID:STATE...`); anything
+/// else is answered `error REASON`. A process that exits 0 early has left; ipl-run
+/// exits 0 when every process exited 0 or, removed on request, by that SIGTERM.
 ///
 /// SIGTERM or SIGINT to ipl-run stops the processes (SIGTERM, SIGKILL 5 s later)
 /// and ipl-run exits with status 143; if ipl-run is killed, its processes are killed
@@ -59,6 +70,19 @@ struct Args {
     /// (without --launcher).
     #[arg(long, default_value_t = DEFAULT_GRACE.as_secs_f64())]
     grace: f64,
+    /// An open-world pool that grows and shrinks on the processes' requests through
+    /// the control socket IPL_RUN_CONTROL (without --launcher).
+    #[arg(long, conflicts_with = "launcher")]
+    malleable: bool,
+    /// With --malleable: the most processes running at once; an `add` beyond it is
+    /// refused.
+    #[arg(long, default_value_t = DEFAULT_MAX_PROCESSES as u32,
+          value_parser = clap::value_parser!(u32).range(1..=MAX_MAX_PROCESSES as i64))]
+    max_processes: u32,
+    /// With --malleable: seconds a process removed on request gets to leave after its
+    /// SIGTERM before it is killed (and counted as failed).
+    #[arg(long, default_value_t = DEFAULT_REMOVE_GRACE.as_secs_f64())]
+    remove_grace: f64,
     /// The program and its arguments.
     #[arg(required = true, allow_hyphen_values = true, last = true)]
     command: Vec<OsString>,
@@ -71,6 +95,17 @@ impl Args {
             && (self.registry_bind.is_some() || self.registry_address.is_some())
         {
             return Err("--registry-bind and --registry-address need --launcher".into());
+        }
+        let defaults = self.max_processes == DEFAULT_MAX_PROCESSES as u32
+            && self.remove_grace == DEFAULT_REMOVE_GRACE.as_secs_f64();
+        if !self.malleable && !defaults {
+            return Err("--max-processes and --remove-grace need --malleable".into());
+        }
+        if let Some(n) = self.n.filter(|&n| self.malleable && n > self.max_processes) {
+            return Err(format!(
+                "-n {n} is more than --max-processes {}",
+                self.max_processes
+            ));
         }
         Ok(())
     }
@@ -130,9 +165,12 @@ fn main() {
             std::process::exit(EXIT_FAILED);
         }
     };
-    let grace = match seconds("grace", args.grace) {
-        Ok(g) => g,
-        Err(e) => {
+    let (grace, remove_grace) = match (
+        seconds("grace", args.grace),
+        seconds("remove-grace", args.remove_grace),
+    ) {
+        (Ok(g), Ok(r)) => (g, r),
+        (Err(e), _) | (_, Err(e)) => {
             say!("ipl-run: {e}");
             std::process::exit(EXIT_FAILED);
         }
@@ -177,6 +215,9 @@ fn main() {
     config.pool = args.pool;
     config.timeout = timeout;
     config.grace = grace;
+    config.malleable = args.malleable;
+    config.max_processes = args.max_processes as usize;
+    config.remove_grace = remove_grace;
     // Each process is started through this binary, which makes it die with ipl-run.
     match std::env::current_exe() {
         Ok(exe) => config.guard = Some(exe),
@@ -257,5 +298,48 @@ mod tests {
             .is_err(),
             "--registry-bind needs --launcher"
         );
+        let a = Args::try_parse_from([
+            "ipl-run",
+            "--malleable",
+            "-n",
+            "2",
+            "--max-processes",
+            "8",
+            "--remove-grace",
+            "3",
+            "--",
+            "p",
+        ])
+        .unwrap();
+        assert!(a.malleable && a.check().is_ok());
+        assert_eq!((a.max_processes, a.remove_grace), (8, 3.0));
+        let refused: &[&[&str]] = &[
+            &["ipl-run", "--malleable", "--launcher", "srun", "--", "p"],
+            &["ipl-run", "-n", "2", "--max-processes", "0", "--", "p"],
+            &["ipl-run", "-n", "2", "--max-processes", "1025", "--", "p"],
+        ];
+        for argv in refused {
+            assert!(Args::try_parse_from(*argv).is_err(), "{argv:?}");
+        }
+        let unchecked: &[&[&str]] = &[
+            &["ipl-run", "-n", "2", "--max-processes", "8", "--", "p"],
+            &["ipl-run", "-n", "2", "--remove-grace", "1", "--", "p"],
+            &[
+                "ipl-run",
+                "--malleable",
+                "-n",
+                "9",
+                "--max-processes",
+                "8",
+                "--",
+                "p",
+            ],
+        ];
+        for argv in unchecked {
+            assert!(
+                Args::try_parse_from(*argv).unwrap().check().is_err(),
+                "{argv:?}"
+            );
+        }
     }
 }
