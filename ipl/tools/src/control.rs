@@ -103,8 +103,8 @@ impl ControlServer {
         &self.path
     }
 
-    /// Stops accepting, waits for the accepting thread and removes the socket and its
-    /// directory. Connections still open end within [`IO_TIMEOUT`]; their requests are
+    /// Stops accepting, waits for the accepting thread (within [`ACCEPT_POLL`]) and
+    /// removes the socket and its directory. Connections still open end within [`IO_TIMEOUT`]; their requests are
     /// answered `error` (the supervisor is gone).
     pub fn shutdown(mut self) {
         self.stop_now();
@@ -113,9 +113,7 @@ impl ControlServer {
     fn stop_now(&mut self) {
         self.stop.store(true, Ordering::SeqCst);
         if let Some(t) = self.accept.take() {
-            // Wake the accepting thread: one connection of our own (it then sees the
-            // flag). If it cannot connect, the thread is not in accept any more.
-            let _ = UnixStream::connect(&self.path);
+            // It sees the flag within one ACCEPT_POLL.
             let _ = t.join();
         }
         if let Some(dir) = self.dir.take() {
@@ -141,19 +139,31 @@ impl Drop for Slot {
     }
 }
 
+/// How often the accepting thread looks for a connection and for the stop flag (a
+/// blocking accept could not be woken if the socket file were removed from under it).
+const ACCEPT_POLL: Duration = Duration::from_millis(20);
+
 fn accept_loop(listener: UnixListener, to_supervisor: Sender<Pending>, stop: Arc<AtomicBool>) {
     let active = Arc::new(AtomicUsize::new(0));
-    for conn in listener.incoming() {
-        if stop.load(Ordering::SeqCst) {
-            return;
-        }
-        let conn = match conn {
-            Ok(c) => c,
+    if let Err(e) = listener.set_nonblocking(true) {
+        tracing::warn!(error = %e, "control socket: cannot poll for connections");
+        return;
+    }
+    while !stop.load(Ordering::SeqCst) {
+        let conn = match listener.accept() {
+            Ok((c, _)) => c,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                thread::sleep(ACCEPT_POLL);
+                continue;
+            }
             Err(e) => {
                 tracing::debug!(error = %e, "control accept failed");
+                thread::sleep(ACCEPT_POLL);
                 continue;
             }
         };
+        // Blocking, with timeouts, whatever the listener's mode.
+        let _ = conn.set_nonblocking(false);
         let _ = conn.set_write_timeout(Some(IO_TIMEOUT));
         let _ = conn.set_read_timeout(Some(IO_TIMEOUT));
         if active.fetch_add(1, Ordering::SeqCst) >= MAX_CONNECTIONS {

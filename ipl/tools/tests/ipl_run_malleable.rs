@@ -139,8 +139,13 @@ fn a_member_adds_a_process_that_joins_and_removes_the_others() {
 /// environment's control path and pid to `dir` and then sleep, and returns it with the
 /// control socket's path once process 0 has written it.
 fn start_sleepers(dir: &Path, extra: &[&str]) -> (Child, PathBuf) {
+    start_script(dir, extra, "")
+}
+
+/// [`start_sleepers`] whose shell runs `prelude` first.
+fn start_script(dir: &Path, extra: &[&str], prelude: &str) -> (Child, PathBuf) {
     let script = format!(
-        "echo \"$IPL_RUN_CONTROL\" > {d}/control.$IPL_RANK.tmp && \
+        "{prelude} echo \"$IPL_RUN_CONTROL\" > {d}/control.$IPL_RANK.tmp && \
          mv {d}/control.$IPL_RANK.tmp {d}/control.$IPL_RANK; exec sleep 600",
         d = dir.display()
     );
@@ -266,6 +271,26 @@ fn max_processes_is_enforced() {
     }
     let status = wait(&mut ipl_run);
     assert!(status.success(), "{status}");
+}
+
+#[test]
+fn a_removed_process_that_does_not_leave_is_killed_and_fails_the_run() {
+    let dir = TempDir::new("stubborn");
+    // SIGTERM ignored (kept across the exec): only the kill after the grace ends it.
+    let (mut ipl_run, path) = start_script(
+        &dir.0,
+        &["-n", "1", "--remove-grace", "0.2"],
+        "trap '' TERM;",
+    );
+    Control::new(&path).remove(0).unwrap();
+    let status = wait(&mut ipl_run);
+    let mut stderr = String::new();
+    let _ = ipl_run.stderr.take().unwrap().read_to_string(&mut stderr);
+    assert_eq!(status.code(), Some(1), "{status}\n{stderr}");
+    assert!(
+        stderr.contains("process 0 did not leave within 200ms of its removal"),
+        "{stderr}"
+    );
 }
 
 #[test]

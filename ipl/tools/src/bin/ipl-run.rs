@@ -75,37 +75,39 @@ struct Args {
     #[arg(long, conflicts_with = "launcher")]
     malleable: bool,
     /// With --malleable: the most processes running at once; an `add` beyond it is
-    /// refused.
-    #[arg(long, default_value_t = DEFAULT_MAX_PROCESSES as u32,
-          value_parser = clap::value_parser!(u32).range(1..=MAX_MAX_PROCESSES as i64))]
-    max_processes: u32,
+    /// refused [default: 64].
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=MAX_MAX_PROCESSES as i64))]
+    max_processes: Option<u32>,
     /// With --malleable: seconds a process removed on request gets to leave after its
-    /// SIGTERM before it is killed (and counted as failed).
-    #[arg(long, default_value_t = DEFAULT_REMOVE_GRACE.as_secs_f64())]
-    remove_grace: f64,
+    /// SIGTERM before it is killed (and counted as failed) [default: 30].
+    #[arg(long)]
+    remove_grace: Option<f64>,
     /// The program and its arguments.
     #[arg(required = true, allow_hyphen_values = true, last = true)]
     command: Vec<OsString>,
 }
 
 impl Args {
-    /// What clap does not check: the registry options belong to --launcher.
+    /// `--max-processes`, or its default.
+    fn max_processes(&self) -> usize {
+        self.max_processes
+            .map_or(DEFAULT_MAX_PROCESSES, |m| m as usize)
+    }
+
+    /// What clap does not check: the registry options belong to --launcher, the
+    /// malleable ones to --malleable.
     fn check(&self) -> Result<(), String> {
         if self.launcher.is_none()
             && (self.registry_bind.is_some() || self.registry_address.is_some())
         {
             return Err("--registry-bind and --registry-address need --launcher".into());
         }
-        let defaults = self.max_processes == DEFAULT_MAX_PROCESSES as u32
-            && self.remove_grace == DEFAULT_REMOVE_GRACE.as_secs_f64();
-        if !self.malleable && !defaults {
+        if !self.malleable && (self.max_processes.is_some() || self.remove_grace.is_some()) {
             return Err("--max-processes and --remove-grace need --malleable".into());
         }
-        if let Some(n) = self.n.filter(|&n| self.malleable && n > self.max_processes) {
-            return Err(format!(
-                "-n {n} is more than --max-processes {}",
-                self.max_processes
-            ));
+        let max = self.max_processes();
+        if let Some(n) = self.n.filter(|&n| self.malleable && n as usize > max) {
+            return Err(format!("-n {n} is more than --max-processes {max}"));
         }
         Ok(())
     }
@@ -153,6 +155,7 @@ fn main() {
         say!("ipl-run: {e}");
         std::process::exit(EXIT_FAILED);
     }
+    let max_processes = args.max_processes();
     let mut command = args.command.into_iter();
     let Some(program) = command.next() else {
         say!("ipl-run: no program given");
@@ -167,7 +170,8 @@ fn main() {
     };
     let (grace, remove_grace) = match (
         seconds("grace", args.grace),
-        seconds("remove-grace", args.remove_grace),
+        args.remove_grace
+            .map_or(Ok(DEFAULT_REMOVE_GRACE), |r| seconds("remove-grace", r)),
     ) {
         (Ok(g), Ok(r)) => (g, r),
         (Err(e), _) | (_, Err(e)) => {
@@ -216,7 +220,7 @@ fn main() {
     config.timeout = timeout;
     config.grace = grace;
     config.malleable = args.malleable;
-    config.max_processes = args.max_processes as usize;
+    config.max_processes = max_processes;
     config.remove_grace = remove_grace;
     // Each process is started through this binary, which makes it die with ipl-run.
     match std::env::current_exe() {
@@ -250,7 +254,7 @@ fn main() {
 
 #[cfg(test)]
 mod tests {
-    use super::Args;
+    use super::{Args, DEFAULT_MAX_PROCESSES};
     use clap::{CommandFactory, Parser};
 
     #[test]
@@ -312,7 +316,9 @@ mod tests {
         ])
         .unwrap();
         assert!(a.malleable && a.check().is_ok());
-        assert_eq!((a.max_processes, a.remove_grace), (8, 3.0));
+        assert_eq!((a.max_processes(), a.remove_grace), (8, Some(3.0)));
+        let a = Args::try_parse_from(["ipl-run", "--malleable", "-n", "2", "--", "p"]).unwrap();
+        assert_eq!(a.max_processes(), DEFAULT_MAX_PROCESSES);
         let refused: &[&[&str]] = &[
             &["ipl-run", "--malleable", "--launcher", "srun", "--", "p"],
             &["ipl-run", "-n", "2", "--max-processes", "0", "--", "p"],
