@@ -114,7 +114,9 @@ fn a_member_adds_a_process_that_joins_and_removes_the_others() {
         );
         let own = lines_of(&stdout, rank);
         assert!(
-            own.contains(&format!("joined rank={rank} initial=2 malleable=true")),
+            own.contains(&format!(
+                "joined rank={rank} initial=2 malleable=true name=member-{rank} closed=false"
+            )),
             "{stdout}"
         );
         assert!(

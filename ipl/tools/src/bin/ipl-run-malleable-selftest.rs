@@ -1,8 +1,10 @@
 //! `ipl-run-malleable-selftest`: a tiny member of an `ipl-run --malleable` pool, for the
 //! tests of the control socket.
 //!
-//! Every process joins the open-world pool the environment describes and prints
-//! `joined rank=<r> initial=<N> malleable=<bool>`. Rank 0 then drives: it waits for the
+//! Every process joins the pool the environment describes as every program does
+//! (`IbisBuilder::from_env`, which makes it an open world with the `MALLEABLE`
+//! capability), reads its rank and the initial size from `ipl::config::launcher()`,
+//! and prints `joined rank=<r> initial=<N> malleable=<bool> name=<member name>`. Rank 0 then drives: it waits for the
 //! N initial members, asks `add 1` (prints `added=<ranks>`), waits until the new member
 //! is in the registry (prints `members=<sorted names>`), prints `list=<live ranks>`,
 //! removes every other rank with `remove` (waiting until each has left the registry,
@@ -17,8 +19,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ipl::launcher::control::Control;
+use ipl::{Ibis, IbisCapabilities as I};
 use ipl_registry::{IbisIdentifier, Registry};
-use ipl_tools::launcher::PoolEnv;
 
 /// Every wait ends within this.
 const BOUND: Duration = Duration::from_secs(60);
@@ -51,11 +53,11 @@ fn wait_for(
     }
 }
 
-fn drive(env: &PoolEnv, reg: &Registry) -> Result<(), String> {
+fn drive(initial: usize, reg: &Registry) -> Result<(), String> {
     let control = Control::from_env()
         .map_err(|e| e.to_string())?
         .ok_or("IPL_RUN_CONTROL is not set")?;
-    wait_for(reg, "the initial members", |m| m.len() >= env.size)?;
+    wait_for(reg, "the initial members", |m| m.len() >= initial)?;
     let added = control.add(1, None).map_err(|e| format!("add: {e}"))?;
     println!(
         "added={}",
@@ -108,15 +110,29 @@ fn run() -> Result<(), String> {
     let term = Arc::new(AtomicBool::new(false));
     signal_hook::flag::register(signal_hook::consts::SIGTERM, term.clone())
         .map_err(|e| e.to_string())?;
-    let env = PoolEnv::from_env().map_err(|e| e.to_string())?;
-    let me = env.join(BOUND).map_err(|e| format!("cannot join: {e}"))?;
-    let rank = env.rank.ok_or("IPL_RANK is not set")?;
+    let launched = ipl::config::launcher()
+        .map_err(|e| e.to_string())?
+        .ok_or("not started by a launcher")?;
+    let rank = launched.rank.ok_or("IPL_RANK is not set")?;
+    let ibis = Ibis::builder()
+        .capabilities(I::MEMBERSHIP)
+        .from_env()
+        .and_then(|b| b.build())
+        .map_err(|e| format!("cannot join: {e}"))?;
     println!(
-        "joined rank={rank} initial={} malleable={}",
-        env.size, env.malleable
+        "joined rank={rank} initial={} malleable={} name={} closed={}",
+        launched.size,
+        launched.malleable,
+        ibis.identifier().name(),
+        ibis.registry()
+            .pool_status()
+            .map_err(|e| e.to_string())?
+            .config
+            .size
+            .is_some(),
     );
     if rank == 0 {
-        drive(&env, &me)?;
+        drive(launched.size, ibis.registry())?;
     } else {
         let until = Instant::now() + BOUND;
         while !term.load(Ordering::SeqCst) {
@@ -128,7 +144,7 @@ fn run() -> Result<(), String> {
         }
         println!("sigterm: leaving");
     }
-    me.leave().map_err(|e| format!("cannot leave: {e}"))
+    ibis.end().map_err(|e| format!("cannot leave: {e}"))
 }
 
 /// A tiny member of an `ipl-run --malleable` pool: rank 0 adds a process and removes
