@@ -20,6 +20,8 @@
 //! |---|---|---|
 //! | `IPL_POOL` | [`pool`](crate::IbisBuilder::pool) | the pool to join |
 //! | `IPL_POOL_SIZE` | [`pool_size`](crate::IbisBuilder::pool_size) | the pool's size; also asks for a closed world (wins over a launcher's size) |
+//! | `IPL_POOL_MALLEABLE` | [`capabilities`](crate::IbisBuilder::capabilities) | `1`: the pool is malleable, an open world members join and leave while it runs (`MALLEABLE`, not `CLOSED_WORLD`; an error with `IPL_POOL_SIZE`) |
+//! | `IPL_POOL_INITIAL_SIZE` | (none) | a malleable pool's first size, for the program ([`launcher()`]'s `size`) |
 //! | `IPL_CLUSTER` | [`cluster`](crate::IbisBuilder::cluster) | this member's cluster |
 //! | `IPL_CLUSTER_MAP` | [`cluster`](crate::IbisBuilder::cluster) | `node=cluster,...`: this member's cluster is its node's entry (a node not listed is an error) |
 //! | `IPL_RANK` | [`name`](crate::IbisBuilder::name) | this member's name is `member-<rank>` (wins over a launcher's rank) |
@@ -294,7 +296,8 @@ mod tests {
                 kind: launcher::LauncherKind::IplRun,
                 rank: Some(2),
                 size: 4,
-                node: None
+                node: None,
+                malleable: false,
             }))
         );
         assert_eq!(l.cluster, Ok(Some("c".into())));

@@ -26,6 +26,23 @@
 //! is not a number, a size of 0 or a rank outside the size is a [`LauncherError`]
 //! naming the variable.
 //!
+//! # Malleable pools
+//!
+//! `ipl-run --malleable -n N` starts an open-world pool that grows and shrinks while it
+//! runs ([`control`]: a member asks `ipl-run` to start or stop processes). Its members
+//! get, instead of `IPL_POOL_SIZE` (which would make them join a closed world):
+//!
+//! | Variable | Value |
+//! |---|---|
+//! | `IPL_POOL_MALLEABLE` | `1` (also `true`, `yes`; `0`, `false`, `no` switch it off): the pool is an open world, [`Launched::malleable`] |
+//! | `IPL_POOL_INITIAL_SIZE` | N, the number of processes started at first ([`Launched::size`]; default 1): how many members to wait for before starting, not a bound |
+//! | `IPL_RANK` | the process's rank, any number: the first N get `0..N`, added ones the next ranks (never reused) |
+//! | `IPL_RUN_CONTROL` ([`control::ENV_CONTROL`]) | the path of `ipl-run`'s control socket ([`control::Control::from_env`]) |
+//!
+//! `IPL_POOL_MALLEABLE` with `IPL_POOL_SIZE` is an error
+//! ([`LauncherError::ClosedAndMalleable`]): a pool is either closed or malleable. A
+//! member that leaves a malleable pool (exits 0) before the others is normal.
+//!
 //! The cluster of a member ([`cluster`]): `IPL_CLUSTER` if set; else, if
 //! `IPL_CLUSTER_MAP` is set (`node1=c0,node2=c0,node3=c1`), the entry of this member's
 //! node (a node it does not list is an error); else, under a cluster launcher, the
@@ -33,8 +50,14 @@
 
 use std::fmt;
 
+pub mod control;
+
 /// `IPL_CLUSTER_MAP`: `node=cluster` pairs, comma-separated.
 pub const CLUSTER_MAP: &str = "IPL_CLUSTER_MAP";
+/// `IPL_POOL_MALLEABLE`: the pool is an open world that grows and shrinks.
+pub const POOL_MALLEABLE: &str = "IPL_POOL_MALLEABLE";
+/// `IPL_POOL_INITIAL_SIZE`: the number of processes a malleable pool starts with.
+pub const POOL_INITIAL_SIZE: &str = "IPL_POOL_INITIAL_SIZE";
 
 /// The launcher that started this process.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -78,13 +101,20 @@ impl fmt::Display for LauncherKind {
 pub struct Launched {
     /// Which launcher.
     pub kind: LauncherKind,
-    /// This process's rank in `0..size`; `None` only when `IPL_POOL_SIZE` is set
-    /// without `IPL_RANK` and no launcher is detected.
+    /// This process's rank: in `0..size` in a closed world, any number in a
+    /// malleable pool (added processes get the next ranks). `None` only when
+    /// `IPL_POOL_SIZE` (or `IPL_POOL_MALLEABLE`) is set without `IPL_RANK` and no
+    /// launcher is detected.
     pub rank: Option<usize>,
-    /// The number of processes the launcher started (the pool's size).
+    /// The number of processes the launcher started: the pool's size in a closed world;
+    /// in a malleable pool its initial size (`IPL_POOL_INITIAL_SIZE`, else the
+    /// launcher's count, else 1), which the pool may grow beyond and shrink below.
     pub size: usize,
     /// The node's name as the launcher knows it (`SLURMD_NODENAME`), if it says.
     pub node: Option<String>,
+    /// Whether the pool is malleable (`IPL_POOL_MALLEABLE`): an open world that members
+    /// join and leave while it runs, not a closed world of `size`.
+    pub malleable: bool,
 }
 
 /// A launcher variable with a value that cannot be right.
@@ -134,6 +164,20 @@ pub enum LauncherError {
         /// This process's node.
         node: String,
     },
+    /// A yes/no variable with another value.
+    #[error("{variable}={value:?} is not 1/true/yes or 0/false/no")]
+    NotAFlag {
+        /// The variable.
+        variable: &'static str,
+        /// Its value.
+        value: String,
+    },
+    /// `IPL_POOL_MALLEABLE` together with `IPL_POOL_SIZE`.
+    #[error(
+        "IPL_POOL_MALLEABLE asks for an open world, IPL_POOL_SIZE for a closed one: \
+         set only one (IPL_POOL_INITIAL_SIZE gives a malleable pool's first size)"
+    )]
+    ClosedAndMalleable,
 }
 
 /// A number variable, if set.
@@ -164,8 +208,23 @@ fn first(
     Ok(None)
 }
 
+/// A yes/no variable: `Ok(false)` when unset.
+fn flag(
+    get: &dyn Fn(&str) -> Option<String>,
+    variable: &'static str,
+) -> Result<bool, LauncherError> {
+    match get(variable) {
+        None => Ok(false),
+        Some(v) => match v.trim().to_ascii_lowercase().as_str() {
+            "1" | "true" | "yes" => Ok(true),
+            "0" | "false" | "no" => Ok(false),
+            _ => Err(LauncherError::NotAFlag { variable, value: v }),
+        },
+    }
+}
+
 /// Reads the launcher variables through `get` (a variable's value if set and not
-/// empty). `Ok(None)`: no launcher and no `IPL_POOL_SIZE`.
+/// empty). `Ok(None)`: no launcher, no `IPL_POOL_SIZE` and no `IPL_POOL_MALLEABLE`.
 pub fn detect(get: &dyn Fn(&str) -> Option<String>) -> Result<Option<Launched>, LauncherError> {
     let (kind, rank, size, node) =
         if get("OMPI_COMM_WORLD_SIZE").is_some() || get("OMPI_COMM_WORLD_RANK").is_some() {
@@ -203,7 +262,20 @@ pub fn detect(get: &dyn Fn(&str) -> Option<String>) -> Result<Option<Launched>, 
         };
     // Explicit IPL_* values win.
     let rank = number(get, "IPL_RANK")?.or(rank);
-    let size = number(get, "IPL_POOL_SIZE")?.or(size);
+    let malleable = flag(get, POOL_MALLEABLE)?;
+    let size = if malleable {
+        if get("IPL_POOL_SIZE").is_some() {
+            return Err(LauncherError::ClosedAndMalleable);
+        }
+        // Without any count: an open world that starts with whoever comes.
+        Some(
+            number(get, POOL_INITIAL_SIZE)?
+                .or(size)
+                .unwrap_or((1, POOL_INITIAL_SIZE)),
+        )
+    } else {
+        number(get, "IPL_POOL_SIZE")?.or(size)
+    };
     let kind = match (kind, size) {
         (Some(k), _) => k,
         (None, Some(_)) => LauncherKind::IplRun,
@@ -218,7 +290,8 @@ pub fn detect(get: &dyn Fn(&str) -> Option<String>) -> Result<Option<Launched>, 
             variable: size_variable,
         });
     }
-    if let Some((r, rank_variable)) = rank {
+    // A malleable pool's added processes have ranks beyond its initial size.
+    if let Some((r, rank_variable)) = rank.filter(|_| !malleable) {
         if r >= size {
             return Err(LauncherError::RankOutOfRange {
                 rank_variable,
@@ -233,6 +306,7 @@ pub fn detect(get: &dyn Fn(&str) -> Option<String>) -> Result<Option<Launched>, 
         rank: rank.map(|(r, _)| r),
         size,
         node,
+        malleable,
     }))
 }
 
@@ -301,6 +375,7 @@ mod tests {
             rank: Some(rank),
             size,
             node: node.map(str::to_owned),
+            malleable: false,
         }
     }
 
@@ -394,6 +469,7 @@ mod tests {
                     rank: None,
                     size: 3,
                     node: None,
+                    malleable: false,
                 }),
             ),
             ("IPL_RANK alone is no pool", &[("IPL_RANK", "1")], None),
@@ -508,6 +584,97 @@ mod tests {
             };
             assert!(text.contains(named), "{text}");
         }
+    }
+
+    #[test]
+    fn a_malleable_pool_is_an_open_world_with_an_initial_size() {
+        let m = |rank: Option<usize>, size: usize| Launched {
+            kind: IplRun,
+            rank,
+            size,
+            node: None,
+            malleable: true,
+        };
+        let ok: &[(&[(&str, &str)], Launched)] = &[
+            (
+                &[
+                    ("IPL_POOL_MALLEABLE", "1"),
+                    ("IPL_POOL_INITIAL_SIZE", "2"),
+                    ("IPL_RANK", "0"),
+                ],
+                m(Some(0), 2),
+            ),
+            // An added process: its rank is beyond the initial size.
+            (
+                &[
+                    ("IPL_POOL_MALLEABLE", "true"),
+                    ("IPL_POOL_INITIAL_SIZE", "2"),
+                    ("IPL_RANK", "7"),
+                ],
+                m(Some(7), 2),
+            ),
+            // Without a count: starts with whoever comes.
+            (&[("IPL_POOL_MALLEABLE", "YES")], m(None, 1)),
+            (
+                &[
+                    ("IPL_POOL_MALLEABLE", "1"),
+                    ("PMI_RANK", "5"),
+                    ("PMI_SIZE", "4"),
+                ],
+                Launched {
+                    kind: Hydra,
+                    ..m(Some(5), 4)
+                },
+            ),
+        ];
+        for (vars, want) in ok {
+            assert_eq!(
+                detect(&table(vars)).as_ref(),
+                Ok(&Some(want.clone())),
+                "{vars:?}"
+            );
+        }
+        // Switched off: a closed world as before.
+        let off = detect(&table(&[
+            ("IPL_POOL_MALLEABLE", "0"),
+            ("IPL_POOL_SIZE", "3"),
+            ("IPL_RANK", "1"),
+        ]));
+        assert_eq!(off, Ok(Some(launched(IplRun, 1, 3, None))));
+        let bad: &[(&[(&str, &str)], LauncherError)] = &[
+            (
+                &[("IPL_POOL_MALLEABLE", "1"), ("IPL_POOL_SIZE", "3")],
+                LauncherError::ClosedAndMalleable,
+            ),
+            (
+                &[("IPL_POOL_MALLEABLE", "maybe")],
+                LauncherError::NotAFlag {
+                    variable: "IPL_POOL_MALLEABLE",
+                    value: "maybe".into(),
+                },
+            ),
+            (
+                &[("IPL_POOL_MALLEABLE", "1"), ("IPL_POOL_INITIAL_SIZE", "0")],
+                LauncherError::ZeroSize {
+                    variable: "IPL_POOL_INITIAL_SIZE",
+                },
+            ),
+            (
+                &[
+                    ("IPL_POOL_MALLEABLE", "1"),
+                    ("IPL_POOL_INITIAL_SIZE", "two"),
+                ],
+                LauncherError::NotANumber {
+                    variable: "IPL_POOL_INITIAL_SIZE",
+                    value: "two".into(),
+                },
+            ),
+        ];
+        for (vars, want) in bad {
+            assert_eq!(detect(&table(vars)).as_ref(), Err(want), "{vars:?}");
+        }
+        // The flag alone is read only with it set: IPL_POOL_INITIAL_SIZE alone is no pool.
+        assert_eq!(detect(&table(&[("IPL_POOL_INITIAL_SIZE", "2")])), Ok(None));
     }
 
     #[test]

@@ -166,7 +166,8 @@ impl IbisBuilder {
     }
 
     /// Configures the builder from the environment a launcher (`ipl-run`) sets:
-    /// `IPL_POOL`, `IPL_POOL_SIZE` (closed world when set), `IPL_CLUSTER`,
+    /// `IPL_POOL`, `IPL_POOL_SIZE` (closed world when set), `IPL_POOL_MALLEABLE` (an
+    /// open world with the `MALLEABLE` capability instead), `IPL_CLUSTER`,
     /// `IPL_POOL_SECRET`, `IPL_REGISTRY` (the registry server's address: joins over the
     /// network) and `IPL_RANK` (the member's name), and the rank, size and node of a
     /// cluster's launcher (`srun`, `mpirun`, `mpiexec`: [`launcher`](crate::launcher)).
@@ -209,9 +210,14 @@ impl IbisBuilder {
             }
             l => l,
         };
-        if let Some(l) = &launched {
-            self.pool_size = Some(l.size);
-            self.capabilities |= IbisCapabilities::CLOSED_WORLD;
+        match &launched {
+            // An open world that grows and shrinks: no size to wait for.
+            Some(l) if l.malleable => self.capabilities |= IbisCapabilities::MALLEABLE,
+            Some(l) => {
+                self.pool_size = Some(l.size);
+                self.capabilities |= IbisCapabilities::CLOSED_WORLD;
+            }
+            None => {}
         }
         if let Some(c) = env.cluster.map_err(bad)? {
             self.cluster = c;
@@ -511,6 +517,29 @@ mod tests {
     #[test]
     fn a_bad_launcher_variable_is_invalid_config() {
         let e = from_vars(&[("IPL_POOL_SIZE", "abc")], never);
+        assert!(matches!(e, IplError::InvalidConfig(_)), "{e:?}");
+        assert_local(&e, "IPL_POOL_SIZE");
+    }
+
+    #[test]
+    fn a_malleable_pool_is_joined_as_an_open_world() {
+        let vars = [
+            ("IPL_POOL_MALLEABLE", "1"),
+            ("IPL_POOL_INITIAL_SIZE", "2"),
+            ("IPL_RANK", "5"),
+        ];
+        let b = match IbisBuilder::default().with_launch(config::Launch::from_vars(&vars), never) {
+            Ok(b) => b,
+            Err(e) => panic!("{e}"),
+        };
+        assert!(b.capabilities.contains(IbisCapabilities::MALLEABLE));
+        assert!(!b.capabilities.contains(IbisCapabilities::CLOSED_WORLD));
+        assert_eq!(b.pool_size, None, "no size to wait for");
+        assert_eq!(b.name.as_deref(), Some("member-5"));
+        let e = from_vars(
+            &[("IPL_POOL_MALLEABLE", "1"), ("IPL_POOL_SIZE", "2")],
+            never,
+        );
         assert!(matches!(e, IplError::InvalidConfig(_)), "{e:?}");
         assert_local(&e, "IPL_POOL_SIZE");
     }

@@ -51,7 +51,14 @@ pub const FORWARDED_NAMES: &[&str] = &["RUST_LOG"];
 
 /// Variables of `ipl-run`'s environment that describe one process of another pool and
 /// must not reach the tasks (each task's own launcher gives its rank, size and node).
-pub const REMOVED: &[&str] = &["IPL_POOL_SIZE", "IPL_RANK", "IPL_CLUSTER"];
+pub const REMOVED: &[&str] = &[
+    "IPL_POOL_SIZE",
+    "IPL_RANK",
+    "IPL_CLUSTER",
+    "IPL_POOL_MALLEABLE",
+    "IPL_POOL_INITIAL_SIZE",
+    "IPL_RUN_CONTROL",
+];
 
 /// Which kind of launcher a command is, as far as passing the environment goes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -13,6 +13,19 @@
 //! | [`ENV_CLUSTER`] `IPL_CLUSTER` | `cluster-<k>`, see [`cluster_of`] |
 //! | [`ENV_RANK`] `IPL_RANK` | `i` in `0..N`: the member's name `member-i` and the `[i] ` prefix of its output lines |
 //!
+//! In a malleable pool ([`LaunchConfig::malleable`], `ipl-run --malleable`) a process
+//! gets, instead of `IPL_POOL_SIZE` (which would ask for a closed world):
+//!
+//! | Variable | Value |
+//! |---|---|
+//! | [`ENV_POOL_MALLEABLE`] `IPL_POOL_MALLEABLE` | `1`: the pool is an open world that grows and shrinks |
+//! | [`ENV_POOL_INITIAL_SIZE`] `IPL_POOL_INITIAL_SIZE` | N, the number of processes started at first |
+//! | [`ENV_CONTROL`] `IPL_RUN_CONTROL` | the path of the control socket ([`crate::control`], [`ipl::launcher::control`]) |
+//!
+//! and `IPL_RANK` may be N or more: a process added on request gets the next rank. No
+//! variable of [`CONTRACT`] that `ipl-run` does not set for a process reaches it from
+//! `ipl-run`'s own environment.
+//!
 //! Under a cluster's launcher (`ipl-run --launcher`, [`crate::cluster_launcher`]) the
 //! tasks get only `IPL_REGISTRY`, `IPL_POOL` and `IPL_POOL_SECRET`, and take rank, size
 //! and cluster from the launcher's own variables (`ipl::launcher`).
@@ -41,8 +54,14 @@ use std::sync::Arc;
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
+
+use ipl::launcher::control::{Process, Reply, Request};
 use ipl_auth::PoolSecret;
 use ipl_registry::{JoinRequest, NetRegistry, PoolConfig, Registry, RegistryError, RegistryServer};
+use rustix::process::{kill_process, Pid, Signal};
+
+use crate::control::{ControlServer, Pending};
 
 /// Address of the registry server (`host:port`).
 pub const ENV_REGISTRY: &str = "IPL_REGISTRY";
@@ -56,6 +75,34 @@ pub const ENV_SECRET: &str = ipl_auth::SECRET_ENV;
 pub const ENV_CLUSTER: &str = "IPL_CLUSTER";
 /// The process's launch index, for log prefixes only.
 pub const ENV_RANK: &str = "IPL_RANK";
+/// `1` in a malleable pool (`--malleable`), which has no `IPL_POOL_SIZE`.
+pub const ENV_POOL_MALLEABLE: &str = ipl::launcher::POOL_MALLEABLE;
+/// The number of processes a malleable pool started with.
+pub const ENV_POOL_INITIAL_SIZE: &str = ipl::launcher::POOL_INITIAL_SIZE;
+/// The path of the control socket of a malleable pool ([`ipl::launcher::control`]).
+pub const ENV_CONTROL: &str = ipl::launcher::control::ENV_CONTROL;
+
+/// Every variable of the contract: removed from what a process inherits from
+/// `ipl-run`'s own environment (e.g. when `ipl-run` runs inside another pool) before
+/// its own are set, so that it never sees a variable of another pool.
+pub const CONTRACT: &[&str] = &[
+    ENV_REGISTRY,
+    ENV_POOL,
+    ENV_POOL_SIZE,
+    ENV_SECRET,
+    ENV_CLUSTER,
+    ENV_RANK,
+    ENV_POOL_MALLEABLE,
+    ENV_POOL_INITIAL_SIZE,
+    ENV_CONTROL,
+];
+
+/// Default bound on the processes of a malleable pool running at once.
+pub const DEFAULT_MAX_PROCESSES: usize = 64;
+/// The highest `--max-processes`.
+pub const MAX_MAX_PROCESSES: usize = 1024;
+/// Default time a process removed on request gets to leave before SIGKILL.
+pub const DEFAULT_REMOVE_GRACE: Duration = Duration::from_secs(30);
 
 /// Default time the other processes get to finish after one failed.
 pub const DEFAULT_GRACE: Duration = Duration::from_secs(10);
@@ -152,7 +199,7 @@ pub struct PoolEnv {
     pub registry: String,
     /// [`ENV_POOL`].
     pub pool: String,
-    /// [`ENV_POOL_SIZE`].
+    /// [`ENV_POOL_SIZE`]; in a malleable pool [`ENV_POOL_INITIAL_SIZE`] (default 1).
     pub size: usize,
     /// [`ENV_SECRET`].
     pub secret: PoolSecret,
@@ -160,6 +207,8 @@ pub struct PoolEnv {
     pub cluster: String,
     /// [`ENV_RANK`], if set.
     pub rank: Option<usize>,
+    /// [`ENV_POOL_MALLEABLE`]: the pool is an open world that grows and shrinks.
+    pub malleable: bool,
 }
 
 impl PoolEnv {
@@ -173,11 +222,36 @@ impl PoolEnv {
         let need = |k: &str| get(k).ok_or_else(|| EnvError(format!("{k} is not set")));
         let registry = need(ENV_REGISTRY)?;
         let pool = need(ENV_POOL)?;
-        let size_text = need(ENV_POOL_SIZE)?;
-        let size = size_text
-            .trim()
-            .parse()
-            .map_err(|_| EnvError(format!("{ENV_POOL_SIZE}={size_text:?} is not a number")))?;
+        let malleable = match get(ENV_POOL_MALLEABLE).filter(|v| !v.trim().is_empty()) {
+            None => false,
+            Some(v) => match v.trim().to_ascii_lowercase().as_str() {
+                "1" | "true" | "yes" => true,
+                "0" | "false" | "no" => false,
+                _ => {
+                    return Err(EnvError(format!(
+                        "{ENV_POOL_MALLEABLE}={v:?} is not 1/true/yes or 0/false/no"
+                    )))
+                }
+            },
+        };
+        let number = |k: &str, text: String| {
+            text.trim()
+                .parse()
+                .map_err(|_| EnvError(format!("{k}={text:?} is not a number")))
+        };
+        let size = if malleable {
+            if get(ENV_POOL_SIZE).is_some() {
+                return Err(EnvError(format!(
+                    "{ENV_POOL_MALLEABLE} and {ENV_POOL_SIZE} exclude each other"
+                )));
+            }
+            match get(ENV_POOL_INITIAL_SIZE) {
+                Some(t) => number(ENV_POOL_INITIAL_SIZE, t)?,
+                None => 1,
+            }
+        } else {
+            number(ENV_POOL_SIZE, need(ENV_POOL_SIZE)?)?
+        };
         let secret = PoolSecret::from_hex(&need(ENV_SECRET)?)
             .map_err(|e| EnvError(format!("{ENV_SECRET}: {e}")))?;
         let cluster = get(ENV_CLUSTER).unwrap_or_else(|| cluster_name(0));
@@ -196,6 +270,7 @@ impl PoolEnv {
             secret,
             cluster,
             rank,
+            malleable,
         })
     }
 
@@ -216,7 +291,15 @@ impl PoolEnv {
             secret: secret.clone(),
             cluster: cluster.to_owned(),
             rank: Some(rank),
+            malleable: false,
         }
+    }
+
+    /// The same member in a malleable pool (`on`), whose [`size`](Self::size) is the
+    /// initial size, or in a closed world.
+    pub fn with_malleable(mut self, on: bool) -> Self {
+        self.malleable = on;
+        self
     }
 
     /// The contract's variables that make a process this member: what
@@ -226,10 +309,15 @@ impl PoolEnv {
         let mut v = vec![
             (ENV_REGISTRY, self.registry.clone()),
             (ENV_POOL, self.pool.clone()),
-            (ENV_POOL_SIZE, self.size.to_string()),
-            (ENV_SECRET, self.secret.to_hex()),
-            (ENV_CLUSTER, self.cluster.clone()),
         ];
+        if self.malleable {
+            v.push((ENV_POOL_MALLEABLE, "1".to_owned()));
+            v.push((ENV_POOL_INITIAL_SIZE, self.size.to_string()));
+        } else {
+            v.push((ENV_POOL_SIZE, self.size.to_string()));
+        }
+        v.push((ENV_SECRET, self.secret.to_hex()));
+        v.push((ENV_CLUSTER, self.cluster.clone()));
         if let Some(r) = self.rank {
             v.push((ENV_RANK, r.to_string()));
         }
@@ -237,14 +325,20 @@ impl PoolEnv {
     }
 
     /// Connects to the registry (within `timeout`) and joins the
-    /// closed-world pool of [`size`](Self::size) in [`cluster`](Self::cluster).
+    /// closed-world pool of [`size`](Self::size) in [`cluster`](Self::cluster), or the
+    /// open world of a [`malleable`](Self::malleable) pool.
     pub fn join(&self, timeout: Duration) -> Result<Registry, RegistryError> {
         let client = NetRegistry::connect(self.registry.as_str(), &self.secret, timeout)?;
         let mut request = JoinRequest::new(self.cluster.clone());
         if let Some(r) = self.rank {
             request = request.with_name(format!("member-{r}"));
         }
-        client.join(&self.pool, PoolConfig::closed_world(self.size), request)
+        let config = if self.malleable {
+            PoolConfig::open_world()
+        } else {
+            PoolConfig::closed_world(self.size)
+        };
+        client.join(&self.pool, config, request)
     }
 }
 
@@ -273,6 +367,15 @@ pub struct LaunchConfig {
     /// when this one is killed by SIGKILL. `None`: started directly (they outlive a
     /// SIGKILL of this process).
     pub guard: Option<PathBuf>,
+    /// A malleable pool (`--malleable`): an open world, and a control socket through
+    /// which the processes start more processes and stop some
+    /// ([`ipl::launcher::control`]).
+    pub malleable: bool,
+    /// In a malleable pool, the most processes running at once (`--max-processes`).
+    pub max_processes: usize,
+    /// In a malleable pool, how long a process removed on request gets to leave after
+    /// SIGTERM before it is killed (`--remove-grace`).
+    pub remove_grace: Duration,
 }
 
 /// The first argument that makes the `ipl-run` binary [`exec_guarded`] instead of
@@ -321,6 +424,9 @@ impl LaunchConfig {
             args,
             env: Vec::new(),
             guard: None,
+            malleable: false,
+            max_processes: DEFAULT_MAX_PROCESSES,
+            remove_grace: DEFAULT_REMOVE_GRACE,
         }
     }
 }
@@ -330,22 +436,36 @@ impl LaunchConfig {
 pub enum ProcessEnd {
     /// It exited by itself (or was killed by somebody else).
     Exited(ExitStatus),
-    /// `ipl-run` killed it (grace period or timeout over).
+    /// `ipl-run` killed it (grace period or timeout over, or a removed process that
+    /// did not leave in time).
     Killed,
+    /// It was removed on request (SIGTERM from `ipl-run`, malleable pools) and then
+    /// ended with this status.
+    Removed(ExitStatus),
 }
 
 impl ProcessEnd {
-    /// Whether it exited with status 0.
+    /// Whether it ended well: exited with status 0, or, removed on request, exited 0
+    /// or by the SIGTERM `ipl-run` sent.
     pub fn success(&self) -> bool {
-        matches!(self, ProcessEnd::Exited(s) if s.success())
+        use std::os::unix::process::ExitStatusExt;
+        match self {
+            ProcessEnd::Exited(s) => s.success(),
+            ProcessEnd::Removed(s) => s.success() || s.signal() == Some(SIGTERM),
+            ProcessEnd::Killed => false,
+        }
     }
 }
+
+/// The signal number of SIGTERM.
+const SIGTERM: i32 = signal_hook::consts::SIGTERM;
 
 impl std::fmt::Display for ProcessEnd {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             ProcessEnd::Exited(s) => write!(f, "{s}"),
             ProcessEnd::Killed => write!(f, "killed by ipl-run"),
+            ProcessEnd::Removed(s) => write!(f, "{s} (removed on request)"),
         }
     }
 }
@@ -438,6 +558,12 @@ fn note(msg: &str) {
 /// `config.grace` to finish, then are killed; on `config.timeout` all are
 /// killed. Errors are only returned if nothing could be launched (the
 /// processes already started are killed).
+///
+/// With [`config.malleable`](LaunchConfig::malleable) the pool is an open world and
+/// `ipl-run` serves a control socket ([`crate::control`], path in `IPL_RUN_CONTROL`):
+/// `add` starts more processes (next ranks, same command and environment), `remove`
+/// sends one SIGTERM, `list` tells who runs. A process that exits 0 has left; one
+/// removed on request that ends by the SIGTERM counts as a success too.
 pub fn launch(config: &LaunchConfig) -> io::Result<LaunchOutcome> {
     let n = config.processes;
     if n == 0 {
@@ -446,11 +572,27 @@ pub fn launch(config: &LaunchConfig) -> io::Result<LaunchOutcome> {
             "need at least one process (-n)",
         ));
     }
+    if config.malleable && n > config.max_processes {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!(
+                "-n {n} is more than --max-processes {}",
+                config.max_processes
+            ),
+        ));
+    }
     let secret = PoolSecret::generate().map_err(io::Error::other)?;
     let server = RegistryServer::bind("127.0.0.1:0", secret.clone())?.run_in_background()?;
     let registry = server.local_addr();
     let pool = config.pool.clone().unwrap_or_else(unique_pool_name);
-    tracing::debug!(%registry, %pool, n, "launching");
+    tracing::debug!(%registry, %pool, n, malleable = config.malleable, "launching");
+    let (control, requests) = match config.malleable {
+        true => {
+            let (c, r) = ControlServer::start()?;
+            (Some(c), Some(r))
+        }
+        false => (None, None),
+    };
 
     // SIGTERM and SIGINT stop the processes (in `supervise`) instead of leaving them.
     let stop = Arc::new(AtomicBool::new(false));
@@ -464,58 +606,36 @@ pub fn launch(config: &LaunchConfig) -> io::Result<LaunchOutcome> {
         }
     };
 
-    let mut children: Vec<Child> = Vec::with_capacity(n);
-    let mut forwarders = Vec::new();
+    let mut sup = Supervisor {
+        config,
+        template: PoolEnv::member(registry, &pool, n, &secret, &cluster_name(0), 0)
+            .with_malleable(config.malleable),
+        control: control.as_ref().map(|c| c.path().to_owned()),
+        procs: Vec::with_capacity(n),
+        forwarders: Vec::new(),
+        grace_until: None,
+    };
     for i in 0..n {
-        let mut cmd = match &config.guard {
-            Some(guard) => {
-                let mut c = Command::new(guard);
-                c.arg(GUARD_ARG)
-                    .arg(std::process::id().to_string())
-                    .arg("--")
-                    .arg(&config.program);
-                c
+        if let Err(e) = sup.start(cluster_name(cluster_of(i, n, config.clusters))) {
+            for p in &mut sup.procs {
+                let _ = p.child.kill();
+                let _ = p.child.wait();
             }
-            None => Command::new(&config.program),
-        };
-        cmd.envs(config.env.iter().map(|(k, v)| (k, v)));
-        let cluster = cluster_name(cluster_of(i, n, config.clusters));
-        cmd.args(&config.args)
-            .envs(PoolEnv::member(registry, &pool, n, &secret, &cluster, i).vars())
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        let mut child = match cmd.spawn() {
-            Ok(c) => c,
-            Err(e) => {
-                for c in &mut children {
-                    let _ = c.kill();
-                    let _ = c.wait();
-                }
-                unregister();
-                return Err(io::Error::new(
-                    e.kind(),
-                    format!("could not start {:?}: {e}", config.program),
-                ));
-            }
-        };
-        let prefix = format!("[{i}] ");
-        if let Some(out) = child.stdout.take() {
-            forwarders.push(forward(out, prefix.clone(), stdout_box)?);
+            unregister();
+            return Err(e);
         }
-        if let Some(err) = child.stderr.take() {
-            forwarders.push(forward(err, prefix, stderr_box)?);
-        }
-        children.push(child);
     }
 
-    let ends = supervise(&mut children, config, &stop);
+    let ends = sup.supervise(&stop, requests.as_ref());
     unregister();
-    let timed_out = ends.timed_out;
+    drop(requests);
+    if let Some(c) = control {
+        c.shutdown();
+    }
     // Output of the children: let the forwarders drain (bounded, in case a
     // grandchild keeps a pipe open).
     let until = Instant::now() + Duration::from_secs(2);
-    for f in forwarders {
+    for f in sup.forwarders {
         while !f.is_finished() && Instant::now() < until {
             thread::sleep(Duration::from_millis(5));
         }
@@ -528,7 +648,7 @@ pub fn launch(config: &LaunchConfig) -> io::Result<LaunchOutcome> {
         pool,
         registry,
         ends: ends.ends,
-        timed_out,
+        timed_out: ends.timed_out,
         interrupted: ends.interrupted,
     })
 }
@@ -539,114 +659,303 @@ struct Supervised {
     interrupted: bool,
 }
 
-/// SIGTERM to every process still running, SIGKILL to those left after
-/// [`STOP_GRACE`](crate::cluster_launcher::STOP_GRACE).
-fn stop_all(children: &mut [Child], ends: &mut [Option<ProcessEnd>]) {
-    use rustix::process::{kill_process, Pid, Signal};
-    for (i, c) in children.iter_mut().enumerate() {
-        if ends[i].is_none() {
-            let _ = kill_process(Pid::from_child(c), Signal::TERM);
-        }
-    }
-    let until = Instant::now() + crate::cluster_launcher::STOP_GRACE;
-    loop {
-        for (i, c) in children.iter_mut().enumerate() {
-            if ends[i].is_none() {
-                if let Ok(Some(s)) = c.try_wait() {
-                    ends[i] = Some(ProcessEnd::Exited(s));
-                }
-            }
-        }
-        if ends.iter().all(Option::is_some) || Instant::now() >= until {
-            break;
-        }
-        thread::sleep(POLL);
-    }
-    for (i, c) in children.iter_mut().enumerate() {
-        if ends[i].is_none() {
-            note(&format!("killing process {i}"));
-            let _ = c.kill();
-            let _ = c.wait();
-            ends[i] = Some(ProcessEnd::Killed);
-        }
-    }
+/// One process `ipl-run` started; its rank is its index in [`Supervisor::procs`].
+struct Proc {
+    cluster: String,
+    child: Child,
+    end: Option<ProcessEnd>,
+    /// When it was sent SIGTERM on request (`remove`).
+    removing: Option<Instant>,
 }
 
-fn supervise(children: &mut [Child], config: &LaunchConfig, stop: &AtomicBool) -> Supervised {
-    let start = Instant::now();
-    let deadline = config.timeout.and_then(|t| start.checked_add(t));
-    let mut ends: Vec<Option<ProcessEnd>> = vec![None; children.len()];
-    let mut grace_until: Option<Instant> = None;
-    let mut timed_out = false;
-    let mut interrupted = false;
-    loop {
-        for (i, c) in children.iter_mut().enumerate() {
-            if ends[i].is_some() {
+/// The processes of a launch and what happens to them.
+struct Supervisor<'a> {
+    config: &'a LaunchConfig,
+    /// Every process's contract, but for its rank and cluster.
+    template: PoolEnv,
+    /// The control socket's path (malleable pools).
+    control: Option<PathBuf>,
+    /// By rank, ended ones included (ranks are never reused).
+    procs: Vec<Proc>,
+    forwarders: Vec<JoinHandle<()>>,
+    /// Set when a process failed: the others are killed then.
+    grace_until: Option<Instant>,
+}
+
+impl Supervisor<'_> {
+    /// Starts the process of the next rank in `cluster`.
+    fn start(&mut self, cluster: String) -> io::Result<usize> {
+        let config = self.config;
+        let rank = self.procs.len();
+        let mut cmd = match &config.guard {
+            Some(guard) => {
+                let mut c = Command::new(guard);
+                c.arg(GUARD_ARG)
+                    .arg(std::process::id().to_string())
+                    .arg("--")
+                    .arg(&config.program);
+                c
+            }
+            None => Command::new(&config.program),
+        };
+        for v in CONTRACT {
+            cmd.env_remove(v);
+        }
+        cmd.envs(config.env.iter().map(|(k, v)| (k, v)));
+        let env = PoolEnv {
+            cluster: cluster.clone(),
+            rank: Some(rank),
+            ..self.template.clone()
+        };
+        cmd.args(&config.args).envs(env.vars());
+        if let Some(path) = &self.control {
+            cmd.env(ENV_CONTROL, path);
+        }
+        cmd.stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut child = cmd.spawn().map_err(|e| {
+            io::Error::new(
+                e.kind(),
+                format!("could not start {:?}: {e}", config.program),
+            )
+        })?;
+        let prefix = format!("[{rank}] ");
+        if let Some(out) = child.stdout.take() {
+            self.forwarders
+                .push(forward(out, prefix.clone(), stdout_box)?);
+        }
+        if let Some(err) = child.stderr.take() {
+            self.forwarders.push(forward(err, prefix, stderr_box)?);
+        }
+        self.procs.push(Proc {
+            cluster,
+            child,
+            end: None,
+            removing: None,
+        });
+        Ok(rank)
+    }
+
+    fn live(&self) -> usize {
+        self.procs.iter().filter(|p| p.end.is_none()).count()
+    }
+
+    /// Reaps the processes that ended, starts the grace period at the first failure,
+    /// and kills removed processes that outstay their grace.
+    fn poll(&mut self) {
+        let config = self.config;
+        for (i, p) in self.procs.iter_mut().enumerate() {
+            if p.end.is_some() {
                 continue;
             }
-            match c.try_wait() {
+            match p.child.try_wait() {
                 Ok(Some(status)) => {
-                    let end = ProcessEnd::Exited(status);
-                    if !end.success() {
-                        if grace_until.is_none() {
-                            note(&format!(
-                                "process {i} failed ({status}); the others have {:?} to finish",
-                                config.grace
-                            ));
-                            grace_until = Instant::now().checked_add(config.grace);
-                        } else {
-                            note(&format!("process {i} failed ({status})"));
+                    let end = match p.removing {
+                        Some(_) => ProcessEnd::Removed(status),
+                        None => ProcessEnd::Exited(status),
+                    };
+                    if end.success() {
+                        if config.malleable {
+                            tracing::debug!(rank = i, %end, "process ended");
                         }
+                    } else if p.removing.is_some() {
+                        // Leaving anyway: no reason to stop the others.
+                        note(&format!(
+                            "process {i} ended with {status} after its removal"
+                        ));
+                    } else if self.grace_until.is_none() {
+                        note(&format!(
+                            "process {i} failed ({status}); the others have {:?} to finish",
+                            config.grace
+                        ));
+                        self.grace_until = Instant::now().checked_add(config.grace);
+                    } else {
+                        note(&format!("process {i} failed ({status})"));
                     }
-                    ends[i] = Some(end);
+                    p.end = Some(end);
                 }
-                Ok(None) => {}
+                Ok(None) => {
+                    let overdue = p
+                        .removing
+                        .and_then(|t| t.checked_add(config.remove_grace))
+                        .is_some_and(|t| Instant::now() >= t);
+                    if overdue {
+                        note(&format!(
+                            "process {i} did not leave within {:?} of its removal: killing it",
+                            config.remove_grace
+                        ));
+                        let _ = p.child.kill();
+                        let _ = p.child.wait();
+                        p.end = Some(ProcessEnd::Killed);
+                    }
+                }
                 Err(e) => {
                     note(&format!("cannot wait for process {i}: {e}"));
-                    let _ = c.kill();
-                    let _ = c.wait();
-                    ends[i] = Some(ProcessEnd::Killed);
+                    let _ = p.child.kill();
+                    let _ = p.child.wait();
+                    p.end = Some(ProcessEnd::Killed);
                 }
             }
         }
-        if ends.iter().all(Option::is_some) {
-            break;
-        }
-        if stop.load(Ordering::Relaxed) {
-            note("interrupted: stopping the processes (SIGTERM)");
-            interrupted = true;
-            stop_all(children, &mut ends);
-            break;
-        }
-        let now = Instant::now();
-        let kill_reason = if deadline.is_some_and(|d| now >= d) {
-            timed_out = true;
-            Some("timeout expired")
-        } else if grace_until.is_some_and(|g| now >= g) {
-            Some("grace period over")
-        } else {
-            None
-        };
-        if let Some(reason) = kill_reason {
-            for (i, c) in children.iter_mut().enumerate() {
-                if ends[i].is_none() {
-                    note(&format!("{reason}: killing process {i}"));
-                    let _ = c.kill();
-                    let _ = c.wait();
-                    ends[i] = Some(ProcessEnd::Killed);
-                }
-            }
-            break;
-        }
-        thread::sleep(POLL);
     }
-    Supervised {
-        ends: ends
-            .into_iter()
-            .map(|e| e.unwrap_or(ProcessEnd::Killed))
-            .collect(),
-        timed_out,
-        interrupted,
+
+    /// Kills every process still running.
+    fn kill_all(&mut self, reason: &str) {
+        for (i, p) in self.procs.iter_mut().enumerate() {
+            if p.end.is_none() {
+                note(&format!("{reason}: killing process {i}"));
+                let _ = p.child.kill();
+                let _ = p.child.wait();
+                p.end = Some(ProcessEnd::Killed);
+            }
+        }
+    }
+
+    /// SIGTERM to every process still running, SIGKILL to those left after
+    /// [`STOP_GRACE`](crate::cluster_launcher::STOP_GRACE).
+    fn stop_all(&mut self) {
+        for p in &self.procs {
+            if p.end.is_none() {
+                let _ = kill_process(Pid::from_child(&p.child), Signal::TERM);
+            }
+        }
+        let until = Instant::now() + crate::cluster_launcher::STOP_GRACE;
+        loop {
+            for p in &mut self.procs {
+                if p.end.is_none() {
+                    if let Ok(Some(s)) = p.child.try_wait() {
+                        p.end = Some(ProcessEnd::Exited(s));
+                    }
+                }
+            }
+            if self.live() == 0 || Instant::now() >= until {
+                break;
+            }
+            thread::sleep(POLL);
+        }
+        self.kill_all("still running");
+    }
+
+    /// Answers a control request.
+    fn handle(&mut self, pending: Pending) {
+        let reply = match &pending.request {
+            Request::Add { count, cluster } => self.add(*count as usize, cluster.as_deref()),
+            Request::Remove { rank } => self.remove(*rank as usize),
+            Request::List => Reply::Listed(
+                self.procs
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, p)| p.end.is_none())
+                    .map(|(rank, p)| Process {
+                        rank: rank as u32,
+                        cluster: p.cluster.clone(),
+                        pid: p.child.id(),
+                        leaving: p.removing.is_some(),
+                    })
+                    .collect(),
+            ),
+        };
+        pending.answer(reply);
+    }
+
+    fn add(&mut self, count: usize, cluster: Option<&str>) -> Reply {
+        if self.grace_until.is_some() {
+            return Reply::Refused("a process failed: the pool is being stopped".into());
+        }
+        let (live, max) = (self.live(), self.config.max_processes);
+        if live + count > max {
+            return Reply::Refused(format!(
+                "{live} processes run and at most {max} may (--max-processes): \
+                 {count} more are too many"
+            ));
+        }
+        // Without a cluster: ipl-run's clusters in turn, by rank.
+        let clusters = self.config.clusters.clamp(1, self.config.processes);
+        let mut ranks = Vec::with_capacity(count);
+        for _ in 0..count {
+            let rank = self.procs.len();
+            let c = cluster.map_or_else(|| cluster_name(rank % clusters), str::to_owned);
+            match self.start(c.clone()) {
+                Ok(r) => {
+                    note(&format!("started process {r} in {c} on request"));
+                    ranks.push(r as u32);
+                }
+                Err(e) if ranks.is_empty() => return Reply::Refused(e.to_string()),
+                Err(e) => {
+                    note(&format!("{e}: started only {} of {count}", ranks.len()));
+                    break;
+                }
+            }
+        }
+        Reply::Added(ranks)
+    }
+
+    fn remove(&mut self, rank: usize) -> Reply {
+        let Some(p) = self.procs.get_mut(rank) else {
+            return Reply::Refused(format!("no process of rank {rank}"));
+        };
+        if p.end.is_some() {
+            return Reply::Refused(format!("process {rank} has ended"));
+        }
+        if p.removing.is_some() {
+            return Reply::Removed;
+        }
+        match kill_process(Pid::from_child(&p.child), Signal::TERM) {
+            Ok(()) => {
+                p.removing = Some(Instant::now());
+                note(&format!("stopping process {rank} on request (SIGTERM)"));
+                Reply::Removed
+            }
+            Err(e) => Reply::Refused(format!("cannot signal process {rank}: {e}")),
+        }
+    }
+
+    /// Waits for every process, answering control requests meanwhile.
+    fn supervise(&mut self, stop: &AtomicBool, requests: Option<&Receiver<Pending>>) -> Supervised {
+        let deadline = self
+            .config
+            .timeout
+            .and_then(|t| Instant::now().checked_add(t));
+        let mut timed_out = false;
+        let mut interrupted = false;
+        loop {
+            self.poll();
+            if self.live() == 0 {
+                break;
+            }
+            if stop.load(Ordering::Relaxed) {
+                note("interrupted: stopping the processes (SIGTERM)");
+                interrupted = true;
+                self.stop_all();
+                break;
+            }
+            let now = Instant::now();
+            if deadline.is_some_and(|d| now >= d) {
+                timed_out = true;
+                self.kill_all("timeout expired");
+                break;
+            }
+            if self.grace_until.is_some_and(|g| now >= g) {
+                self.kill_all("grace period over");
+                break;
+            }
+            // The poll interval, or at once for a control request.
+            match requests.map(|r| r.recv_timeout(POLL)) {
+                Some(Ok(pending)) => self.handle(pending),
+                Some(Err(RecvTimeoutError::Timeout)) => {}
+                Some(Err(RecvTimeoutError::Disconnected)) | None => thread::sleep(POLL),
+            }
+        }
+        Supervised {
+            ends: self
+                .procs
+                .iter()
+                .map(|p| p.end.unwrap_or(ProcessEnd::Killed))
+                .collect(),
+            timed_out,
+            interrupted,
+        }
     }
 }
 
@@ -732,6 +1041,52 @@ mod tests {
         })
         .unwrap_err();
         assert!(err.to_string().contains(ENV_POOL_SIZE));
+    }
+
+    #[test]
+    fn a_malleable_member_has_an_initial_size_and_no_pool_size() {
+        let secret = PoolSecret::generate().unwrap();
+        let env =
+            PoolEnv::member("127.0.0.1:1", "p", 2, &secret, "cluster-1", 5).with_malleable(true);
+        let vars = env.vars();
+        let get = |k: &str| vars.iter().find(|(n, _)| *n == k).map(|(_, v)| v.clone());
+        assert_eq!(get(ENV_POOL_SIZE), None, "no closed world");
+        assert_eq!(get(ENV_POOL_MALLEABLE).as_deref(), Some("1"));
+        assert_eq!(get(ENV_POOL_INITIAL_SIZE).as_deref(), Some("2"));
+        let again = PoolEnv::from_lookup(get).unwrap();
+        assert!(again.malleable);
+        assert_eq!((again.size, again.rank), (2, Some(5)));
+        // What ipl::launcher reads from the same variables.
+        let launched = ipl::launcher::detect(&|k: &str| get(k)).unwrap().unwrap();
+        assert!(launched.malleable);
+        assert_eq!((launched.size, launched.rank), (2, Some(5)));
+        // Both sizes: refused; without an initial size: 1.
+        let both = |k: &str| {
+            if k == ENV_POOL_SIZE {
+                Some("2".into())
+            } else {
+                get(k)
+            }
+        };
+        let e = PoolEnv::from_lookup(both).unwrap_err();
+        assert!(e.to_string().contains(ENV_POOL_SIZE), "{e}");
+        let no_initial = |k: &str| {
+            if k == ENV_POOL_INITIAL_SIZE {
+                None
+            } else {
+                get(k)
+            }
+        };
+        assert_eq!(PoolEnv::from_lookup(no_initial).unwrap().size, 1);
+        let bad = |k: &str| {
+            if k == ENV_POOL_MALLEABLE {
+                Some("often".into())
+            } else {
+                get(k)
+            }
+        };
+        let e = PoolEnv::from_lookup(bad).unwrap_err();
+        assert!(e.to_string().contains(ENV_POOL_MALLEABLE), "{e}");
     }
 
     #[test]

@@ -13,6 +13,7 @@
 #![forbid(unsafe_code)]
 
 pub mod cluster_launcher;
+pub mod control;
 pub mod launcher;
 
 /// Sets up `tracing` output on stderr: `RUST_LOG` if set, else `default`

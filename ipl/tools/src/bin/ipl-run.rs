@@ -8,7 +8,8 @@ use std::time::Duration;
 use clap::Parser;
 use ipl_tools::cluster_launcher::{self, ClusterLaunch};
 use ipl_tools::launcher::{
-    exec_guarded, launch, LaunchConfig, DEFAULT_GRACE, EXIT_FAILED, GUARD_ARG,
+    exec_guarded, launch, LaunchConfig, DEFAULT_GRACE, DEFAULT_MAX_PROCESSES, DEFAULT_REMOVE_GRACE,
+    EXIT_FAILED, GUARD_ARG, MAX_MAX_PROCESSES,
 };
 
 /// Starts an IPL registry in this process and launches N copies of PROGRAM
@@ -21,6 +22,16 @@ use ipl_tools::launcher::{
 /// the other hosts reach and passes IPL_REGISTRY, IPL_POOL and IPL_POOL_SECRET
 /// down; each process takes its rank, the pool size and its cluster (its node)
 /// from the launcher. ipl-run then exits with the launcher's status.
+///
+/// With --malleable the pool is an open world that grows and shrinks while it runs:
+/// instead of IPL_POOL_SIZE each process gets IPL_POOL_MALLEABLE=1,
+/// IPL_POOL_INITIAL_SIZE=N and IPL_RUN_CONTROL, the path of a Unix socket (in a
+/// directory private to the user, removed when ipl-run ends) on which a process asks,
+/// one line each: `add K [CLUSTER]` (start K more processes with the next ranks;
+/// answer `ok RANK...`), `remove RANK` (SIGTERM to that process, which should leave
+/// and exit 0; answer `ok`), `list` (answer `ok RANK:CLUSTER:PID:STATE...`); anything
+/// else is answered `error REASON`. A process that exits 0 early has left; ipl-run
+/// exits 0 when every process exited 0 or, removed on request, by that SIGTERM.
 ///
 /// SIGTERM or SIGINT to ipl-run stops the processes (SIGTERM, SIGKILL 5 s later)
 /// and ipl-run exits with status 143; if ipl-run is killed, its processes are killed
@@ -59,18 +70,44 @@ struct Args {
     /// (without --launcher).
     #[arg(long, default_value_t = DEFAULT_GRACE.as_secs_f64())]
     grace: f64,
+    /// An open-world pool that grows and shrinks on the processes' requests through
+    /// the control socket IPL_RUN_CONTROL (without --launcher).
+    #[arg(long, conflicts_with = "launcher")]
+    malleable: bool,
+    /// With --malleable: the most processes running at once; an `add` beyond it is
+    /// refused [default: 64].
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=MAX_MAX_PROCESSES as i64))]
+    max_processes: Option<u32>,
+    /// With --malleable: seconds a process removed on request gets to leave after its
+    /// SIGTERM before it is killed (and counted as failed) [default: 30].
+    #[arg(long)]
+    remove_grace: Option<f64>,
     /// The program and its arguments.
     #[arg(required = true, allow_hyphen_values = true, last = true)]
     command: Vec<OsString>,
 }
 
 impl Args {
-    /// What clap does not check: the registry options belong to --launcher.
+    /// `--max-processes`, or its default.
+    fn max_processes(&self) -> usize {
+        self.max_processes
+            .map_or(DEFAULT_MAX_PROCESSES, |m| m as usize)
+    }
+
+    /// What clap does not check: the registry options belong to --launcher, the
+    /// malleable ones to --malleable.
     fn check(&self) -> Result<(), String> {
         if self.launcher.is_none()
             && (self.registry_bind.is_some() || self.registry_address.is_some())
         {
             return Err("--registry-bind and --registry-address need --launcher".into());
+        }
+        if !self.malleable && (self.max_processes.is_some() || self.remove_grace.is_some()) {
+            return Err("--max-processes and --remove-grace need --malleable".into());
+        }
+        let max = self.max_processes();
+        if let Some(n) = self.n.filter(|&n| self.malleable && n as usize > max) {
+            return Err(format!("-n {n} is more than --max-processes {max}"));
         }
         Ok(())
     }
@@ -118,6 +155,7 @@ fn main() {
         say!("ipl-run: {e}");
         std::process::exit(EXIT_FAILED);
     }
+    let max_processes = args.max_processes();
     let mut command = args.command.into_iter();
     let Some(program) = command.next() else {
         say!("ipl-run: no program given");
@@ -130,9 +168,13 @@ fn main() {
             std::process::exit(EXIT_FAILED);
         }
     };
-    let grace = match seconds("grace", args.grace) {
-        Ok(g) => g,
-        Err(e) => {
+    let (grace, remove_grace) = match (
+        seconds("grace", args.grace),
+        args.remove_grace
+            .map_or(Ok(DEFAULT_REMOVE_GRACE), |r| seconds("remove-grace", r)),
+    ) {
+        (Ok(g), Ok(r)) => (g, r),
+        (Err(e), _) | (_, Err(e)) => {
             say!("ipl-run: {e}");
             std::process::exit(EXIT_FAILED);
         }
@@ -177,6 +219,9 @@ fn main() {
     config.pool = args.pool;
     config.timeout = timeout;
     config.grace = grace;
+    config.malleable = args.malleable;
+    config.max_processes = max_processes;
+    config.remove_grace = remove_grace;
     // Each process is started through this binary, which makes it die with ipl-run.
     match std::env::current_exe() {
         Ok(exe) => config.guard = Some(exe),
@@ -209,7 +254,7 @@ fn main() {
 
 #[cfg(test)]
 mod tests {
-    use super::Args;
+    use super::{Args, DEFAULT_MAX_PROCESSES};
     use clap::{CommandFactory, Parser};
 
     #[test]
@@ -257,5 +302,50 @@ mod tests {
             .is_err(),
             "--registry-bind needs --launcher"
         );
+        let a = Args::try_parse_from([
+            "ipl-run",
+            "--malleable",
+            "-n",
+            "2",
+            "--max-processes",
+            "8",
+            "--remove-grace",
+            "3",
+            "--",
+            "p",
+        ])
+        .unwrap();
+        assert!(a.malleable && a.check().is_ok());
+        assert_eq!((a.max_processes(), a.remove_grace), (8, Some(3.0)));
+        let a = Args::try_parse_from(["ipl-run", "--malleable", "-n", "2", "--", "p"]).unwrap();
+        assert_eq!(a.max_processes(), DEFAULT_MAX_PROCESSES);
+        let refused: &[&[&str]] = &[
+            &["ipl-run", "--malleable", "--launcher", "srun", "--", "p"],
+            &["ipl-run", "-n", "2", "--max-processes", "0", "--", "p"],
+            &["ipl-run", "-n", "2", "--max-processes", "1025", "--", "p"],
+        ];
+        for argv in refused {
+            assert!(Args::try_parse_from(*argv).is_err(), "{argv:?}");
+        }
+        let unchecked: &[&[&str]] = &[
+            &["ipl-run", "-n", "2", "--max-processes", "8", "--", "p"],
+            &["ipl-run", "-n", "2", "--remove-grace", "1", "--", "p"],
+            &[
+                "ipl-run",
+                "--malleable",
+                "-n",
+                "9",
+                "--max-processes",
+                "8",
+                "--",
+                "p",
+            ],
+        ];
+        for argv in unchecked {
+            assert!(
+                Args::try_parse_from(*argv).unwrap().check().is_err(),
+                "{argv:?}"
+            );
+        }
     }
 }
