@@ -121,7 +121,7 @@ impl<'a> Frame<'a> {
         // SAFETY: a fresh record from our pool, exclusively ours (I1), with nothing to
         // drop; all of it is written before it is published on the deque (push has
         // Release semantics).
-        unsafe { init_header::<J>(r, ctx.worker as u32, self.id, self.head) };
+        unsafe { init_header::<J>(r, ctx.owner_tag, self.id, self.head) };
         // SAFETY: the record is ours (I1) and its slot uninitialized.
         unsafe { init_slot(r, job) };
         self.head = r.as_ptr();
@@ -189,8 +189,11 @@ fn sync_children(ctx: &mut Ctx, id: u64, head: *mut Record, mut outstanding: usi
     while outstanding > 0 {
         match ctx.pop_own(id) {
             Some(j) => {
-                outstanding -= 1;
-                ctx.run_local(j);
+                // A child the result lookup took (redo mode only) is STOLEN now: it
+                // stays outstanding, so the frame waits for its DONE below.
+                if ctx.run_local(j) {
+                    outstanding -= 1;
+                }
             }
             // Every remaining child of this frame was stolen.
             None => return wait_stolen(ctx, head, true),
@@ -241,7 +244,7 @@ fn wait_stolen(ctx: &mut Ctx, head: *mut Record, help: bool) -> bool {
     while !all_done(head) {
         if help {
             if let Some(j) = ctx.pop_any() {
-                ctx.run_local(j);
+                ctx.run_own_any(j);
                 idle = 0;
                 continue;
             }
