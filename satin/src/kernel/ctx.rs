@@ -310,14 +310,11 @@ impl Ctx {
     }
 
     /// Runs a record owned by this worker that was popped from its own stack or deque
-    /// by the sync of its frame, so spawned in the mode this worker runs in now.
-    /// Returns `false` if it did not run here: in redo mode the result lookup took it
-    /// (the record is then `STOLEN`, and its frame must wait for `DONE`).
+    /// by the sync of its frame, outside redo mode (in redo mode:
+    /// [`Ctx::run_local_redo`], which may hand the record to the result lookup).
     #[inline(always)]
-    pub(super) fn run_local(&mut self, j: JobRef) -> bool {
-        if self.redo {
-            return self.run_local_redo(j);
-        }
+    pub(super) fn run_local(&mut self, j: JobRef) {
+        debug_assert!(!self.redo, "a record run in redo mode without its offer");
         let r = j.0;
         // SAFETY: the record is live because its frame is suspended below us on this
         // thread (I3); the vtable is immutable.
@@ -325,17 +322,22 @@ impl Ctx {
         // SAFETY: we popped it from our own stack or deque, so we hold the slot (I2)
         // and its state is QUEUED or LOCAL, which its frame counts as done once it is
         // popped; the vtable is the record's own (I5).
-        unsafe { run(r, self) };
-        true
+        unsafe { run(r, self) }
     }
 
-    /// [`Ctx::run_local`] for a record popped by a waiting sync from any frame of this
-    /// worker (an ancestor's frame may have been spawned in another mode): runs it in
-    /// the mode of its mark.
-    pub(super) fn run_own_any(&mut self, j: JobRef) -> bool {
+    /// Runs a record popped by a waiting sync from any frame of this worker (an
+    /// ancestor's frame may have been spawned in another mode) in the mode of its
+    /// mark. (Whether it ran here does not matter: the waiting sync checks states.)
+    pub(super) fn run_own_any(&mut self, j: JobRef) {
         // SAFETY: popped from our own stack or deque: live (I3); `owner` is immutable.
         let marked = owner_redone(unsafe { (*j.0.as_ptr()).owner });
-        self.with_redo(marked, |ctx| ctx.run_local(j))
+        self.with_redo(marked, |ctx| {
+            if marked {
+                ctx.run_local_redo(j);
+            } else {
+                ctx.run_local(j);
+            }
+        })
     }
 
     /// Runs a record that was stolen from another worker or given back by the

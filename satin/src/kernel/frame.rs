@@ -186,16 +186,37 @@ impl<'a> Frame<'a> {
 /// for stolen ones. Returns whether a stolen child panicked.
 #[inline(always)]
 fn sync_children(ctx: &mut Ctx, id: u64, head: *mut Record, mut outstanding: usize) -> bool {
+    // The mode is the frame's job's own for the whole sync (nested runs restore it),
+    // so one test per sync keeps the loop below as it is without redo mode.
+    if ctx.redo {
+        return sync_children_redo(ctx, id, head, outstanding);
+    }
     while outstanding > 0 {
         match ctx.pop_own(id) {
             Some(j) => {
-                // A child the result lookup took (redo mode only) is STOLEN now: it
-                // stays outstanding, so the frame waits for its DONE below.
-                if ctx.run_local(j) {
+                outstanding -= 1;
+                ctx.run_local(j);
+            }
+            // Every remaining child of this frame was stolen.
+            None => return wait_stolen(ctx, head, true),
+        }
+    }
+    false
+}
+
+/// [`sync_children`] in redo mode: each child is offered to the result lookup first.
+#[cold]
+#[inline(never)]
+fn sync_children_redo(ctx: &mut Ctx, id: u64, head: *mut Record, mut outstanding: usize) -> bool {
+    while outstanding > 0 {
+        match ctx.pop_own(id) {
+            Some(j) => {
+                // A child the lookup took is STOLEN now: it stays outstanding (it has
+                // not run here), so the frame waits for its DONE below.
+                if ctx.run_local_redo(j) {
                     outstanding -= 1;
                 }
             }
-            // Every remaining child of this frame was stolen.
             None => return wait_stolen(ctx, head, true),
         }
     }

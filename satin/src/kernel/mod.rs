@@ -35,7 +35,7 @@
 //!   the records it spawns, and offers each marked record to the installed result
 //!   lookup before running it; a record the lookup takes is held like a job the
 //!   external stealer took. Outside redo mode the only cost is one test of a flag of
-//!   the context per child run at a sync ([`redo`]).
+//!   the context per sync that has children ([`redo`]).
 //!
 //! The modules, one concept each: [`record`] (the invocation record, its slot and the
 //! type-erased operations on it), [`record_pool`] (the per-worker free list),

@@ -24,7 +24,7 @@
 //!   meanwhile. A record given back to be redone is not offered again.
 //!
 //! Outside redo mode none of this runs: the fault-free path pays one test of the
-//! mode flag per child run at a sync, and nothing per spawn.
+//! mode flag per sync that has children, and nothing per spawn.
 
 use super::ctx::Ctx;
 use super::record::{JobRef, LOCAL, REDO_BIT};
@@ -72,8 +72,10 @@ impl Ctx {
         r.unwrap_or_else(|p| panic::resume_unwind(p))
     }
 
-    /// [`Ctx::run_local`] in redo mode: offers the record to the lookup, runs it here
-    /// if the lookup does not take it. Returns whether it ran here.
+    /// [`Ctx::run_local`] in redo mode: offers the record (popped from this worker's
+    /// own stack or deque) to the lookup, runs it here if the lookup does not take it.
+    /// Returns whether it ran here: if not, the record is `STOLEN` and its frame must
+    /// wait for its `DONE` (I3).
     #[cold]
     #[inline(never)]
     pub(super) fn run_local_redo(&mut self, j: JobRef) -> bool {
