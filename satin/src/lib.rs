@@ -69,7 +69,7 @@ pub mod env;
 pub use dist::{launched, DistConfig, MemberStats, Pool, PoolRun, PoolStats};
 pub use error::SatinError;
 pub use kernel::{Ctx, Frame, Spawned, StolenJob, Synced, INLINE_BYTES};
-pub use runtime::{ExternalStealer, Satin, SatinBuilder, DEFAULT_INLINE_DEPTH};
+pub use runtime::{ExternalStealer, ResultLookup, Satin, SatinBuilder, DEFAULT_INLINE_DEPTH};
 /// The inter-node scheduler core the distributed layer drives.
 pub use satin_core;
 pub use stats::{NetCounters, NetStats, Stats, WorkerStats};

@@ -17,6 +17,8 @@ pub(crate) struct LocalStats {
     pub steal_successes: u64,
     pub inlined: u64,
     pub stolen_executed: u64,
+    /// Jobs run in redo mode (records, and redone roots and wire jobs).
+    pub redo_jobs: u64,
 }
 
 /// The flushed counters of one worker.
@@ -29,6 +31,9 @@ pub(crate) struct SharedStats {
     steal_successes: AtomicU64,
     stolen_executed: AtomicU64,
     steal_nanos: AtomicU64,
+    redo_jobs: AtomicU64,
+    lookups: AtomicU64,
+    lookups_handed_over: AtomicU64,
 }
 
 impl SharedStats {
@@ -40,6 +45,22 @@ impl SharedStats {
         self.steal_successes.fetch_add(s.steal_successes, Relaxed);
         self.stolen_executed.fetch_add(s.stolen_executed, Relaxed);
         self.steal_nanos.fetch_add(s.steal_nanos, Relaxed);
+        if s.redo_jobs != 0 {
+            self.redo_jobs.fetch_add(s.redo_jobs, Relaxed);
+        }
+    }
+
+    /// Counts a job offered to the result lookup, and as taken by it, at once (not
+    /// in [`LocalStats`]): the lookup may finish the job, and so the root, before
+    /// the worker flushes. [`SharedStats::offer_returned`] takes the second back.
+    pub(crate) fn offering(&self) {
+        self.lookups.fetch_add(1, Relaxed);
+        self.lookups_handed_over.fetch_add(1, Relaxed);
+    }
+
+    /// The lookup returned the job offered last (it runs here).
+    pub(crate) fn offer_returned(&self) {
+        self.lookups_handed_over.fetch_sub(1, Relaxed);
     }
 
     pub(crate) fn snapshot(&self) -> WorkerStats {
@@ -51,6 +72,9 @@ impl SharedStats {
             steal_successes: self.steal_successes.load(Relaxed),
             stolen_executed: self.stolen_executed.load(Relaxed),
             steal_nanos: self.steal_nanos.load(Relaxed),
+            redo_jobs: self.redo_jobs.load(Relaxed),
+            lookups: self.lookups.load(Relaxed),
+            lookups_handed_over: self.lookups_handed_over.load(Relaxed),
         }
     }
 
@@ -63,6 +87,9 @@ impl SharedStats {
             &self.steal_successes,
             &self.stolen_executed,
             &self.steal_nanos,
+            &self.redo_jobs,
+            &self.lookups,
+            &self.lookups_handed_over,
         ] {
             a.store(0, Relaxed);
         }
@@ -159,6 +186,13 @@ pub struct WorkerStats {
     pub stolen_executed: u64,
     /// Time spent stealing, in nanoseconds.
     pub steal_nanos: u64,
+    /// Jobs run in redo mode on this worker (spawned jobs that ran here, and redone
+    /// roots and wire jobs; see [`ResultLookup`](crate::ResultLookup)).
+    pub redo_jobs: u64,
+    /// Jobs this worker offered to the result lookup in redo mode.
+    pub lookups: u64,
+    /// Of those, jobs the lookup took (to complete them with a saved result).
+    pub lookups_handed_over: u64,
 }
 
 impl WorkerStats {
@@ -170,6 +204,9 @@ impl WorkerStats {
         self.steal_successes += o.steal_successes;
         self.stolen_executed += o.stolen_executed;
         self.steal_nanos += o.steal_nanos;
+        self.redo_jobs += o.redo_jobs;
+        self.lookups += o.lookups;
+        self.lookups_handed_over += o.lookups_handed_over;
     }
 }
 
@@ -221,7 +258,15 @@ fn line(f: &mut fmt::Formatter<'_>, who: &str, w: &WorkerStats) -> fmt::Result {
         pct(w.steal_successes, w.steal_attempts),
         w.stolen_executed,
         w.steal_nanos as f64 / 1e6
-    )
+    )?;
+    if w.redo_jobs != 0 || w.lookups != 0 {
+        writeln!(
+            f,
+            "SATIN '{who}': REDO: jobs = {} lookups = {} handed over = {}",
+            w.redo_jobs, w.lookups, w.lookups_handed_over
+        )?;
+    }
+    Ok(())
 }
 
 impl fmt::Display for Stats {

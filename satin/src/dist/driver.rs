@@ -657,7 +657,7 @@ impl Driver {
             Ok(job) => {
                 let tx = self.tx.clone();
                 let id = wire.job;
-                self.satin.execute_wire_job(job, move |r| {
+                self.satin.execute_wire_job(job, false, move |r| {
                     let _ = tx.send(Input::Finished {
                         to: owner,
                         job: id,

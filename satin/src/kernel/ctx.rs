@@ -2,7 +2,9 @@
 //! its deque, the inlining threshold, and stealing from the other workers.
 
 use super::frame::Frame;
-use super::record::{JobRef, Record, DONE, LOCAL, PANICKED, PUBLISHED, STOLEN};
+use super::record::{
+    owner_index, owner_redone, JobRef, Record, DONE, LOCAL, PANICKED, PUBLISHED, STOLEN,
+};
 use super::record_pool::RecordPool;
 use crate::runtime::{Injected, Shared};
 use crate::stats::LocalStats;
@@ -33,6 +35,13 @@ pub struct Ctx {
     /// Whether another thread may steal from this worker (so one job is kept
     /// published); refreshed from `Shared` whenever the worker takes outside work.
     pub(super) thieves: bool,
+    /// Whether the job running now runs in redo mode (see [`super::redo`]). Constant
+    /// while a job runs its own code: every nested run that changes it restores it.
+    pub(super) redo: bool,
+    /// The owner word spawns write into their records: the worker index, with
+    /// `REDO_BIT` in redo mode (so the mark costs a spawn nothing). Sits in the padding
+    /// after the two flags.
+    pub(super) owner_tag: u32,
     /// Spawns run inline once this many private jobs wait.
     pub(super) inline_depth: usize,
     /// `private_base + inline_depth`: spawns run inline while `private.len()` is at
@@ -52,12 +61,17 @@ pub struct Ctx {
 
 impl Ctx {
     pub(crate) fn new(worker: usize, deque: Worker<JobRef>, shared: Arc<Shared>) -> Ctx {
+        // The top bit of a record's owner word is the redo mark (a Vec of 2^31
+        // stealers could not be allocated anyway).
+        debug_assert!(owner_index(worker as u32) == worker);
         Ctx {
             worker,
             deque,
             private: Vec::with_capacity(64),
             private_base: 0,
             thieves: shared.has_thieves(),
+            redo: false,
+            owner_tag: worker as u32,
             inline_depth: shared.inline_depth,
             inline_at: shared.inline_depth,
             shared,
@@ -126,7 +140,7 @@ impl Ctx {
 
     /// Moves the base of the private stack (and the inlining threshold with it).
     #[inline(always)]
-    fn set_private_base(&mut self, base: usize) {
+    pub(super) fn set_private_base(&mut self, base: usize) {
         self.private_base = base;
         self.inline_at = base.saturating_add(self.inline_depth);
     }
@@ -283,17 +297,24 @@ impl Ctx {
     pub(crate) fn execute(&mut self, w: Injected) {
         self.thieves = self.shared.has_thieves();
         match w {
-            Injected::Record(j) => self.execute_stolen(j),
-            Injected::Task(t) => {
-                t(self);
+            Injected::Record(j) => self.execute_stolen(j, false),
+            Injected::Redo(j) => self.execute_stolen(j, true),
+            Injected::Task { run, redo } => {
+                if redo {
+                    self.stats.redo_jobs += 1;
+                }
+                self.with_redo(redo, run);
                 self.release_deferred();
             }
         }
     }
 
-    /// Runs a record owned by this worker that was popped from its own deque.
+    /// Runs a record owned by this worker that was popped from its own stack or deque
+    /// by the sync of its frame, outside redo mode (in redo mode:
+    /// [`Ctx::run_local_redo`], which may hand the record to the result lookup).
     #[inline(always)]
     pub(super) fn run_local(&mut self, j: JobRef) {
+        debug_assert!(!self.redo, "a record run in redo mode without its offer");
         let r = j.0;
         // SAFETY: the record is live because its frame is suspended below us on this
         // thread (I3); the vtable is immutable.
@@ -304,9 +325,27 @@ impl Ctx {
         unsafe { run(r, self) }
     }
 
+    /// Runs a record popped by a waiting sync from any frame of this worker (an
+    /// ancestor's frame may have been spawned in another mode) in the mode of its
+    /// mark. (Whether it ran here does not matter: the waiting sync checks states.)
+    pub(super) fn run_own_any(&mut self, j: JobRef) {
+        // SAFETY: popped from our own stack or deque: live (I3); `owner` is immutable.
+        let marked = owner_redone(unsafe { (*j.0.as_ptr()).owner });
+        self.with_redo(marked, |ctx| {
+            if marked {
+                ctx.run_local_redo(j);
+            } else {
+                ctx.run_local(j);
+            }
+        })
+    }
+
     /// Runs a record that was stolen from another worker or given back by the
-    /// external stealer; a panic is caught and handed to the parent.
-    pub(crate) fn execute_stolen(&mut self, j: JobRef) {
+    /// external stealer or the result lookup; a panic is caught and handed to the
+    /// parent. It runs in redo mode if it carries the redo mark or `redone` (given back
+    /// to be redone); a marked record that is not `redone` is first offered to the
+    /// result lookup, which may take it.
+    pub(crate) fn execute_stolen(&mut self, j: JobRef, redone: bool) {
         let r = j.0;
         // (A record given back by the external stealer may be picked up by its own
         // worker while its frame is suspended below on this stack: that is fine.)
@@ -316,14 +355,39 @@ impl Ctx {
         // SAFETY: live as above; the vtable and owner are immutable.
         let run = unsafe { (*r.as_ptr()).vtable.run };
         // SAFETY: live as above.
-        let owner = unsafe { (*r.as_ptr()).owner } as usize;
+        let word = unsafe { (*r.as_ptr()).owner };
+        let owner = owner_index(word);
+        let marked = owner_redone(word);
+        let redo = redone || marked;
+        let was = self.redo;
+        if redo != was {
+            self.set_redo(redo);
+        }
         let res = panic::catch_unwind(AssertUnwindSafe(|| {
+            if marked && !redone {
+                // SAFETY: we hold the slot (I2) of the live, unrun record.
+                if unsafe { self.offer(j) }.is_none() {
+                    return false;
+                }
+            }
+            if redo {
+                self.stats.redo_jobs += 1;
+            }
             // SAFETY: we hold the slot (I2) and the vtable is the record's own (I5).
-            unsafe { run(r, self) }
+            unsafe { run(r, self) };
+            true
         }));
+        if redo != was {
+            self.set_redo(was);
+        }
         self.release_deferred();
         let done = match res {
-            Ok(()) => DONE,
+            Ok(true) => DONE,
+            Ok(false) => {
+                // The lookup took the record (it finishes it); not touched again.
+                self.flush_stats();
+                return;
+            }
             Err(p) => {
                 self.shared.put_panic(r.as_ptr() as usize, p);
                 PANICKED

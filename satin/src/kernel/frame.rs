@@ -121,7 +121,7 @@ impl<'a> Frame<'a> {
         // SAFETY: a fresh record from our pool, exclusively ours (I1), with nothing to
         // drop; all of it is written before it is published on the deque (push has
         // Release semantics).
-        unsafe { init_header::<J>(r, ctx.worker as u32, self.id, self.head) };
+        unsafe { init_header::<J>(r, ctx.owner_tag, self.id, self.head) };
         // SAFETY: the record is ours (I1) and its slot uninitialized.
         unsafe { init_slot(r, job) };
         self.head = r.as_ptr();
@@ -186,6 +186,11 @@ impl<'a> Frame<'a> {
 /// for stolen ones. Returns whether a stolen child panicked.
 #[inline(always)]
 fn sync_children(ctx: &mut Ctx, id: u64, head: *mut Record, mut outstanding: usize) -> bool {
+    // The mode is the frame's job's own for the whole sync (nested runs restore it),
+    // so one test per sync keeps the loop below as it is without redo mode.
+    if ctx.redo {
+        return sync_children_redo(ctx, id, head, outstanding);
+    }
     while outstanding > 0 {
         match ctx.pop_own(id) {
             Some(j) => {
@@ -193,6 +198,25 @@ fn sync_children(ctx: &mut Ctx, id: u64, head: *mut Record, mut outstanding: usi
                 ctx.run_local(j);
             }
             // Every remaining child of this frame was stolen.
+            None => return wait_stolen(ctx, head, true),
+        }
+    }
+    false
+}
+
+/// [`sync_children`] in redo mode: each child is offered to the result lookup first.
+#[cold]
+#[inline(never)]
+fn sync_children_redo(ctx: &mut Ctx, id: u64, head: *mut Record, mut outstanding: usize) -> bool {
+    while outstanding > 0 {
+        match ctx.pop_own(id) {
+            Some(j) => {
+                // A child the lookup took is STOLEN now: it stays outstanding (it has
+                // not run here), so the frame waits for its DONE below.
+                if ctx.run_local_redo(j) {
+                    outstanding -= 1;
+                }
+            }
             None => return wait_stolen(ctx, head, true),
         }
     }
@@ -241,7 +265,7 @@ fn wait_stolen(ctx: &mut Ctx, head: *mut Record, help: bool) -> bool {
     while !all_done(head) {
         if help {
             if let Some(j) = ctx.pop_any() {
-                ctx.run_local(j);
+                ctx.run_own_any(j);
                 idle = 0;
                 continue;
             }

@@ -31,12 +31,17 @@
 //!   are dead. Frames are strictly nested on a worker's stack, a job runs to completion
 //!   on one thread, and a frame never returns (not even by unwinding) while one of its
 //!   children is still running elsewhere, so a thief's pointer stays valid.
+//! - Redo mode (fault tolerance): a worker that runs a redone job does not inline, marks
+//!   the records it spawns, and offers each marked record to the installed result
+//!   lookup before running it; a record the lookup takes is held like a job the
+//!   external stealer took. Outside redo mode the only cost is one test of a flag of
+//!   the context per sync that has children ([`redo`]).
 //!
 //! The modules, one concept each: [`record`] (the invocation record, its slot and the
 //! type-erased operations on it), [`record_pool`] (the per-worker free list),
 //! [`ctx`] (the worker's context: private stack, deque, stealing), [`frame`] (a frame,
-//! its tickets, `spawn` and `sync`) and [`stolen`] (a job taken by a thread outside the
-//! pool).
+//! its tickets, `spawn` and `sync`), [`stolen`] (a job taken by a thread outside the
+//! pool) and [`redo`] (redo mode and the offers to the result lookup).
 //!
 //! # Safety argument
 //!
@@ -50,11 +55,20 @@
 //!   thread until the record is published on the deque; then the single thread that
 //!   popped/stole it (crossbeam hands each element to exactly one taker) until it
 //!   stores `DONE` with `Release`; then the spawning thread again after it observed
-//!   `DONE` with `Acquire` (or after it ran the record itself).
+//!   `DONE` with `Acquire` (or after it ran the record itself). A thread that holds a
+//!   record (popped or stolen it) may hand it on as a `StolenJob` (to the result
+//!   lookup in redo mode): it stores `STOLEN` first and does not touch the record
+//!   after the hand-over; the `StolenJob`'s holder then has the slot until it stores
+//!   `DONE`/`PANICKED` (`Release`) or gives it back through the injector (whose
+//!   push/steal order the accesses), or returns it to the thread that offered it
+//!   within the same call, which then has the slot again.
 //! - I3: a frame's records are released only after every child is `DONE`, was run by
-//!   this thread (`QUEUED`: never published; `LOCAL`: popped back from the deque), or
-//!   was popped back and dropped unrun by this thread. Only `PUBLISHED` and `STOLEN`
-//!   children may still be in another thread's hands.
+//!   this thread (`QUEUED`: never published; `LOCAL`: popped back from the deque, or
+//!   given back to this thread by the result lookup), or was popped back and dropped
+//!   unrun by this thread. Only `PUBLISHED` and `STOLEN` children may still be in
+//!   another thread's hands; a child popped by its frame's sync and handed to the
+//!   result lookup is `STOLEN` and the sync does not count it as run, so the frame
+//!   waits for its `DONE` like for any stolen child.
 //! - I4: the pool memory (chunks) lives as long as the worker's `Ctx`, which outlives
 //!   every record of that worker (the worker thread leaves its loop only when idle).
 //! - I5: `Slot<J>` of a record is accessed only through the vtable or ticket of the
@@ -64,6 +78,7 @@ mod ctx;
 mod frame;
 mod record;
 mod record_pool;
+mod redo;
 mod stolen;
 
 pub use ctx::Ctx;

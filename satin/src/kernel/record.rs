@@ -51,11 +51,30 @@ pub(super) struct VTable {
     pub(super) name: fn() -> Option<&'static str>,
 }
 
+/// The bit of [`Record::owner`] that marks a record spawned by a job running in redo
+/// mode (see [`super::redo`]); the other bits are the owner's worker index.
+pub(super) const REDO_BIT: u32 = 1 << 31;
+
+/// The worker index in a record's owner word.
+#[inline(always)]
+pub(super) const fn owner_index(owner: u32) -> usize {
+    (owner & !REDO_BIT) as usize
+}
+
+/// Whether a record's owner word carries the redo mark.
+#[inline(always)]
+pub(super) const fn owner_redone(owner: u32) -> bool {
+    owner & REDO_BIT != 0
+}
+
 /// An invocation record (Satin's term): one spawned job, its result slot and state.
 #[repr(C)]
 pub(crate) struct Record {
     pub(super) state: AtomicU32,
-    /// Index of the worker whose frame spawned it (whose thread waits for it).
+    /// Index of the worker whose frame spawned it (whose thread waits for it), with
+    /// [`REDO_BIT`] set if that frame's job ran in redo mode. Written at spawn (the
+    /// spawning worker's `Ctx::owner_tag`, one load as before the mark existed) and
+    /// immutable after.
     pub(super) owner: u32,
     /// Id of the spawning frame, unique per worker.
     pub(super) frame_id: u64,

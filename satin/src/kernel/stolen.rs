@@ -2,9 +2,10 @@
 //! distributed layer's driver), which sends it to another process and completes it
 //! with the result that comes back.
 
-use super::record::{JobRef, Record, DONE, PANICKED, STOLEN};
+use super::record::{owner_index, owner_redone, JobRef, Record, DONE, PANICKED, STOLEN};
 use crate::error::SatinError;
 use crate::runtime::{Injected, Shared};
+use satin_core::JobKey;
 use std::ptr::NonNull;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -13,7 +14,9 @@ use std::sync::Arc;
 /// such as the network thread of the distributed layer.
 ///
 /// It must be finished exactly once: [`StolenJob::complete_from_wire`],
-/// [`StolenJob::fail`] or [`StolenJob::give_back`]. Dropping it gives it back.
+/// [`StolenJob::fail`], [`StolenJob::give_back`] or [`StolenJob::give_back_redo`].
+/// Dropping it gives it back. A [`ResultLookup`](crate::ResultLookup) receives the
+/// jobs it is offered as `StolenJob`s too.
 pub struct StolenJob {
     rec: Option<JobRef>,
     shared: Arc<Shared>,
@@ -41,6 +44,36 @@ impl StolenJob {
         // An unfinished StolenJob always holds its record; `finish` and `give_back`
         // consume it.
         self.rec.expect("StolenJob used after completion").0
+    }
+
+    /// The address of the record (for the result lookup's check that it got back the
+    /// job it offered).
+    pub(super) fn record(&self) -> NonNull<Record> {
+        self.rec()
+    }
+
+    /// Takes the record out, so that it is neither given back nor finished: the
+    /// caller holds it again (the result lookup gave it back to the worker that
+    /// offered it).
+    pub(super) fn into_record(mut self) -> JobRef {
+        self.rec.take().expect("StolenJob used after completion")
+    }
+
+    /// The job's identity ([`JobKey::of`] its registered type name and serialized
+    /// parameters), or `None` if its type is not remote-capable or fails to
+    /// serialize. Serializes the job (as [`StolenJob::to_wire`] does).
+    pub fn key(&self) -> Option<JobKey> {
+        self.to_wire().map(|(name, bytes)| JobKey::of(name, &bytes))
+    }
+
+    /// Whether the job belongs to a redone subtree: it was spawned by a job running in
+    /// redo mode (see [`ResultLookup`](crate::ResultLookup)). A job sent to another
+    /// process must carry this mark, and run there in redo mode
+    /// ([`Satin::execute_wire_job`](crate::Satin::execute_wire_job) with `redone`).
+    pub fn is_redone(&self) -> bool {
+        // SAFETY: the record is live while stolen and unfinished (I3); `owner` is
+        // immutable.
+        owner_redone(unsafe { (*self.rec().as_ptr()).owner })
     }
 
     /// The registered name of the job's type, if it is remote-capable.
@@ -94,10 +127,31 @@ impl StolenJob {
         self.finish(PANICKED);
     }
 
-    /// Returns the job to the pool: a local worker will run it.
+    /// Returns the job to the pool: a local worker will run it (in redo mode if it
+    /// [is redone](StolenJob::is_redone), without offering it to the result lookup
+    /// again).
     pub fn give_back(mut self) {
+        self.push_back(false);
+    }
+
+    /// Returns the job to the pool to be redone: a local worker runs it in redo mode,
+    /// so every job it spawns is first offered to the result lookup (the job itself is
+    /// not). For a job given to a process that died, and for a job a result lookup
+    /// took and cannot complete.
+    pub fn give_back_redo(mut self) {
+        self.push_back(true);
+    }
+
+    fn push_back(&mut self, redo: bool) {
         if let Some(j) = self.rec.take() {
-            self.shared.injector.push(Injected::Record(j));
+            // SAFETY: the record is live until it is finished (I3); `owner` is
+            // immutable.
+            let marked = owner_redone(unsafe { (*j.0.as_ptr()).owner });
+            self.shared.injector.push(if redo || marked {
+                Injected::Redo(j)
+            } else {
+                Injected::Record(j)
+            });
         }
     }
 
@@ -105,7 +159,7 @@ impl StolenJob {
         if let Some(j) = self.rec.take() {
             // SAFETY: the record is live until the store below (I3); `owner` is
             // immutable. It is read first: after the store the owner may free it.
-            let owner = unsafe { (*j.0.as_ptr()).owner } as usize;
+            let owner = owner_index(unsafe { (*j.0.as_ptr()).owner });
             // SAFETY: live until this store, after which it is not touched again.
             unsafe { (*j.0.as_ptr()).state.store(state, Ordering::Release) };
             self.shared.wake_worker(owner);
@@ -115,8 +169,6 @@ impl StolenJob {
 
 impl Drop for StolenJob {
     fn drop(&mut self) {
-        if let Some(j) = self.rec.take() {
-            self.shared.injector.push(Injected::Record(j));
-        }
+        self.push_back(false);
     }
 }

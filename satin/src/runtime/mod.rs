@@ -4,12 +4,14 @@
 #![forbid(unsafe_code)]
 
 mod builder;
+mod lookup;
 mod shared;
 mod stealer;
 mod worker;
 
 pub(crate) use builder::Config;
 pub use builder::{SatinBuilder, DEFAULT_INLINE_DEPTH};
+pub use lookup::ResultLookup;
 pub(crate) use shared::{Injected, Shared};
 pub use stealer::ExternalStealer;
 
@@ -73,34 +75,66 @@ impl Satin {
     fn run_raw<J: Job>(&self, job: J) -> Result<J::Output, Box<dyn std::any::Any + Send>> {
         let (tx, rx) = mpsc::sync_channel(1);
         let shared = self.shared.clone();
-        self.shared
-            .submit(Injected::Task(Box::new(move |ctx: &mut Ctx| {
+        self.shared.submit(Injected::Task {
+            run: Box::new(move |ctx: &mut Ctx| {
                 let r = panic::catch_unwind(AssertUnwindSafe(|| job.run(ctx)));
                 ctx.release_deferred();
                 ctx.flush_stats();
                 shared.task_done();
                 let _ = tx.send(r);
-            })));
+            }),
+            redo: self.shared.redo_roots.load(Ordering::SeqCst),
+        });
         rx.recv().expect("satin: worker pool stopped")
     }
 
     /// Runs a job that came from the wire on a worker; `done` receives its serialized
     /// result (or the error, e.g. [`SatinError::JobPanicked`]) on the worker thread.
+    ///
+    /// With `redone` the job runs in redo mode (see [`ResultLookup`]): the thief's
+    /// side of a job that was stolen from a worker in redo mode
+    /// ([`StolenJob::is_redone`](crate::StolenJob::is_redone)). The job itself is not
+    /// offered to the lookup here (the owner's side may do that with
+    /// [`StolenJob::key`](crate::StolenJob::key) before sending it); the jobs it
+    /// spawns are.
     pub fn execute_wire_job(
         &self,
         job: Box<dyn ErasedJob>,
+        redone: bool,
         done: impl FnOnce(Result<Vec<u8>, SatinError>) + Send + 'static,
     ) {
         let shared = self.shared.clone();
-        self.shared
-            .submit(Injected::Task(Box::new(move |ctx: &mut Ctx| {
+        self.shared.submit(Injected::Task {
+            run: Box::new(move |ctx: &mut Ctx| {
                 let r = panic::catch_unwind(AssertUnwindSafe(|| job.run_to_wire(ctx)))
                     .unwrap_or_else(|p| Err(SatinError::from_panic(p)));
                 ctx.release_deferred();
                 ctx.flush_stats();
                 shared.task_done();
                 done(r);
-            })));
+            }),
+            redo: redone,
+        });
+    }
+
+    /// Installs the lookup that workers in redo mode ask before they run a job (see
+    /// [`ResultLookup`]); replaces an earlier one. Without one, redo mode only turns
+    /// adaptive inlining off.
+    pub fn set_result_lookup(&self, lookup: Arc<dyn ResultLookup>) {
+        self.shared.set_result_lookup(Some(lookup));
+    }
+
+    /// Removes the lookup installed with [`Satin::set_result_lookup`].
+    pub fn clear_result_lookup(&self) {
+        self.shared.set_result_lookup(None);
+    }
+
+    /// Makes [`Satin::run`] and [`Satin::try_run`] run their root job in redo mode
+    /// (`true`) or not (`false`, the default): a new master that restarts the root
+    /// after the old one died, so that the root's subtree looks up every saved
+    /// result. Applies to root jobs submitted after the call.
+    pub fn set_redo_roots(&self, on: bool) {
+        self.shared.redo_roots.store(on, Ordering::SeqCst);
     }
 
     /// The registry of remote-capable job types.

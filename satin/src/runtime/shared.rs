@@ -1,12 +1,13 @@
 //! The state the workers of one Satin instance share: the stealers of their deques,
 //! the injector, sleeping and waking, panics on their way to a parent, and counters.
 
+use super::lookup::ResultLookup;
 use super::IdleHook;
 use crate::kernel::{Ctx, JobRef};
 use crate::stats::{NetCounters, SharedStats};
 use crate::wire::JobRegistry;
 use crossbeam_deque::{Injector, Stealer, Worker};
-use parking_lot::{Condvar, Mutex};
+use parking_lot::{Condvar, Mutex, RwLock};
 use std::any::Any;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -17,10 +18,20 @@ type Panic = Box<dyn Any + Send>;
 
 /// Work that enters a worker from outside its own deque.
 pub(crate) enum Injected {
-    /// A record stolen from a deque or given back by the external stealer.
+    /// A record stolen from a deque or given back by the external stealer; it runs in
+    /// redo mode if it carries the redo mark (and is offered to the result lookup
+    /// first).
     Record(JobRef),
-    /// A root job or a job that came from the wire.
-    Task(Box<dyn FnOnce(&mut Ctx) + Send>),
+    /// A record given back to run in redo mode
+    /// ([`StolenJob::give_back_redo`](crate::StolenJob::give_back_redo), or a marked
+    /// record given back): it runs in redo mode without being offered to the lookup
+    /// again.
+    Redo(JobRef),
+    /// A root job or a job that came from the wire, run in redo mode if `redo`.
+    Task {
+        run: Box<dyn FnOnce(&mut Ctx) + Send>,
+        redo: bool,
+    },
 }
 
 /// State shared by all workers of one Satin instance.
@@ -47,6 +58,10 @@ pub(crate) struct Shared {
     /// Whether anyone may steal: several workers, or an external stealer exists.
     /// Workers keep one job published on their deque only then.
     pub(super) thieves: AtomicBool,
+    /// The lookup asked by workers in redo mode (read only in redo mode).
+    lookup: RwLock<Option<Arc<dyn ResultLookup>>>,
+    /// Whether root jobs run in redo mode ([`crate::Satin::set_redo_roots`]).
+    pub(super) redo_roots: AtomicBool,
 }
 
 impl Shared {
@@ -73,6 +88,8 @@ impl Shared {
             idle_hook: OnceLock::new(),
             thieves: AtomicBool::new(workers > 1),
             inline_depth,
+            lookup: RwLock::new(None),
+            redo_roots: AtomicBool::new(false),
         });
         (shared, deques)
     }
@@ -86,6 +103,15 @@ impl Shared {
     /// Whether a worker's jobs may be stolen (see `thieves`).
     pub(crate) fn has_thieves(&self) -> bool {
         self.thieves.load(Ordering::Relaxed)
+    }
+
+    /// The installed result lookup, if any (asked only by workers in redo mode).
+    pub(crate) fn result_lookup(&self) -> Option<Arc<dyn ResultLookup>> {
+        self.lookup.read().clone()
+    }
+
+    pub(super) fn set_result_lookup(&self, l: Option<Arc<dyn ResultLookup>>) {
+        *self.lookup.write() = l;
     }
 
     /// Wakes a worker that may be parked waiting for a stolen child.
