@@ -34,6 +34,15 @@
 //! identity (member id, join order) comes from the registry, not from the
 //! rank.
 //!
+//! # When a process fails
+//!
+//! By default one failed process (non-zero exit, or killed by a signal) fails the
+//! pool: the others get [`LaunchConfig::grace`] to finish, then are killed, and
+//! `ipl-run` exits 1. With [`LaunchConfig::keep_going`] (`ipl-run --keep-going`), for
+//! programs that survive crashes (Satin), the failure is reported and the others go
+//! on; the pool then succeeds if no process exited with a non-zero status and at
+//! least one exited 0 ([`LaunchOutcome::exit_code`]).
+//!
 //! # The processes end with `ipl-run`
 //!
 //! SIGTERM or SIGINT to `ipl-run` is passed on to every process as SIGTERM; those
@@ -376,6 +385,10 @@ pub struct LaunchConfig {
     /// In a malleable pool, how long a process removed on request gets to leave after
     /// SIGTERM before it is killed (`--remove-grace`).
     pub remove_grace: Duration,
+    /// Keep going when a process fails (`--keep-going`): it is reported, the others
+    /// are not stopped ([`grace`](Self::grace) is not used), and the run's outcome
+    /// follows [`LaunchOutcome::exit_code`]'s rule for fault-tolerant programs.
+    pub keep_going: bool,
 }
 
 /// The first argument that makes the `ipl-run` binary [`exec_guarded`] instead of
@@ -427,6 +440,7 @@ impl LaunchConfig {
             malleable: false,
             max_processes: DEFAULT_MAX_PROCESSES,
             remove_grace: DEFAULT_REMOVE_GRACE,
+            keep_going: false,
         }
     }
 }
@@ -483,17 +497,37 @@ pub struct LaunchOutcome {
     pub timed_out: bool,
     /// Whether a SIGTERM or SIGINT stopped the run (the processes were stopped).
     pub interrupted: bool,
+    /// Whether the run kept going after failures ([`LaunchConfig::keep_going`]).
+    pub keep_going: bool,
 }
 
 impl LaunchOutcome {
-    /// `ipl-run`'s exit code: 0 if every process exited 0, [`EXIT_TIMEOUT`]
-    /// on timeout, 143 (128 + SIGTERM) when interrupted, else [`EXIT_FAILED`].
+    /// `ipl-run`'s exit code: [`EXIT_TIMEOUT`] on timeout, 143 (128 + SIGTERM) when
+    /// interrupted, else 0 if the pool succeeded and [`EXIT_FAILED`] if not.
+    ///
+    /// The pool succeeded if every process ended well ([`ProcessEnd::success`]), or,
+    /// with [`keep_going`](Self::keep_going), if every process ended well or was
+    /// killed by a signal `ipl-run` did not send (a crash, or a kill from outside:
+    /// what a fault-tolerant program survives), and at least one process exited 0 by
+    /// itself (someone finished the run). A process that exits with a non-zero status
+    /// reports an error of its own and fails the pool even then.
     pub fn exit_code(&self) -> i32 {
+        use std::os::unix::process::ExitStatusExt;
         if self.interrupted {
-            128 + 15
-        } else if self.timed_out {
-            EXIT_TIMEOUT
-        } else if self.ends.iter().all(ProcessEnd::success) {
+            return 128 + 15;
+        }
+        if self.timed_out {
+            return EXIT_TIMEOUT;
+        }
+        let ok = if self.keep_going {
+            let crashed =
+                |e: &ProcessEnd| matches!(e, ProcessEnd::Exited(s) if s.signal().is_some());
+            let finished = |e: &ProcessEnd| matches!(e, ProcessEnd::Exited(s) if s.success());
+            self.ends.iter().all(|e| e.success() || crashed(e)) && self.ends.iter().any(finished)
+        } else {
+            self.ends.iter().all(ProcessEnd::success)
+        };
+        if ok {
             0
         } else {
             EXIT_FAILED
@@ -555,8 +589,9 @@ fn note(msg: &str) {
 /// and waits for all of them.
 ///
 /// If one fails (exits non-zero or is killed by a signal) the others get
-/// `config.grace` to finish, then are killed; on `config.timeout` all are
-/// killed. Errors are only returned if nothing could be launched (the
+/// `config.grace` to finish, then are killed; with
+/// [`config.keep_going`](LaunchConfig::keep_going) it is only reported and the others
+/// go on. On `config.timeout` all are killed. Errors are only returned if nothing could be launched (the
 /// processes already started are killed).
 ///
 /// With [`config.malleable`](LaunchConfig::malleable) the pool is an open world and
@@ -650,6 +685,7 @@ pub fn launch(config: &LaunchConfig) -> io::Result<LaunchOutcome> {
         ends: ends.ends,
         timed_out: ends.timed_out,
         interrupted: ends.interrupted,
+        keep_going: config.keep_going,
     })
 }
 
@@ -741,7 +777,8 @@ impl Supervisor<'_> {
         self.procs.iter().filter(|p| p.end.is_none()).count()
     }
 
-    /// Reaps the processes that ended, starts the grace period at the first failure,
+    /// Reaps the processes that ended, starts the grace period at the first failure
+    /// (unless [`LaunchConfig::keep_going`]),
     /// and kills removed processes that outstay their grace.
     fn poll(&mut self) {
         let config = self.config;
@@ -763,6 +800,10 @@ impl Supervisor<'_> {
                         // Leaving anyway: no reason to stop the others.
                         note(&format!(
                             "process {i} ended with {status} after its removal"
+                        ));
+                    } else if config.keep_going {
+                        note(&format!(
+                            "process {i} failed ({status}); the others keep running (--keep-going)"
                         ));
                     } else if self.grace_until.is_none() {
                         note(&format!(
@@ -1106,6 +1147,55 @@ mod tests {
             ["xxxxx", "xxxxx", "ab\n", "cd\n", "yyyyy", "yy"],
             "pieces of at most 5 bytes, newlines kept, nothing lost"
         );
+    }
+
+    #[test]
+    fn keep_going_tolerates_crashes_but_not_errors() {
+        use std::os::unix::process::ExitStatusExt;
+        let exited = |code: i32| ProcessEnd::Exited(ExitStatus::from_raw(code << 8));
+        let signalled = |sig: i32| ProcessEnd::Exited(ExitStatus::from_raw(sig));
+        let outcome = |ends: Vec<ProcessEnd>, keep_going: bool| LaunchOutcome {
+            pool: "p".into(),
+            registry: "127.0.0.1:1".parse().unwrap(),
+            ends,
+            timed_out: false,
+            interrupted: false,
+            keep_going,
+        };
+        let sigkill = signal_hook::consts::SIGKILL;
+        let removed = ProcessEnd::Removed(ExitStatus::from_raw(SIGTERM));
+        // (ends, exit code without --keep-going, with it)
+        let cases = [
+            (vec![exited(0), exited(0)], 0, 0),
+            (vec![exited(0), signalled(sigkill)], 1, 0),
+            (
+                vec![signalled(sigkill), exited(0), signalled(SIGTERM)],
+                1,
+                0,
+            ),
+            (vec![exited(0), exited(3)], 1, 1),
+            (vec![exited(0), signalled(sigkill), exited(1)], 1, 1),
+            // Nobody finished.
+            (vec![signalled(sigkill), signalled(sigkill)], 1, 1),
+            (vec![removed, signalled(sigkill)], 1, 1),
+            (vec![exited(0), removed, signalled(sigkill)], 1, 0),
+            // ipl-run killed it (grace, timeout, a removal not obeyed): never tolerated.
+            (vec![exited(0), ProcessEnd::Killed], 1, 1),
+        ];
+        for (ends, plain, tolerant) in cases {
+            assert_eq!(outcome(ends.clone(), false).exit_code(), plain, "{ends:?}");
+            assert_eq!(
+                outcome(ends.clone(), true).exit_code(),
+                tolerant,
+                "{ends:?}"
+            );
+        }
+        // Timeouts and interrupts win as before.
+        let mut o = outcome(vec![exited(0)], true);
+        o.timed_out = true;
+        assert_eq!(o.exit_code(), EXIT_TIMEOUT);
+        o.interrupted = true;
+        assert_eq!(o.exit_code(), 143);
     }
 
     #[test]

@@ -48,6 +48,14 @@
 //! leave and master re-election. [`checkpoint`] is the byte format of the saved
 //! results in a checkpoint file.
 //!
+//! # Self-adaptivity
+//!
+//! [`adapt::Coordinator`] turns the members' measurements (time busy, idle and
+//! communicating per monitoring period) into requests to add members, remove
+//! the least efficient ones, or drop a cluster with a slow wide-area link: the
+//! journal version's weighted-average-efficiency rule, kept between 30 % and
+//! 50 %.
+//!
 //! # Example
 //!
 //! ```
@@ -90,6 +98,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod adapt;
 pub mod checkpoint;
 pub mod key;
 pub mod node;

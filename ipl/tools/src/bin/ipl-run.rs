@@ -15,7 +15,15 @@ use ipl_tools::launcher::{
 /// Starts an IPL registry in this process and launches N copies of PROGRAM
 /// as one closed-world pool. Each process gets IPL_REGISTRY, IPL_POOL,
 /// IPL_POOL_SIZE, IPL_POOL_SECRET, IPL_CLUSTER and IPL_RANK; its output
-/// lines are prefixed with `[i] `. Exits 0 only if every process exits 0.
+/// lines are prefixed with `[i] `. Exits 0 only if every process exits 0; when one
+/// fails (exits non-zero or is killed by a signal) the others get --grace seconds and
+/// are then killed, unless --keep-going.
+///
+/// With --keep-going (for programs that survive crashes, such as Satin) a process
+/// that fails is reported on stderr (`[ipl-run] process R failed (STATUS)`) and the
+/// others keep running; ipl-run then exits 0 if no process exited with a non-zero
+/// status (a process killed by a signal ipl-run did not send counts as a crash the
+/// program survived) and at least one process exited 0, else 1.
 ///
 /// With --launcher 'srun -n 8' (or 'mpirun -n 8', 'mpiexec -n 8') the cluster's
 /// launcher starts the processes instead: ipl-run runs the registry on an address
@@ -70,6 +78,10 @@ struct Args {
     /// (without --launcher).
     #[arg(long, default_value_t = DEFAULT_GRACE.as_secs_f64())]
     grace: f64,
+    /// When a process fails, report it and let the others run on (no --grace);
+    /// exit 0 if none exited non-zero and one exited 0 (without --launcher).
+    #[arg(long, conflicts_with = "launcher")]
+    keep_going: bool,
     /// An open-world pool that grows and shrinks on the processes' requests through
     /// the control socket IPL_RUN_CONTROL (without --launcher).
     #[arg(long, conflicts_with = "launcher")]
@@ -222,6 +234,7 @@ fn main() {
     config.malleable = args.malleable;
     config.max_processes = max_processes;
     config.remove_grace = remove_grace;
+    config.keep_going = args.keep_going;
     // Each process is started through this binary, which makes it die with ipl-run.
     match std::env::current_exe() {
         Ok(exe) => config.guard = Some(exe),
@@ -319,10 +332,14 @@ mod tests {
         assert_eq!((a.max_processes(), a.remove_grace), (8, Some(3.0)));
         let a = Args::try_parse_from(["ipl-run", "--malleable", "-n", "2", "--", "p"]).unwrap();
         assert_eq!(a.max_processes(), DEFAULT_MAX_PROCESSES);
+        assert!(!a.keep_going, "explicit only");
+        let a = Args::try_parse_from(["ipl-run", "--keep-going", "-n", "2", "--", "p"]).unwrap();
+        assert!(a.keep_going && a.check().is_ok());
         let refused: &[&[&str]] = &[
             &["ipl-run", "--malleable", "--launcher", "srun", "--", "p"],
             &["ipl-run", "-n", "2", "--max-processes", "0", "--", "p"],
             &["ipl-run", "-n", "2", "--max-processes", "1025", "--", "p"],
+            &["ipl-run", "--keep-going", "--launcher", "srun", "--", "p"],
         ];
         for argv in refused {
             assert!(Args::try_parse_from(*argv).is_err(), "{argv:?}");
