@@ -86,11 +86,13 @@
 
 #![forbid(unsafe_code)]
 
+mod checkpoint;
 mod driver;
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;
 mod protocol;
+mod saved;
 mod stats;
 
 pub use stats::{MemberStats, PoolStats};
@@ -102,6 +104,7 @@ use ipl::{
     Ibis, IbisCapabilities as I, IbisIdentifier, PortCapabilities as P, PortType, ReadMessage,
     ReceivePort, RegistryEventHandler,
 };
+use satin_core::recovery::Recovery;
 use satin_core::{ClusterId, NodeId, Policy, Topology};
 use std::panic::{self, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -114,6 +117,13 @@ pub const MASTER_ELECTION: &str = "satin-master";
 
 /// The name of every member's receive port.
 pub const PORT_NAME: &str = "satin";
+
+/// What the driver asks of [`Pool::run`].
+pub(crate) enum Control {
+    /// This member became the master after the old one died: run the root job
+    /// again, in redo mode.
+    RestartRoot,
+}
 
 /// Whether this process was started as a member of a pool (`IPL_REGISTRY` is set, as
 /// `ipl-run` does, also under `ipl-run --launcher 'srun ...'`): then
@@ -148,7 +158,7 @@ pub fn launched() -> bool {
 }
 
 /// Settings of the distributed layer (set them on the [`SatinBuilder`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DistConfig {
     /// The inter-node load-balancing policy: RS, CRS (default), ACRS or CMRS
     /// ([`SatinBuilder::policy`], environment `SATIN_POLICY`).
@@ -161,6 +171,19 @@ pub struct DistConfig {
     pub join_timeout: Duration,
     /// Bound of every wait of the end-of-run handshake.
     pub end_timeout: Duration,
+    /// Keep the results of stolen jobs and orphans, announce them when a member
+    /// dies, and look them up while redoing ([`SatinBuilder::save_results`],
+    /// environment `SATIN_SAVE_RESULTS`; default on). Off: a crash's lost work is
+    /// recomputed from scratch (for comparisons).
+    pub save_results: bool,
+    /// Where to write checkpoints of the saved results, one file per member, and
+    /// read them back at the start ([`SatinBuilder::checkpoint_dir`], environment
+    /// `SATIN_CHECKPOINT_DIR`; default none). Needs `save_results`.
+    pub checkpoint_dir: Option<std::path::PathBuf>,
+    /// How often a member writes its checkpoint, if its saved results changed
+    /// ([`SatinBuilder::checkpoint_interval`], environment
+    /// `SATIN_CHECKPOINT_INTERVAL_MS`; default 10 s).
+    pub checkpoint_interval: Duration,
 }
 
 impl Default for DistConfig {
@@ -170,6 +193,9 @@ impl Default for DistConfig {
             steal_backoff: Duration::ZERO,
             join_timeout: Duration::from_secs(60),
             end_timeout: Duration::from_secs(30),
+            save_results: true,
+            checkpoint_dir: None,
+            checkpoint_interval: Duration::from_secs(10),
         }
     }
 }
@@ -276,6 +302,8 @@ pub struct Pool {
     ibis: Option<Arc<Ibis>>,
     port: Option<ReceivePort>,
     tx: mpsc::Sender<Input>,
+    control: mpsc::Receiver<Control>,
+    name: String,
     driver: Option<JoinHandle<Result<Option<PoolStats>, SatinError>>>,
     node: u32,
     master: bool,
@@ -307,6 +335,9 @@ pub struct PoolRun<T> {
     /// Every member's statistics and the total, gathered at the end: on the master
     /// only.
     pub stats: Option<PoolStats>,
+    /// This member became the master after the first one died, and restarted the
+    /// root job (then `elapsed` counts from the start of [`Pool::run`]).
+    pub restarted: bool,
 }
 
 impl Pool {
@@ -395,6 +426,42 @@ impl Pool {
             });
         }
         let ibis = Arc::new(ibis);
+        let recovery = Recovery::new(
+            NodeId(node),
+            (0..members.len() as u32).map(NodeId),
+            NodeId(master),
+            me.id().get() ^ 0x5EED_0000_0000_0021,
+        );
+        let saved = Arc::new(saved::Shared::new(recovery, tx.clone()));
+        if config.save_results {
+            satin.set_result_lookup(Arc::new(saved::SavedResults(saved.clone())));
+        }
+        let mut checkpoints = match (&config.checkpoint_dir, config.save_results) {
+            (Some(dir), true) => Some(checkpoint::Checkpoints::new(
+                dir,
+                me.name(),
+                config.checkpoint_interval,
+            )),
+            (Some(_), false) => {
+                tracing::warn!(
+                    "checkpoints need saved results (SATIN_SAVE_RESULTS=0): none written"
+                );
+                None
+            }
+            _ => None,
+        };
+        if node == master {
+            if let Some(c) = &mut checkpoints {
+                let entries = c.read_all();
+                if !entries.is_empty() {
+                    tracing::info!(results = entries.len(), "resuming from checkpoints");
+                    saved.with(|r| r.restore(entries));
+                    // The root's subtree looks up every restored result.
+                    satin.set_redo_roots(true);
+                }
+            }
+        }
+        let (control, control_rx) = mpsc::channel();
         let init = DriverInit {
             me: node,
             master,
@@ -403,7 +470,7 @@ impl Pool {
                 .map(|m| (m.id().get(), m.name().to_string(), m.cluster().to_string()))
                 .collect(),
             topology,
-            config,
+            config: config.clone(),
             seed: me.id().get() ^ 0x5A71_0000_0000_0001,
             ports,
             idents: members.clone(),
@@ -412,6 +479,9 @@ impl Pool {
             rx,
             tx: tx.clone(),
             kick,
+            saved,
+            checkpoints,
+            control,
         };
         let driver = Driver::new(init)?;
         let handle = std::thread::Builder::new()
@@ -423,6 +493,8 @@ impl Pool {
             ibis: Some(ibis),
             port: Some(port),
             tx,
+            control: control_rx,
+            name: me.name().to_string(),
             driver: Some(handle),
             node,
             master: node == master,
@@ -436,6 +508,11 @@ impl Pool {
     /// Whether this member is the master (runs the root job, prints the results).
     pub fn is_master(&self) -> bool {
         self.master
+    }
+
+    /// This member's IPL name (`member-R`, R the rank its launcher gave it).
+    pub fn name(&self) -> &str {
+        &self.name
     }
 
     /// This member's node number (members numbered in join order from 0).
@@ -469,18 +546,39 @@ impl Pool {
     /// leaves the pool; a failure to leave (the registry is gone) is logged as a
     /// warning and does not lose the run's result. A panic in `root` is returned as [`SatinError::JobPanicked`]
     /// (after the pool ended cleanly).
-    pub fn run<T>(mut self, root: impl FnOnce(&Satin) -> T) -> Result<PoolRun<T>, SatinError> {
+    ///
+    /// Every member keeps `root`: if the master dies, the member elected in its place
+    /// calls it (in redo mode, so the saved results of the lost run are looked up
+    /// instead of recomputed) and ends the run as the master would have; its
+    /// [`PoolRun`] then has the result and [`PoolRun::restarted`] set. Also the
+    /// master of a run that resumes from checkpoints runs `root` in redo mode.
+    pub fn run<T>(mut self, root: impl Fn(&Satin) -> T) -> Result<PoolRun<T>, SatinError> {
+        let start = Instant::now();
         let mut result = None;
         let mut elapsed = None;
         let mut failure = None;
-        if self.master {
-            let t0 = Instant::now();
-            match panic::catch_unwind(AssertUnwindSafe(|| root(&self.satin))) {
+        let mut restarted = false;
+        let mut go = |pool: &Pool, t0: Instant| {
+            match panic::catch_unwind(AssertUnwindSafe(|| root(&pool.satin))) {
                 Ok(v) => result = Some(v),
                 Err(p) => failure = Some(SatinError::from_panic(p)),
             }
             elapsed = Some(t0.elapsed());
-            let _ = self.tx.send(Input::RootDone);
+            let _ = pool.tx.send(Input::RootDone);
+        };
+        if self.master {
+            go(&self, Instant::now());
+        }
+        // Until the driver ends (it drops its end of the channel).
+        while let Ok(c) = self.control.recv() {
+            match c {
+                Control::RestartRoot => {
+                    restarted = true;
+                    self.master = true;
+                    self.satin.set_redo_roots(true);
+                    go(&self, start);
+                }
+            }
         }
         let stats = self.finish();
         if let Some(e) = failure {
@@ -490,6 +588,7 @@ impl Pool {
             result,
             elapsed,
             stats: stats?,
+            restarted,
         })
     }
 
