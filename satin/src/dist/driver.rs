@@ -41,6 +41,23 @@ const ELECTION_RETRIES: u32 = 20;
 /// anybody, as a reset link would end it. Ignored when malformed.
 pub(crate) const DROP_LINK_ENV: &str = "SATIN_TEST_DROP_LINK";
 
+/// Fault-injection hook for tests: `N` makes the first non-master node end its process
+/// at once (exit status 86, without leaving the pool: the others see it die) right
+/// after it gave its `N`-th job to a thief. The job it gave then runs on as an orphan,
+/// and the jobs it had stolen are redone by their owners. Ignored when malformed.
+pub(crate) const DIE_AFTER_GIVING_ENV: &str = "SATIN_TEST_DIE_AFTER_GIVING";
+
+/// The hook of [`DIE_AFTER_GIVING_ENV`] for node `me`.
+fn die_after_giving_hook(me: u32, master: u32, nodes: u32) -> Option<u64> {
+    let n = std::env::var(DIE_AFTER_GIVING_ENV)
+        .ok()?
+        .trim()
+        .parse::<u64>()
+        .ok()?;
+    let first = (0..nodes).find(|x| *x != master)?;
+    (first == me).then_some(n)
+}
+
 /// A member as the user knows it, from its entry in [`DriverInit::members`]: its IPL
 /// name and cluster, `member-2 (cluster h1)`.
 fn member_label(member: Option<&(u64, String, String)>) -> String {
@@ -141,6 +158,8 @@ pub(crate) struct DriverInit {
     pub checkpoints: Option<Checkpoints>,
     /// Tells `Pool::run` to restart the root job (this member became the master).
     pub control: mpsc::Sender<Control>,
+    /// Nodes this member could not connect to while the pool formed.
+    pub unreachable: Vec<u32>,
 }
 
 #[derive(PartialEq, Eq, Clone, Copy)]
@@ -207,6 +226,8 @@ pub(crate) struct Driver {
     failure: Option<SatinError>,
     recovery_nanos: u64,
     restart_nanos: u64,
+    /// The test hook of [`DIE_AFTER_GIVING_ENV`]: exit after giving this many jobs.
+    die_after_giving: Option<u64>,
     /// Threads reporting suspects to the registry (joined at the end: they hold the
     /// IPL instance, which `Pool::finish` must own alone to leave).
     reporters: Vec<std::thread::JoinHandle<()>>,
@@ -238,7 +259,7 @@ impl Driver {
             ports: init.ports,
             idents: init.idents,
             ibis: init.ibis,
-            broken: Vec::new(),
+            broken: init.unreachable,
             registry_checked: Instant::now(),
             drop_link: drop_link_hook(init.me, init.master, n as u32),
             sent: 0,
@@ -272,6 +293,7 @@ impl Driver {
             recovery_nanos: 0,
             restart_nanos: 0,
             reporters: Vec::new(),
+            die_after_giving: die_after_giving_hook(init.me, init.master, n as u32),
         })
     }
 
@@ -951,31 +973,48 @@ impl Driver {
                 let wire = stolen.to_wire();
                 self.add_ser(t0);
                 match wire {
+                    None => stolen.give_back(),
                     Some((name, bytes)) => {
-                        let handle = self.saved.next_handle();
-                        job = Some(WireJob {
-                            job: handle,
-                            name: name.to_string(),
-                            len: bytes.len() as u64,
-                            redone: stolen.is_redone(),
-                        });
-                        self.given.insert(handle, (to, stolen));
-                        if self.save {
-                            let key = JobKey::of(name, &bytes);
-                            let now = self.now();
-                            self.saved
-                                .with(|r| r.job_given(JobRef(handle), NodeId(to), key, now));
-                            self.recovery_actions();
-                            if !self.given.contains_key(&handle) {
-                                // The thief is gone already: the job is redone here.
-                                job = None;
+                        let key = self.save.then(|| JobKey::of(name, &bytes));
+                        // A job of a redone subtree is looked up before it leaves: its
+                        // result may be saved (the kernel offers only the jobs its own
+                        // workers run).
+                        let stolen = match key {
+                            Some(key) if stolen.is_redone() && self.saved.active() => {
+                                match self.saved.lookup(key, stolen) {
+                                    Ok(()) => {
+                                        self.recovery_actions();
+                                        None
+                                    }
+                                    Err(back) => Some(back),
+                                }
+                            }
+                            _ => Some(stolen),
+                        };
+                        if let Some(stolen) = stolen {
+                            let handle = self.saved.next_handle();
+                            job = Some(WireJob {
+                                job: handle,
+                                name: name.to_string(),
+                                len: bytes.len() as u64,
+                                redone: stolen.is_redone(),
+                            });
+                            self.given.insert(handle, (to, stolen));
+                            if let Some(key) = key {
+                                let now = self.now();
+                                self.saved
+                                    .with(|r| r.job_given(JobRef(handle), NodeId(to), key, now));
+                                self.recovery_actions();
+                                if !self.given.contains_key(&handle) {
+                                    // The thief is gone already: the job is redone here.
+                                    job = None;
+                                }
+                            }
+                            if job.is_some() {
+                                payload = bytes;
                             }
                         }
-                        if job.is_some() {
-                            payload = bytes;
-                        }
                     }
-                    None => stolen.give_back(),
                 }
             }
         }
@@ -983,6 +1022,10 @@ impl Driver {
         if self.send(to, Msg::StealReply { id, job }, &payload) {
             if handle.is_some() {
                 self.jobs_given += 1;
+                if self.die_after_giving.is_some_and(|n| self.jobs_given >= n) {
+                    tracing::warn!(given = self.jobs_given, "test hook: this member dies now");
+                    std::process::exit(86);
+                }
             }
         } else if let Some(h) = handle {
             if let Some((_, stolen)) = self.given.remove(&h) {

@@ -57,19 +57,63 @@
 //!   to master), then `Exit` (master to all): members stop stealing at `Done` and
 //!   leave at `Exit`. Every wait of this end-of-run handshake is bounded
 //!   ([`DistConfig::end_timeout`]).
+//! - `Have { entries }`, `Fetch { id, key }`, `Fetched { id, len }` (crash
+//!   recovery, below): announcements of saved results, and fetching one (its bytes
+//!   follow `Fetched` as payload). A `WireJob` carries `redone`: the thief runs it in
+//!   redo mode.
 //!
 //! # Faults
 //!
-//! Every fault ends the run with the right result or a clear error within a bound:
+//! Every fault ends the run with the right result or a clear error within a bound.
+//! Crash recovery follows the journal version of Satin (orphan saving): results stay
+//! where they were computed, only `(key, holder)` pairs travel, and a job's identity
+//! is a digest of its type and parameters ([`satin_core::JobKey`]), so a result found
+//! after a crash equals the one a crash-free run computes. The bookkeeping is
+//! [`satin_core::recovery::Recovery`]; this layer feeds it and moves the bytes.
 //!
-//! - A member that dies (registry `Died`/`Left`) is removed from the victims; jobs it
-//!   had stolen are redone by their owner (their results can never come).
-//! - A connection from or to a member that ends during the run (reset, or closed
-//!   without the run ending) makes this member treat the peer as failed, as for a
-//!   death: it asks the registry to check it (`maybe_dead`: if it is really dead,
-//!   everybody hears `Died`), stops using it, and redoes the jobs it had stolen. A
-//!   member that loses its connection to the master stops with an error; the master
-//!   redoes its work.
+//! - **Saved results.** Every member keeps the serialized result of every job it
+//!   computed for another member (a bounded store, 256 MiB by default, oldest evicted
+//!   first). Nothing is announced while nothing fails.
+//! - **A member dies** (registry `Died`/`Left`, or a connection from or to it ends
+//!   during the run: the registry is asked to check it, `maybe_dead`, and the member is
+//!   treated as failed at once). Every survivor: gives the jobs the dead member had
+//!   stolen from it back to its workers *marked redone*; announces to the survivors
+//!   the keys of results it had returned to the dead member and of the jobs it runs
+//!   that were stolen from it (*orphans*: they are finished, kept and announced, and
+//!   their results are never sent to the dead owner). A worker running a redone job
+//!   (and everything it spawns, also on thieves) is in *redo mode*: before running a
+//!   job it looks its key up; a job whose result is announced somewhere is fetched
+//!   from there instead of recomputed. A lookup never waits for an orphan of its own
+//!   member, and waits at most half a second for another member's (then the job is
+//!   redone here): a wait in a sync runs other jobs on top of the stack, so waits
+//!   could otherwise close a cycle.
+//! - **The master dies.** The survivors elect a new master (the registry clears the
+//!   election of a dead winner); the winner calls the root closure of [`Pool::run`]
+//!   again, in redo mode, so the root's subtree reuses every saved result, and ends the
+//!   run as the master would have (it prints the result and the statistics of the
+//!   survivors). A member that loses its connection to the master waits up to 5 s for
+//!   the registry to report the master dead; if the registry says it is alive, the
+//!   member stops with an error and the master redoes its work. A member that had
+//!   received `Done` when the master died just ends (the result died with the master
+//!   in that case).
+//! - **Checkpoints** ([`SatinBuilder::checkpoint_dir`], `SATIN_CHECKPOINT_DIR`; interval
+//!   [`SatinBuilder::checkpoint_interval`], `SATIN_CHECKPOINT_INTERVAL_MS`, default
+//!   10 s): every member writes its saved results to `DIR/<member name>.ckpt` whenever
+//!   they changed during an interval (written to a temporary file, synced, renamed: a
+//!   failing write is a warning). The master of a later run on the same directory
+//!   reads every `*.ckpt` (a file that does not decode is a warning and skipped),
+//!   restores and announces them, and runs the root in redo mode: a run killed whole
+//!   resumes with the work whose results were saved. A run that ends successfully
+//!   removes its files.
+//! - **Switch**: [`SatinBuilder::save_results`]`(false)` (`SATIN_SAVE_RESULTS=0`) keeps
+//!   nothing and looks nothing up: lost work is recomputed from scratch (master
+//!   re-election still works; the root restarts from scratch). For comparisons.
+//! - **Statistics**: [`MemberStats`] counts jobs redone, orphans kept, results
+//!   announced, lookups, results reused, bytes fetched, results restored, work lost
+//!   (time the dead thieves held the jobs), recovery time (death noticed to the redone
+//!   jobs queued and the results announced) and, on a new master, the time from the
+//!   old master's death to the root's restart; printed (`RECOVERY`, `REUSE`,
+//!   `RECOVERY_TIME` lines) only when something was recovered.
 //! - A member that loses its registry (connection reset, heartbeats unanswered, or
 //!   declared dead) stops within a fraction of a second with an error, and the others
 //!   redo its work. The master instead finishes the run alone, so that the result of a
@@ -399,6 +443,7 @@ impl Pool {
         port.enable_message_upcalls()
             .map_err(ipl_err("enabling upcalls"))?;
         let mut ports = Vec::with_capacity(members.len());
+        let mut unreachable = Vec::new();
         for (i, m) in members.iter().enumerate() {
             if i as u32 == node {
                 ports.push(None);
@@ -407,9 +452,16 @@ impl Pool {
             let mut sp = ibis
                 .create_send_port(&t, &format!("satin-to-{i}"))
                 .map_err(ipl_err("creating a send port"))?;
-            sp.connect_to(m, PORT_NAME, config.join_timeout)
-                .map_err(ipl_err("connecting to a member"))?;
-            ports.push(Some(sp));
+            match sp.connect_to(m, PORT_NAME, config.join_timeout) {
+                Ok(_) => ports.push(Some(sp)),
+                Err(e) => {
+                    // Died while the pool formed (or unreachable): treated as a member
+                    // whose link broke, once the driver runs.
+                    tracing::warn!(member = %m, error = %e, "cannot connect to a member: treating it as failed");
+                    ports.push(None);
+                    unreachable.push(i as u32);
+                }
+            }
         }
         ibis.registry()
             .set_event_handler(Departures(tx.clone()))
@@ -482,6 +534,7 @@ impl Pool {
             saved,
             checkpoints,
             control,
+            unreachable,
         };
         let driver = Driver::new(init)?;
         let handle = std::thread::Builder::new()

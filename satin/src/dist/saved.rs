@@ -174,7 +174,20 @@ impl ResultLookup for SavedResults {
     }
 
     fn lookup(&self, key: JobKey, job: StolenJob) -> Result<(), StolenJob> {
-        let shared = &self.0;
+        self.0.lookup(key, job)
+    }
+}
+
+impl Shared {
+    /// Whether a lookup can hit (cheap).
+    pub(crate) fn active(&self) -> bool {
+        self.active.load(Ordering::Acquire)
+    }
+
+    /// Looks `job` (key `key`) up among the saved results: `Err(job)` to run it, or
+    /// taken (completed now from this member's store, or held until a fetch ends).
+    pub(crate) fn lookup(&self, key: JobKey, job: StolenJob) -> Result<(), StolenJob> {
+        let shared = self;
         let handle = shared.next_handle();
         let mut g = shared.inner.lock();
         match g.recovery.lookup(JobRef(handle), key) {
