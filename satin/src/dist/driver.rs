@@ -103,8 +103,8 @@ pub(crate) enum Input {
     Recovery,
     /// The master's root job returned.
     RootDone,
-    /// A member (by IPL member id) left or died.
-    Gone(u64),
+    /// A member (by IPL member id) died (`died`) or left.
+    Gone { member: u64, died: bool },
     /// The connection from a member (by IPL member id) to this one ended: closed
     /// (`lost == false`) or lost.
     LinkLost { member: u64, lost: bool },
@@ -569,9 +569,24 @@ impl Driver {
                     }
                 }
             }
-            Input::Gone(member) => {
+            Input::Gone { member, died } => {
                 if let Some(n) = self.members.iter().position(|m| m.0 == member) {
-                    self.gone(n as u32)?;
+                    let n = n as u32;
+                    if n == self.master && !died && self.phase == Phase::Running && !self.exit {
+                        // A master leaves only once its run is over: there is nothing
+                        // to take over (only a dead master is replaced).
+                        self.alive[n as usize] = false;
+                        return Err(SatinError::Pool(if self.master_suspect.is_some() {
+                            format!(
+                                "lost the connection to the master, {}, during the run; \
+                                 the master finished without this member",
+                                self.who(n)
+                            )
+                        } else {
+                            "the master left the pool".into()
+                        }));
+                    }
+                    self.gone(n)?;
                 }
             }
             Input::LinkLost { member, lost } => {
@@ -697,9 +712,14 @@ impl Driver {
                 }
             }
             RecoveryAction::Redo { handle } => {
-                let job = job.or_else(|| self.given.remove(&handle.0).map(|(_, j)| j));
                 if let Some(job) = job {
-                    tracing::debug!(handle = handle.0, "redoing a job");
+                    tracing::debug!(handle = handle.0, "redoing a job (a lookup found nothing)");
+                    job.give_back_redo();
+                } else if let Some((_, job)) = self.given.remove(&handle.0) {
+                    tracing::debug!(
+                        job = handle.0,
+                        "redoing a job stolen by a member that is gone"
+                    );
                     job.give_back_redo();
                 }
             }

@@ -87,7 +87,8 @@
 //!   member, and waits at most half a second for another member's (then the job is
 //!   redone here): a wait in a sync runs other jobs on top of the stack, so waits
 //!   could otherwise close a cycle.
-//! - **The master dies.** The survivors elect a new master (the registry clears the
+//! - **The master dies** (registry `Died`; a master that *leaves* has ended its run,
+//!   and a member still running then stops with an error). The survivors elect a new master (the registry clears the
 //!   election of a dead winner); the winner calls the root closure of [`Pool::run`]
 //!   again, in redo mode, so the root's subtree reuses every saved result, and ends the
 //!   run as the master would have (it prints the result and the statistics of the
@@ -306,10 +307,16 @@ struct Departures(mpsc::Sender<Input>);
 
 impl RegistryEventHandler for Departures {
     fn left(&mut self, member: &IbisIdentifier) {
-        let _ = self.0.send(Input::Gone(member.id().get()));
+        let _ = self.0.send(Input::Gone {
+            member: member.id().get(),
+            died: false,
+        });
     }
     fn died(&mut self, member: &IbisIdentifier) {
-        let _ = self.0.send(Input::Gone(member.id().get()));
+        let _ = self.0.send(Input::Gone {
+            member: member.id().get(),
+            died: true,
+        });
     }
 }
 
