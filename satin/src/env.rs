@@ -8,6 +8,9 @@
 //! | `SATIN_INLINE_DEPTH` | [`SatinBuilder::inline_depth`](crate::SatinBuilder::inline_depth) | a number, or `max` / `off` (never inline) |
 //! | `SATIN_POLICY` | [`SatinBuilder::policy`](crate::SatinBuilder::policy) | `rs`, `crs`, `acrs`, `cmrs:K` |
 //! | `SATIN_STEAL_BACKOFF_US` | [`SatinBuilder::steal_backoff`](crate::SatinBuilder::steal_backoff) | microseconds |
+//! | `SATIN_SAVE_RESULTS` | [`SatinBuilder::save_results`](crate::SatinBuilder::save_results) | `1`/`on`/`true` or `0`/`off`/`false` |
+//! | `SATIN_CHECKPOINT_DIR` | [`SatinBuilder::checkpoint_dir`](crate::SatinBuilder::checkpoint_dir) | a directory |
+//! | `SATIN_CHECKPOINT_INTERVAL_MS` | [`SatinBuilder::checkpoint_interval`](crate::SatinBuilder::checkpoint_interval) | milliseconds |
 //!
 //! An unset or empty variable leaves the setting alone; a value that does not parse
 //! is a [`SatinError::Config`] naming the variable.
@@ -47,6 +50,26 @@ fn apply_from(config: &mut Config, var: impl Fn(&str) -> Option<String>) -> Resu
             .map_err(|_| bad("SATIN_STEAL_BACKOFF_US", &v, "not a number of microseconds"))?;
         config.dist.steal_backoff = Duration::from_micros(us);
     }
+    if let Some(v) = get("SATIN_SAVE_RESULTS") {
+        config.dist.save_results = match v.trim().to_ascii_lowercase().as_str() {
+            "1" | "on" | "true" | "yes" => true,
+            "0" | "off" | "false" | "no" => false,
+            _ => return Err(bad("SATIN_SAVE_RESULTS", &v, "not 0 or 1")),
+        };
+    }
+    if let Some(v) = get("SATIN_CHECKPOINT_DIR") {
+        config.dist.checkpoint_dir = Some(v.into());
+    }
+    if let Some(v) = get("SATIN_CHECKPOINT_INTERVAL_MS") {
+        let ms: u64 = v.trim().parse().map_err(|_| {
+            bad(
+                "SATIN_CHECKPOINT_INTERVAL_MS",
+                &v,
+                "not a number of milliseconds",
+            )
+        })?;
+        config.dist.checkpoint_interval = Duration::from_millis(ms);
+    }
     Ok(())
 }
 
@@ -80,8 +103,14 @@ mod tests {
             ("SATIN_INLINE_DEPTH", "7"),
             ("SATIN_POLICY", "rs"),
             ("SATIN_STEAL_BACKOFF_US", "150"),
+            ("SATIN_SAVE_RESULTS", "0"),
+            ("SATIN_CHECKPOINT_DIR", "/tmp/ck"),
+            ("SATIN_CHECKPOINT_INTERVAL_MS", "250"),
         ])
         .unwrap();
+        assert!(!c.dist.save_results);
+        assert_eq!(c.dist.checkpoint_dir, Some("/tmp/ck".into()));
+        assert_eq!(c.dist.checkpoint_interval, Duration::from_millis(250));
         assert_eq!(c.inline_depth, 7);
         assert_eq!(c.dist.policy, Policy::Rs);
         assert_eq!(c.dist.steal_backoff, Duration::from_micros(150));
@@ -101,6 +130,8 @@ mod tests {
             ("SATIN_INLINE_DEPTH", "deep"),
             ("SATIN_POLICY", "fastest"),
             ("SATIN_STEAL_BACKOFF_US", "-3"),
+            ("SATIN_SAVE_RESULTS", "maybe"),
+            ("SATIN_CHECKPOINT_INTERVAL_MS", "soon"),
         ] {
             match with(&[(name, v)]) {
                 Err(SatinError::Config(m)) => assert!(m.contains(name), "{m}"),

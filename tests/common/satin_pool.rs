@@ -193,6 +193,13 @@ impl Pool {
         )
     }
 
+    /// A number of the master's report (0 when it is missing or not a number).
+    pub fn report_number(&self, key: &str) -> f64 {
+        self.report()
+            .and_then(|kv| kv.get(key).and_then(|v| v.parse().ok()))
+            .unwrap_or(0.0)
+    }
+
     /// Asserts that every process ended within the bound and the master reported
     /// `result`.
     pub fn assert_result(&mut self, start: Instant, result: &str) {

@@ -48,7 +48,12 @@ pub struct Options {
     pub policy: Option<Policy>,
     /// The process that prints the result also writes a summary to FILE (`key = value`
     /// lines: `result`, `check`, `processes`, `remote_steal_successes`, `jobs_given`,
-    /// `seconds`), for tests and scripts.
+    /// `seconds`, `spawns`; on a pool also `master` (the member that printed it),
+    /// `restarted` (it became the master after the first one died), and crash
+    /// recovery's counters: `jobs_redone`, `orphans_kept`, `results_announced`,
+    /// `lookups`, `results_reused`, `lookup_misses`, `bytes_fetched`, `restored`,
+    /// `elections`, `redo_jobs`, `work_lost_ms`, `recovery_ms`, `restart_ms`), for
+    /// tests and scripts.
     #[arg(long, value_name = "FILE")]
     pub report: Option<PathBuf>,
 }
@@ -251,7 +256,7 @@ impl Application for KnapsackArgs {
             || knapsack::knapsack_seq(&items, cap),
             |s| {
                 s.run(knapsack::Knapsack {
-                    items: shared,
+                    items: shared.clone(),
                     i: 0,
                     cap,
                 })
@@ -425,6 +430,36 @@ struct Outcome<T> {
     steals: u64,
     given: u64,
     elapsed: Duration,
+    /// More `key = value` lines of the report.
+    extra: Vec<(&'static str, String)>,
+}
+
+/// The report's lines about the pool: the master, and crash recovery's counters.
+fn pool_report(
+    name: &str,
+    restarted: bool,
+    s: &satin::dist::PoolStats,
+) -> Vec<(&'static str, String)> {
+    let t = &s.total;
+    let ms = |ns: u64| format!("{:.3}", ns as f64 / 1e6);
+    vec![
+        ("master", name.to_string()),
+        ("restarted", restarted.to_string()),
+        ("spawns", t.spawns.to_string()),
+        ("jobs_redone", t.jobs_redone.to_string()),
+        ("orphans_kept", t.orphans_kept.to_string()),
+        ("results_announced", t.results_announced.to_string()),
+        ("lookups", t.lookups.to_string()),
+        ("results_reused", t.results_reused.to_string()),
+        ("lookup_misses", t.lookup_misses.to_string()),
+        ("bytes_fetched", t.bytes_fetched.to_string()),
+        ("restored", t.restored.to_string()),
+        ("elections", t.elections.to_string()),
+        ("redo_jobs", t.redo_jobs.to_string()),
+        ("work_lost_ms", ms(t.work_lost_nanos)),
+        ("recovery_ms", ms(t.recovery_nanos)),
+        ("restart_ms", ms(t.restart_nanos)),
+    ]
 }
 
 /// Runs the sequential version (`--seq`) or the Satin version — in this process, or
@@ -435,7 +470,7 @@ pub fn drive<T: PartialEq + Debug>(
     o: &Options,
     what: &str,
     seq: impl Fn() -> T,
-    par: impl FnOnce(&Satin) -> T,
+    par: impl Fn(&Satin) -> T,
 ) -> Result<(), String> {
     if o.seq {
         let t = Instant::now();
@@ -454,16 +489,25 @@ pub fn drive<T: PartialEq + Debug>(
             pool.satin().workers(),
             pool.policy().name()
         );
+        let name = pool.name().to_string();
         let run = pool.run(par).map_err(err)?;
         let Some(result) = run.result else {
             return Ok(()); // not the master
         };
+        if run.restarted {
+            out!("{name} became the master after the first one died and restarted the root");
+        }
         out!("{what} satin ({header}): result = {result:?}");
         let elapsed = run.elapsed.unwrap_or_default();
         out!("time: {:.3} s", elapsed.as_secs_f64());
         let (steals, given) = run.stats.as_ref().map_or((0, 0), |s| {
             (s.total.remote_steal_successes(), s.total.jobs_given)
         });
+        let extra = run
+            .stats
+            .as_ref()
+            .map(|s| pool_report(&name, run.restarted, s))
+            .unwrap_or_default();
         if let Some(s) = run.stats {
             out_raw!("{s}");
         }
@@ -473,6 +517,7 @@ pub fn drive<T: PartialEq + Debug>(
             steals,
             given,
             elapsed,
+            extra,
         }
     } else {
         let satin = o.builder().build().map_err(err)?;
@@ -484,8 +529,9 @@ pub fn drive<T: PartialEq + Debug>(
             satin.workers()
         );
         out!("time: {:.3} s", elapsed.as_secs_f64());
+        let stats = satin.stats();
         if o.stats {
-            out_raw!("{}", satin.stats());
+            out_raw!("{stats}");
         }
         Outcome {
             result,
@@ -493,6 +539,7 @@ pub fn drive<T: PartialEq + Debug>(
             steals: 0,
             given: 0,
             elapsed,
+            extra: vec![("spawns", stats.total.spawns.to_string())],
         }
     };
     let mut check = "skipped";
@@ -508,7 +555,7 @@ pub fn drive<T: PartialEq + Debug>(
         }
     }
     if let Some(path) = &o.report {
-        let text = format!(
+        let mut text = format!(
             "result = {:?}\ncheck = {check}\nprocesses = {}\n\
              remote_steal_successes = {}\njobs_given = {}\nseconds = {:.6}\n",
             run.result,
@@ -517,6 +564,9 @@ pub fn drive<T: PartialEq + Debug>(
             run.given,
             run.elapsed.as_secs_f64()
         );
+        for (k, v) in &run.extra {
+            text.push_str(&format!("{k} = {v}\n"));
+        }
         std::fs::write(path, text).map_err(|e| format!("writing {}: {e}", path.display()))?;
     }
     outcome

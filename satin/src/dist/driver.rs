@@ -1,13 +1,18 @@
 //! The driver thread of one member: owns the `satin_core::Node`, feeds it events
-//! (messages, local idleness, timers) and carries out its actions.
+//! (messages, local idleness, timers) and carries out its actions; and feeds the
+//! member's crash-recovery bookkeeping (`satin_core::recovery::Recovery`, shared with
+//! the workers' lookups in [`super::saved`]) and carries out its actions.
 
+use super::checkpoint::Checkpoints;
 use super::protocol::{Header, Msg, WireJob};
+use super::saved;
 use super::stats::{MemberStats, PoolStats};
-use super::DistConfig;
+use super::{Control, DistConfig, MASTER_ELECTION};
 use crate::error::SatinError;
 use crate::{ExternalStealer, Satin, StolenJob};
 use ipl::{Ibis, IbisIdentifier, ReadMessage, SendPort};
-use satin_core::{Action, Config, Event, JobRef, Node, NodeId, StealId, TimerId, Topology};
+use satin_core::recovery::{Action as RecoveryAction, Announcement, FetchId};
+use satin_core::{Action, Config, Event, JobKey, JobRef, Node, NodeId, StealId, TimerId, Topology};
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering, Ordering::Relaxed};
@@ -20,12 +25,38 @@ const POLL: Duration = Duration::from_micros(500);
 /// How often the driver checks that this member still has its registry.
 const REGISTRY_CHECK: Duration = Duration::from_millis(200);
 
+/// How long a member that lost its link to the master waits for the registry to
+/// report the master dead (then a new master is elected) before it gives up.
+const MASTER_CONFIRM: Duration = Duration::from_secs(5);
+
+/// Elections that name a member this one already knows dead are asked again at
+/// most this many times (the registry clears a dead winner's election before it
+/// reports the death, so this is only a guard).
+const ELECTION_RETRIES: u32 = 20;
+
 /// Fault-injection hook for tests: after `N` messages sent, `master:N` makes the master
 /// drop its connection to the first non-master node, `members:N` the first non-master
 /// node its connection to the second one just before it sends a job result over it
 /// (the result is lost): an orderly disconnect of the send port, without telling
 /// anybody, as a reset link would end it. Ignored when malformed.
 pub(crate) const DROP_LINK_ENV: &str = "SATIN_TEST_DROP_LINK";
+
+/// Fault-injection hook for tests: `N` makes the first non-master node end its process
+/// at once (exit status 86, without leaving the pool: the others see it die) right
+/// after it gave its `N`-th job to a thief. The job it gave then runs on as an orphan,
+/// and the jobs it had stolen are redone by their owners. Ignored when malformed.
+pub(crate) const DIE_AFTER_GIVING_ENV: &str = "SATIN_TEST_DIE_AFTER_GIVING";
+
+/// The hook of [`DIE_AFTER_GIVING_ENV`] for node `me`.
+fn die_after_giving_hook(me: u32, master: u32, nodes: u32) -> Option<u64> {
+    let n = std::env::var(DIE_AFTER_GIVING_ENV)
+        .ok()?
+        .trim()
+        .parse::<u64>()
+        .ok()?;
+    let first = (0..nodes).find(|x| *x != master)?;
+    (first == me).then_some(n)
+}
 
 /// A member as the user knows it, from its entry in [`DriverInit::members`]: its IPL
 /// name and cluster, `member-2 (cluster h1)`.
@@ -60,16 +91,20 @@ pub(crate) enum Input {
     },
     /// A worker ran out of work.
     Kick,
-    /// A job stolen from `to` finished here; send its result home.
+    /// A job stolen from `to` finished here (`run`: its handle among the stolen jobs
+    /// running here); send its result home.
     Finished {
         to: u32,
         job: u64,
+        run: u64,
         outcome: Result<Vec<u8>, String>,
     },
+    /// A worker's lookup of a saved result queued something for the driver to do.
+    Recovery,
     /// The master's root job returned.
     RootDone,
-    /// A member (by IPL member id) left or died.
-    Gone(u64),
+    /// A member (by IPL member id) died (`died`) or left.
+    Gone { member: u64, died: bool },
     /// The connection from a member (by IPL member id) to this one ended: closed
     /// (`lost == false`) or lost.
     LinkLost { member: u64, lost: bool },
@@ -83,6 +118,7 @@ pub(crate) fn read_message(m: &mut ReadMessage) -> Option<Input> {
     let len = match &h.msg {
         Msg::StealReply { job: Some(j), .. } => j.len,
         Msg::Result { outcome: Ok(n), .. } => *n,
+        Msg::Fetched { len: Some(n), .. } => *n,
         _ => 0,
     };
     let payload = if len > 0 {
@@ -116,6 +152,14 @@ pub(crate) struct DriverInit {
     pub rx: mpsc::Receiver<Input>,
     pub tx: mpsc::Sender<Input>,
     pub kick: Arc<AtomicBool>,
+    /// The crash-recovery bookkeeping, shared with the workers' lookups.
+    pub saved: Arc<saved::Shared>,
+    /// Checkpoint files of the saved results, if configured.
+    pub checkpoints: Option<Checkpoints>,
+    /// Tells `Pool::run` to restart the root job (this member became the master).
+    pub control: mpsc::Sender<Control>,
+    /// Nodes this member could not connect to while the pool formed.
+    pub unreachable: Vec<u32>,
 }
 
 #[derive(PartialEq, Eq, Clone, Copy)]
@@ -154,7 +198,6 @@ pub(crate) struct Driver {
     deadline: Option<Instant>,
     /// Jobs stolen from here by other members, until their results return.
     given: HashMap<u64, (u32, StolenJob)>,
-    next_job: u64,
     /// Jobs that arrived in steal replies, until the node enqueues them.
     incoming: HashMap<u64, (u32, WireJob, Vec<u8>)>,
     next_ref: u64,
@@ -164,6 +207,30 @@ pub(crate) struct Driver {
     requests_served: u64,
     jobs_given: u64,
     remote_jobs_executed: u64,
+    /// Crash recovery: the bookkeeping (shared with the lookups) and whether results
+    /// are saved at all (off: only master elections).
+    saved: Arc<saved::Shared>,
+    save: bool,
+    /// Stolen jobs running here, by handle: (owner, owner's job id, error if it
+    /// failed), until their result went home or they ended as orphans.
+    running: HashMap<u64, (u32, u64, Option<String>)>,
+    next_run: u64,
+    checkpoints: Option<Checkpoints>,
+    control: mpsc::Sender<Control>,
+    /// The link to the master broke: the registry must confirm its death by then.
+    master_suspect: Option<Instant>,
+    /// When the master's death was noticed (until the root restarts somewhere).
+    master_died_at: Option<Instant>,
+    elections_left: u32,
+    /// A failure found while carrying out recovery actions (an election failed).
+    failure: Option<SatinError>,
+    recovery_nanos: u64,
+    restart_nanos: u64,
+    /// The test hook of [`DIE_AFTER_GIVING_ENV`]: exit after giving this many jobs.
+    die_after_giving: Option<u64>,
+    /// Threads reporting suspects to the registry (joined at the end: they hold the
+    /// IPL instance, which `Pool::finish` must own alone to leave).
+    reporters: Vec<std::thread::JoinHandle<()>>,
 }
 
 impl Driver {
@@ -180,7 +247,9 @@ impl Driver {
         )
         .map_err(|e| SatinError::Pool(e.to_string()))?;
         let n = init.members.len();
+        let save = init.config.save_results;
         Ok(Driver {
+            save,
             me: init.me,
             master: init.master,
             members: init.members,
@@ -190,7 +259,7 @@ impl Driver {
             ports: init.ports,
             idents: init.idents,
             ibis: init.ibis,
-            broken: Vec::new(),
+            broken: init.unreachable,
             registry_checked: Instant::now(),
             drop_link: drop_link_hook(init.me, init.master, n as u32),
             sent: 0,
@@ -204,7 +273,6 @@ impl Driver {
             phase: Phase::Running,
             deadline: None,
             given: HashMap::new(),
-            next_job: 1,
             incoming: HashMap::new(),
             next_ref: 1,
             timers: BinaryHeap::new(),
@@ -213,6 +281,19 @@ impl Driver {
             requests_served: 0,
             jobs_given: 0,
             remote_jobs_executed: 0,
+            saved: init.saved,
+            running: HashMap::new(),
+            next_run: 1,
+            checkpoints: init.checkpoints,
+            control: init.control,
+            master_suspect: None,
+            master_died_at: None,
+            elections_left: ELECTION_RETRIES,
+            failure: None,
+            recovery_nanos: 0,
+            restart_nanos: 0,
+            reporters: Vec::new(),
+            die_after_giving: die_after_giving_hook(init.me, init.master, n as u32),
         })
     }
 
@@ -241,6 +322,8 @@ impl Driver {
             }
             self.sync_idle();
             self.actions();
+            self.recovery_actions();
+            self.checkpoint();
             if let Err(e) = self.faults() {
                 outcome = Err(e);
                 break;
@@ -306,16 +389,37 @@ impl Driver {
         for (_, (_, job)) in self.given.drain() {
             job.fail(SatinError::Remote("the pool ended".into()));
         }
+        self.saved.release_lookups();
         for p in self.ports.iter_mut().flatten() {
             p.close();
+        }
+        if let Some(c) = &mut self.checkpoints {
+            c.finish(outcome.is_ok());
+        }
+        // Bounded by the registry's probe timeout.
+        for r in self.reporters.drain(..) {
+            let _ = r.join();
         }
         outcome.map(|()| stats)
     }
 
     /// Reacts to broken links and to the loss of the registry.
     fn faults(&mut self) -> Result<(), SatinError> {
+        if let Some(e) = self.failure.take() {
+            return Err(e);
+        }
         while let Some(n) = self.broken.pop() {
             self.link_lost(n, true)?;
+        }
+        if let Some(d) = self.master_suspect {
+            if Instant::now() >= d && self.alive[self.master as usize] {
+                return Err(SatinError::Pool(format!(
+                    "lost the connection to the master, {}, during the run, and the \
+                     registry does not report it dead; the master finishes without this \
+                     member",
+                    self.who(self.master)
+                )));
+            }
         }
         if self.registry_checked.elapsed() >= REGISTRY_CHECK {
             self.registry_checked = Instant::now();
@@ -359,18 +463,33 @@ impl Driver {
             lost,
             "the connection to a member ended during the run: treating it as failed"
         );
-        if let Some(id) = self.idents.get(n as usize) {
-            if let Err(e) = self.ibis.registry().maybe_dead(id) {
-                tracing::debug!(error = %e, "could not report the member to the registry");
+        if let Some(id) = self.idents.get(n as usize).cloned() {
+            // On a thread of its own: the registry may probe the suspect for seconds,
+            // and this thread must go on serving (and hear the verdict, `Died`).
+            let ibis = self.ibis.clone();
+            let spawned = std::thread::Builder::new()
+                .name("satin-suspect".into())
+                .spawn(move || {
+                    if let Err(e) = ibis.registry().maybe_dead(&id) {
+                        tracing::debug!(error = %e, "could not report the member to the registry");
+                    }
+                });
+            match spawned {
+                Ok(h) => self.reporters.push(h),
+                Err(e) => {
+                    tracing::debug!(error = %e, "could not report the member to the registry")
+                }
             }
         }
         if n == self.master && self.phase == Phase::Running {
-            self.alive[n as usize] = false;
-            return Err(SatinError::Pool(format!(
-                "lost the connection to the master, {}, during the run; the master \
-                 finishes without this member",
-                self.who(n)
-            )));
+            // The master may have crashed: if the registry confirms it (`Died`), a new
+            // master is elected; if not within a bound, this member gives up.
+            if let Some(p) = self.ports.get_mut(n as usize) {
+                *p = None;
+            }
+            self.master_suspect
+                .get_or_insert_with(|| Instant::now() + MASTER_CONFIRM);
+            return Ok(());
         }
         self.gone(n)
     }
@@ -405,8 +524,30 @@ impl Driver {
         match input {
             Input::Kick => self.kick.store(false, Ordering::Release),
             Input::Net { from, msg, payload } => self.message(from, msg, payload),
-            Input::Finished { to, job, outcome } => {
+            Input::Recovery => {}
+            Input::Finished {
+                to,
+                job,
+                run,
+                outcome,
+            } => {
                 self.remote_jobs_executed += 1;
+                if self.save {
+                    match outcome {
+                        Ok(bytes) => self
+                            .saved
+                            .with(|r| r.stolen_job_finished(JobRef(run), bytes)),
+                        Err(e) => {
+                            if let Some(r) = self.running.get_mut(&run) {
+                                r.2 = Some(e);
+                            }
+                            self.saved.with(|r| r.stolen_job_failed(JobRef(run)));
+                        }
+                    }
+                    self.recovery_actions();
+                    self.running.remove(&run);
+                    return Ok(());
+                }
                 let (outcome, payload) = match outcome {
                     Ok(b) => (Ok(b.len() as u64), b),
                     Err(e) => (Err(e), Vec::new()),
@@ -428,9 +569,24 @@ impl Driver {
                     }
                 }
             }
-            Input::Gone(member) => {
+            Input::Gone { member, died } => {
                 if let Some(n) = self.members.iter().position(|m| m.0 == member) {
-                    self.gone(n as u32)?;
+                    let n = n as u32;
+                    if n == self.master && !died && self.phase == Phase::Running && !self.exit {
+                        // A master leaves only once its run is over: there is nothing
+                        // to take over (only a dead master is replaced).
+                        self.alive[n as usize] = false;
+                        return Err(SatinError::Pool(if self.master_suspect.is_some() {
+                            format!(
+                                "lost the connection to the master, {}, during the run; \
+                                 the master finished without this member",
+                                self.who(n)
+                            )
+                        } else {
+                            "the master left the pool".into()
+                        }));
+                    }
+                    self.gone(n)?;
                 }
             }
             Input::LinkLost { member, lost } => {
@@ -443,10 +599,15 @@ impl Driver {
         Ok(())
     }
 
+    /// Node `n` died or left (the registry says so, or its link broke): it is no
+    /// longer a victim, the jobs it stole from here are redone, the results kept for
+    /// it and the orphans it left are announced (with `save_results`), and if it was
+    /// the master a new one is elected.
     fn gone(&mut self, n: u32) -> Result<(), SatinError> {
         if n == self.me || !self.alive[n as usize] {
             return Ok(());
         }
+        let t0 = Instant::now();
         self.alive[n as usize] = false;
         if let Some(p) = self.ports.get_mut(n as usize) {
             *p = None;
@@ -456,32 +617,211 @@ impl Driver {
             node: NodeId(n),
             now,
         });
-        let lost: Vec<u64> = self
-            .given
-            .iter()
-            .filter(|(_, (thief, _))| *thief == n)
-            .map(|(k, _)| *k)
-            .collect();
-        for k in lost {
-            if let Some((_, job)) = self.given.remove(&k) {
-                // Its result can never come: redo the job here.
-                tracing::debug!(
-                    node = n,
-                    job = k,
-                    "redoing a job stolen by a member that is gone"
-                );
-                job.give_back();
-            }
-        }
         if n == self.master && !self.exit {
+            self.master_suspect = None;
             if self.phase == Phase::Ending {
-                // The master left after `Done`: as good as `Exit`.
+                // The master died or left after `Done`: as good as `Exit`.
                 self.exit = true;
-            } else {
-                return Err(SatinError::Pool("the master left the pool".into()));
+                return Ok(());
+            }
+            tracing::warn!(master = %self.who(n), "the master is gone: electing a new one");
+            self.master_died_at = Some(t0);
+        }
+        if !self.save {
+            let lost: Vec<u64> = self
+                .given
+                .iter()
+                .filter(|(_, (thief, _))| *thief == n)
+                .map(|(k, _)| *k)
+                .collect();
+            for k in lost {
+                if let Some((_, job)) = self.given.remove(&k) {
+                    // Its result can never come: redo the job here.
+                    tracing::debug!(
+                        node = n,
+                        job = k,
+                        "redoing a job stolen by a member that is gone"
+                    );
+                    job.give_back();
+                }
             }
         }
-        Ok(())
+        self.saved.with(|r| r.node_died(NodeId(n), now));
+        self.recovery_actions();
+        self.recovery_nanos += t0.elapsed().as_nanos() as u64;
+        match self.failure.take() {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    /// Carries out the crash-recovery bookkeeping's actions (and redoes here the jobs
+    /// whose lookups waited too long).
+    fn recovery_actions(&mut self) {
+        if self.save {
+            for job in self.saved.impatient(Instant::now()) {
+                tracing::debug!("a lookup waited too long: redoing its job here");
+                job.give_back_redo();
+            }
+        }
+        loop {
+            let todo = self.saved.drain();
+            if todo.is_empty() {
+                return;
+            }
+            for (action, job) in todo {
+                self.recovery_action(action, job);
+            }
+        }
+    }
+
+    fn recovery_action(&mut self, action: RecoveryAction, job: Option<StolenJob>) {
+        match action {
+            RecoveryAction::SendResult { handle, bytes, .. } => {
+                if let Some(&(owner, job, _)) = self.running.get(&handle.0) {
+                    let msg = Msg::Result {
+                        job,
+                        outcome: Ok(bytes.len() as u64),
+                    };
+                    self.send(owner, msg, &bytes);
+                    let now = self.now();
+                    self.node.handle(Event::ResultReturned {
+                        job: JobRef(job),
+                        to: NodeId(owner),
+                        now,
+                    });
+                }
+            }
+            RecoveryAction::SendFailure { handle, .. } => {
+                if let Some((owner, job, error)) = self.running.get(&handle.0).cloned() {
+                    let error = error.unwrap_or_else(|| "the job failed".into());
+                    self.send(
+                        owner,
+                        Msg::Result {
+                            job,
+                            outcome: Err(error),
+                        },
+                        &[],
+                    );
+                    let now = self.now();
+                    self.node.handle(Event::ResultReturned {
+                        job: JobRef(job),
+                        to: NodeId(owner),
+                        now,
+                    });
+                }
+            }
+            RecoveryAction::Redo { handle } => {
+                if let Some(job) = job {
+                    tracing::debug!(handle = handle.0, "redoing a job (a lookup found nothing)");
+                    job.give_back_redo();
+                } else if let Some((_, job)) = self.given.remove(&handle.0) {
+                    tracing::debug!(
+                        job = handle.0,
+                        "redoing a job stolen by a member that is gone"
+                    );
+                    job.give_back_redo();
+                }
+            }
+            RecoveryAction::Complete { bytes, .. } => {
+                if let Some(job) = job {
+                    let t0 = Instant::now();
+                    let _ = job.complete_from_wire(&bytes);
+                    self.add_deser(t0);
+                }
+            }
+            RecoveryAction::Announce { to, entries } => {
+                let entries: Vec<(JobKey, bool)> =
+                    entries.iter().map(|a| (a.key, a.pending)).collect();
+                for n in to {
+                    let msg = Msg::Have {
+                        entries: entries.clone(),
+                    };
+                    self.send(n.0, msg, &[]);
+                }
+            }
+            RecoveryAction::Fetch { to, id, key } => {
+                if !self.send(to.0, Msg::Fetch { id: id.0, key }, &[]) {
+                    // Unreachable: answered "not found" (the job is redone here).
+                    self.saved.with(|r| r.fetched(to, id, None));
+                }
+            }
+            RecoveryAction::SendFetched { to, id, bytes } => {
+                let len = bytes.as_ref().map(|b| b.len() as u64);
+                let payload = bytes.unwrap_or_default();
+                self.send(to.0, Msg::Fetched { id: id.0, len }, &payload);
+            }
+            RecoveryAction::HandOver { to, entries } => {
+                // Graceful leave is not offered by this driver yet.
+                tracing::debug!(member = %self.who(to.0), results = entries.len(), "hand-over not sent");
+            }
+            RecoveryAction::ElectMaster => self.elect_master(),
+            RecoveryAction::RestartRoot => {
+                if let Some(t0) = self.master_died_at.take() {
+                    self.restart_nanos += t0.elapsed().as_nanos() as u64;
+                }
+                tracing::warn!("this member is the new master: restarting the root job");
+                if self.control.send(Control::RestartRoot).is_err() {
+                    self.failure = Some(SatinError::Pool(
+                        "the new master cannot restart the root job (the pool handle is gone)"
+                            .into(),
+                    ));
+                }
+            }
+        }
+    }
+
+    /// Asks the registry for the master (the old one died) and tells the bookkeeping.
+    fn elect_master(&mut self) {
+        if self.exit || self.phase == Phase::Ending {
+            return;
+        }
+        if self.elections_left == 0 {
+            self.failure = Some(SatinError::Pool(
+                "no live master could be elected after the master died".into(),
+            ));
+            return;
+        }
+        self.elections_left -= 1;
+        let winner = match self.ibis.registry().elect(MASTER_ELECTION) {
+            Ok(w) => w,
+            Err(e) => {
+                self.failure = Some(SatinError::Pool(format!(
+                    "electing a new master after the master died: {e}"
+                )));
+                return;
+            }
+        };
+        let Some(n) = self.members.iter().position(|m| m.0 == winner.id().get()) else {
+            self.failure = Some(SatinError::Pool(format!(
+                "the new master, {winner}, is not a member of this run"
+            )));
+            return;
+        };
+        let n = n as u32;
+        if n != self.me && !self.alive[n as usize] {
+            // A winner already gone: the bookkeeping asks again (bounded).
+            std::thread::sleep(Duration::from_millis(20));
+        } else {
+            self.master = n;
+            tracing::info!(master = %self.who(n), "new master elected");
+        }
+        self.saved.with(|r| r.master_elected(NodeId(n)));
+    }
+
+    /// Writes a checkpoint of the saved results when one is due.
+    fn checkpoint(&mut self) {
+        if self.phase != Phase::Running {
+            return;
+        }
+        let Some(c) = &mut self.checkpoints else {
+            return;
+        };
+        let stored = self.saved.results_stored();
+        if c.due(stored) {
+            let (bytes, stored) = self.saved.checkpoint();
+            c.write(bytes, stored);
+        }
     }
 
     fn message(&mut self, from: u32, msg: Msg, payload: Vec<u8>) {
@@ -524,6 +864,9 @@ impl Driver {
                 }
             }
             Msg::Result { job, outcome } => {
+                if self.save {
+                    self.saved.with(|r| r.result_received(JobRef(job)));
+                }
                 if let Some((_, stolen)) = self.given.remove(&job) {
                     match outcome {
                         Ok(_) => {
@@ -536,7 +879,9 @@ impl Driver {
                 }
             }
             Msg::Done => {
-                if self.phase == Phase::Running {
+                // Only the current master ends the run (a `Done` of a master that
+                // died and was replaced meanwhile is stale).
+                if self.phase == Phase::Running && from == self.master {
                     self.phase = Phase::Ending;
                     self.deadline = Some(Instant::now() + self.config.end_timeout);
                     let stats = Box::new(self.member_stats());
@@ -546,8 +891,38 @@ impl Driver {
             Msg::Stats(s) => {
                 self.reports.insert(from, *s);
             }
-            Msg::Exit => self.exit = true,
+            Msg::Exit => {
+                if from == self.master {
+                    self.exit = true;
+                }
+            }
+            Msg::Have { entries } => {
+                if self.save {
+                    let entries: Vec<Announcement> = entries
+                        .into_iter()
+                        .map(|(key, pending)| Announcement { key, pending })
+                        .collect();
+                    self.saved
+                        .with(|r| r.announce_received(NodeId(from), &entries));
+                }
+            }
+            Msg::Fetch { id, key } => {
+                if self.save {
+                    self.saved
+                        .with(|r| r.fetch_requested(NodeId(from), FetchId(id), key));
+                } else {
+                    self.send(from, Msg::Fetched { id, len: None }, &[]);
+                }
+            }
+            Msg::Fetched { id, len } => {
+                if self.save {
+                    let bytes = len.map(|_| payload);
+                    self.saved
+                        .with(|r| r.fetched(NodeId(from), FetchId(id), bytes));
+                }
+            }
         }
+        self.recovery_actions();
     }
 
     fn add_deser(&self, t0: Instant) {
@@ -618,28 +993,65 @@ impl Driver {
                 let wire = stolen.to_wire();
                 self.add_ser(t0);
                 match wire {
-                    Some((name, bytes)) => {
-                        let key = self.next_job;
-                        self.next_job += 1;
-                        job = Some(WireJob {
-                            job: key,
-                            name: name.to_string(),
-                            len: bytes.len() as u64,
-                        });
-                        payload = bytes;
-                        self.given.insert(key, (to, stolen));
-                    }
                     None => stolen.give_back(),
+                    Some((name, bytes)) => {
+                        let key = self.save.then(|| JobKey::of(name, &bytes));
+                        // A job of a redone subtree is looked up before it leaves: its
+                        // result may be saved (the kernel offers only the jobs its own
+                        // workers run).
+                        let stolen = match key {
+                            Some(key) if stolen.is_redone() && self.saved.active() => {
+                                match self.saved.lookup(key, stolen) {
+                                    Ok(()) => {
+                                        self.recovery_actions();
+                                        None
+                                    }
+                                    Err(back) => Some(back),
+                                }
+                            }
+                            _ => Some(stolen),
+                        };
+                        if let Some(stolen) = stolen {
+                            let handle = self.saved.next_handle();
+                            job = Some(WireJob {
+                                job: handle,
+                                name: name.to_string(),
+                                len: bytes.len() as u64,
+                                redone: stolen.is_redone(),
+                            });
+                            self.given.insert(handle, (to, stolen));
+                            if let Some(key) = key {
+                                let now = self.now();
+                                self.saved
+                                    .with(|r| r.job_given(JobRef(handle), NodeId(to), key, now));
+                                self.recovery_actions();
+                                if !self.given.contains_key(&handle) {
+                                    // The thief is gone already: the job is redone here.
+                                    job = None;
+                                }
+                            }
+                            if job.is_some() {
+                                payload = bytes;
+                            }
+                        }
+                    }
                 }
             }
         }
-        let key = job.as_ref().map(|j| j.job);
+        let handle = job.as_ref().map(|j| j.job);
         if self.send(to, Msg::StealReply { id, job }, &payload) {
-            if key.is_some() {
+            if handle.is_some() {
                 self.jobs_given += 1;
+                if self.die_after_giving.is_some_and(|n| self.jobs_given >= n) {
+                    tracing::warn!(given = self.jobs_given, "test hook: this member dies now");
+                    std::process::exit(86);
+                }
             }
-        } else if let Some(k) = key {
-            if let Some((_, stolen)) = self.given.remove(&k) {
+        } else if let Some(h) = handle {
+            if let Some((_, stolen)) = self.given.remove(&h) {
+                if self.save {
+                    self.saved.with(|r| r.result_received(JobRef(h)));
+                }
                 stolen.give_back();
             }
         }
@@ -650,6 +1062,15 @@ impl Driver {
         let Some((owner, wire, payload)) = self.incoming.remove(&key) else {
             return;
         };
+        let run = self.next_run;
+        self.next_run += 1;
+        if self.save {
+            self.running.insert(run, (owner, wire.job, None));
+            let key = JobKey::of(&wire.name, &payload);
+            self.saved
+                .with(|r| r.stolen_job_started(JobRef(run), NodeId(owner), key));
+            self.recovery_actions();
+        }
         let t0 = Instant::now();
         let job = self.satin.from_wire(&wire.name, &payload);
         self.add_deser(t0);
@@ -657,10 +1078,11 @@ impl Driver {
             Ok(job) => {
                 let tx = self.tx.clone();
                 let id = wire.job;
-                self.satin.execute_wire_job(job, false, move |r| {
+                self.satin.execute_wire_job(job, wire.redone, move |r| {
                     let _ = tx.send(Input::Finished {
                         to: owner,
                         job: id,
+                        run,
                         outcome: r.map_err(|e| e.to_string()),
                     });
                 });
@@ -669,6 +1091,7 @@ impl Driver {
                 let _ = self.tx.send(Input::Finished {
                     to: owner,
                     job: wire.job,
+                    run,
                     outcome: Err(e.to_string()),
                 });
             }
@@ -730,6 +1153,7 @@ impl Driver {
         let local = self.satin.stats();
         let core = self.node.stats_at(self.now());
         let net = local.net;
+        let rec = self.saved.stats();
         let (_, name, cluster) = self
             .members
             .get(self.me as usize)
@@ -761,6 +1185,22 @@ impl Driver {
             idle_nanos: core.idle_ns,
             serialize_nanos: net.serialize_nanos,
             deserialize_nanos: net.deserialize_nanos,
+            jobs_redone: rec.jobs_redone,
+            work_lost_nanos: rec.work_lost_ns,
+            orphans_kept: rec.orphans_kept,
+            results_announced: rec.results_announced + rec.orphan_results_announced,
+            announce_messages: rec.announce_messages,
+            lookups: rec.lookups,
+            results_reused: rec.hits_local + rec.hits_remote,
+            lookup_misses: rec.misses,
+            fetches_failed: rec.fetches_failed,
+            bytes_fetched: rec.bytes_fetched,
+            results_stored: rec.results_stored,
+            restored: rec.restored,
+            elections: rec.elections,
+            recovery_nanos: self.recovery_nanos,
+            restart_nanos: self.restart_nanos,
+            redo_jobs: local.total.redo_jobs,
         }
     }
 }

@@ -37,6 +37,7 @@ pub fn sample_messages(name: &str, job: &[u8], output: &[u8]) -> Vec<Vec<u8>> {
                     job: 3,
                     name: name.into(),
                     len: job.len() as u64,
+                    redone: true,
                 }),
             },
             job,
@@ -68,6 +69,30 @@ pub fn sample_messages(name: &str, job: &[u8], output: &[u8]) -> Vec<Vec<u8>> {
             &[],
         ),
         (Msg::Exit, &[]),
+        (
+            Msg::Have {
+                entries: vec![
+                    (satin_core::JobKey::of(name, job), false),
+                    (satin_core::JobKey::of(name, output), true),
+                ],
+            },
+            &[],
+        ),
+        (
+            Msg::Fetch {
+                id: 5,
+                key: satin_core::JobKey::of(name, job),
+            },
+            &[],
+        ),
+        (
+            Msg::Fetched {
+                id: 5,
+                len: Some(output.len() as u64),
+            },
+            output,
+        ),
+        (Msg::Fetched { id: 6, len: None }, &[]),
     ];
     msgs.into_iter()
         .filter_map(|(msg, payload)| {
@@ -88,7 +113,7 @@ mod tests {
     #[test]
     fn the_samples_decode_with_their_payloads() {
         let samples = sample_messages("x::Job", b"job bytes", b"out");
-        assert_eq!(samples.len(), 8);
+        assert_eq!(samples.len(), 12);
         let port = super::super::port_type().unwrap();
         let got: Vec<_> = samples
             .into_iter()
@@ -96,6 +121,7 @@ mod tests {
             .collect();
         assert_eq!(got[2], Some((1, 9)));
         assert_eq!(got[3], Some((1, 3)));
+        assert_eq!(got[10], Some((1, 3)));
         assert!(got.iter().all(Option::is_some));
     }
 }

@@ -57,19 +57,64 @@
 //!   to master), then `Exit` (master to all): members stop stealing at `Done` and
 //!   leave at `Exit`. Every wait of this end-of-run handshake is bounded
 //!   ([`DistConfig::end_timeout`]).
+//! - `Have { entries }`, `Fetch { id, key }`, `Fetched { id, len }` (crash
+//!   recovery, below): announcements of saved results, and fetching one (its bytes
+//!   follow `Fetched` as payload). A `WireJob` carries `redone`: the thief runs it in
+//!   redo mode.
 //!
 //! # Faults
 //!
-//! Every fault ends the run with the right result or a clear error within a bound:
+//! Every fault ends the run with the right result or a clear error within a bound.
+//! Crash recovery follows the journal version of Satin (orphan saving): results stay
+//! where they were computed, only `(key, holder)` pairs travel, and a job's identity
+//! is a digest of its type and parameters ([`satin_core::JobKey`]), so a result found
+//! after a crash equals the one a crash-free run computes. The bookkeeping is
+//! [`satin_core::recovery::Recovery`]; this layer feeds it and moves the bytes.
 //!
-//! - A member that dies (registry `Died`/`Left`) is removed from the victims; jobs it
-//!   had stolen are redone by their owner (their results can never come).
-//! - A connection from or to a member that ends during the run (reset, or closed
-//!   without the run ending) makes this member treat the peer as failed, as for a
-//!   death: it asks the registry to check it (`maybe_dead`: if it is really dead,
-//!   everybody hears `Died`), stops using it, and redoes the jobs it had stolen. A
-//!   member that loses its connection to the master stops with an error; the master
-//!   redoes its work.
+//! - **Saved results.** Every member keeps the serialized result of every job it
+//!   computed for another member (a bounded store, 256 MiB by default, oldest evicted
+//!   first). Nothing is announced while nothing fails.
+//! - **A member dies** (registry `Died`/`Left`, or a connection from or to it ends
+//!   during the run: the registry is asked to check it, `maybe_dead`, and the member is
+//!   treated as failed at once). Every survivor: gives the jobs the dead member had
+//!   stolen from it back to its workers *marked redone*; announces to the survivors
+//!   the keys of results it had returned to the dead member and of the jobs it runs
+//!   that were stolen from it (*orphans*: they are finished, kept and announced, and
+//!   their results are never sent to the dead owner). A worker running a redone job
+//!   (and everything it spawns, also on thieves) is in *redo mode*: before running a
+//!   job it looks its key up; a job whose result is announced somewhere is fetched
+//!   from there instead of recomputed. A lookup never waits for an orphan of its own
+//!   member, and waits at most half a second for another member's (then the job is
+//!   redone here): a wait in a sync runs other jobs on top of the stack, so waits
+//!   could otherwise close a cycle.
+//! - **The master dies** (registry `Died`; a master that *leaves* has ended its run,
+//!   and a member still running then stops with an error). The survivors elect a new master (the registry clears the
+//!   election of a dead winner); the winner calls the root closure of [`Pool::run`]
+//!   again, in redo mode, so the root's subtree reuses every saved result, and ends the
+//!   run as the master would have (it prints the result and the statistics of the
+//!   survivors). A member that loses its connection to the master waits up to 5 s for
+//!   the registry to report the master dead; if the registry says it is alive, the
+//!   member stops with an error and the master redoes its work. A member that had
+//!   received `Done` when the master died just ends (the result died with the master
+//!   in that case).
+//! - **Checkpoints** ([`SatinBuilder::checkpoint_dir`], `SATIN_CHECKPOINT_DIR`; interval
+//!   [`SatinBuilder::checkpoint_interval`], `SATIN_CHECKPOINT_INTERVAL_MS`, default
+//!   10 s): every member writes its saved results to `DIR/<member name>.ckpt` whenever
+//!   they changed during an interval (written to a temporary file, synced, renamed: a
+//!   failing write is a warning). The master of a later run on the same directory
+//!   reads every `*.ckpt` (a file that does not decode is a warning and skipped),
+//!   restores and announces them, and runs the root in redo mode: a run killed whole
+//!   resumes with the work whose results were saved. A run that ends successfully
+//!   removes its files.
+//! - **Switch**: [`SatinBuilder::save_results`]`(false)` (`SATIN_SAVE_RESULTS=0`) keeps
+//!   nothing and looks nothing up: lost work is recomputed from scratch (master
+//!   re-election still works; the root restarts from scratch). For comparisons.
+//! - **Statistics**: [`MemberStats`] counts jobs redone, orphans kept, results
+//!   announced, lookups, results reused, bytes fetched, results restored, work lost
+//!   (time the dead thieves held the jobs), recovery time (death noticed to the redone
+//!   jobs queued and the results announced) and, on a new master, the time from the
+//!   old master's death to the root's restart; printed (`RECOVERY`, `REUSE`,
+//!   `RECOVERY_TIME` lines) only when something was recovered.
 //! - A member that loses its registry (connection reset, heartbeats unanswered, or
 //!   declared dead) stops within a fraction of a second with an error, and the others
 //!   redo its work. The master instead finishes the run alone, so that the result of a
@@ -86,11 +131,13 @@
 
 #![forbid(unsafe_code)]
 
+mod checkpoint;
 mod driver;
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;
 mod protocol;
+mod saved;
 mod stats;
 
 pub use stats::{MemberStats, PoolStats};
@@ -102,6 +149,7 @@ use ipl::{
     Ibis, IbisCapabilities as I, IbisIdentifier, PortCapabilities as P, PortType, ReadMessage,
     ReceivePort, RegistryEventHandler,
 };
+use satin_core::recovery::Recovery;
 use satin_core::{ClusterId, NodeId, Policy, Topology};
 use std::panic::{self, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -114,6 +162,13 @@ pub const MASTER_ELECTION: &str = "satin-master";
 
 /// The name of every member's receive port.
 pub const PORT_NAME: &str = "satin";
+
+/// What the driver asks of [`Pool::run`].
+pub(crate) enum Control {
+    /// This member became the master after the old one died: run the root job
+    /// again, in redo mode.
+    RestartRoot,
+}
 
 /// Whether this process was started as a member of a pool (`IPL_REGISTRY` is set, as
 /// `ipl-run` does, also under `ipl-run --launcher 'srun ...'`): then
@@ -148,7 +203,7 @@ pub fn launched() -> bool {
 }
 
 /// Settings of the distributed layer (set them on the [`SatinBuilder`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DistConfig {
     /// The inter-node load-balancing policy: RS, CRS (default), ACRS or CMRS
     /// ([`SatinBuilder::policy`], environment `SATIN_POLICY`).
@@ -161,6 +216,19 @@ pub struct DistConfig {
     pub join_timeout: Duration,
     /// Bound of every wait of the end-of-run handshake.
     pub end_timeout: Duration,
+    /// Keep the results of stolen jobs and orphans, announce them when a member
+    /// dies, and look them up while redoing ([`SatinBuilder::save_results`],
+    /// environment `SATIN_SAVE_RESULTS`; default on). Off: a crash's lost work is
+    /// recomputed from scratch (for comparisons).
+    pub save_results: bool,
+    /// Where to write checkpoints of the saved results, one file per member, and
+    /// read them back at the start ([`SatinBuilder::checkpoint_dir`], environment
+    /// `SATIN_CHECKPOINT_DIR`; default none). Needs `save_results`.
+    pub checkpoint_dir: Option<std::path::PathBuf>,
+    /// How often a member writes its checkpoint, if its saved results changed
+    /// ([`SatinBuilder::checkpoint_interval`], environment
+    /// `SATIN_CHECKPOINT_INTERVAL_MS`; default 10 s).
+    pub checkpoint_interval: Duration,
 }
 
 impl Default for DistConfig {
@@ -170,6 +238,9 @@ impl Default for DistConfig {
             steal_backoff: Duration::ZERO,
             join_timeout: Duration::from_secs(60),
             end_timeout: Duration::from_secs(30),
+            save_results: true,
+            checkpoint_dir: None,
+            checkpoint_interval: Duration::from_secs(10),
         }
     }
 }
@@ -236,10 +307,16 @@ struct Departures(mpsc::Sender<Input>);
 
 impl RegistryEventHandler for Departures {
     fn left(&mut self, member: &IbisIdentifier) {
-        let _ = self.0.send(Input::Gone(member.id().get()));
+        let _ = self.0.send(Input::Gone {
+            member: member.id().get(),
+            died: false,
+        });
     }
     fn died(&mut self, member: &IbisIdentifier) {
-        let _ = self.0.send(Input::Gone(member.id().get()));
+        let _ = self.0.send(Input::Gone {
+            member: member.id().get(),
+            died: true,
+        });
     }
 }
 
@@ -276,6 +353,8 @@ pub struct Pool {
     ibis: Option<Arc<Ibis>>,
     port: Option<ReceivePort>,
     tx: mpsc::Sender<Input>,
+    control: mpsc::Receiver<Control>,
+    name: String,
     driver: Option<JoinHandle<Result<Option<PoolStats>, SatinError>>>,
     node: u32,
     master: bool,
@@ -307,6 +386,9 @@ pub struct PoolRun<T> {
     /// Every member's statistics and the total, gathered at the end: on the master
     /// only.
     pub stats: Option<PoolStats>,
+    /// This member became the master after the first one died, and restarted the
+    /// root job (then `elapsed` counts from the start of [`Pool::run`]).
+    pub restarted: bool,
 }
 
 impl Pool {
@@ -368,6 +450,7 @@ impl Pool {
         port.enable_message_upcalls()
             .map_err(ipl_err("enabling upcalls"))?;
         let mut ports = Vec::with_capacity(members.len());
+        let mut unreachable = Vec::new();
         for (i, m) in members.iter().enumerate() {
             if i as u32 == node {
                 ports.push(None);
@@ -376,9 +459,16 @@ impl Pool {
             let mut sp = ibis
                 .create_send_port(&t, &format!("satin-to-{i}"))
                 .map_err(ipl_err("creating a send port"))?;
-            sp.connect_to(m, PORT_NAME, config.join_timeout)
-                .map_err(ipl_err("connecting to a member"))?;
-            ports.push(Some(sp));
+            match sp.connect_to(m, PORT_NAME, config.join_timeout) {
+                Ok(_) => ports.push(Some(sp)),
+                Err(e) => {
+                    // Died while the pool formed (or unreachable): treated as a member
+                    // whose link broke, once the driver runs.
+                    tracing::warn!(member = %m, error = %e, "cannot connect to a member: treating it as failed");
+                    ports.push(None);
+                    unreachable.push(i as u32);
+                }
+            }
         }
         ibis.registry()
             .set_event_handler(Departures(tx.clone()))
@@ -395,6 +485,42 @@ impl Pool {
             });
         }
         let ibis = Arc::new(ibis);
+        let recovery = Recovery::new(
+            NodeId(node),
+            (0..members.len() as u32).map(NodeId),
+            NodeId(master),
+            me.id().get() ^ 0x5EED_0000_0000_0021,
+        );
+        let saved = Arc::new(saved::Shared::new(recovery, tx.clone()));
+        if config.save_results {
+            satin.set_result_lookup(Arc::new(saved::SavedResults(saved.clone())));
+        }
+        let mut checkpoints = match (&config.checkpoint_dir, config.save_results) {
+            (Some(dir), true) => Some(checkpoint::Checkpoints::new(
+                dir,
+                me.name(),
+                config.checkpoint_interval,
+            )),
+            (Some(_), false) => {
+                tracing::warn!(
+                    "checkpoints need saved results (SATIN_SAVE_RESULTS=0): none written"
+                );
+                None
+            }
+            _ => None,
+        };
+        if node == master {
+            if let Some(c) = &mut checkpoints {
+                let entries = c.read_all();
+                if !entries.is_empty() {
+                    tracing::info!(results = entries.len(), "resuming from checkpoints");
+                    saved.with(|r| r.restore(entries));
+                    // The root's subtree looks up every restored result.
+                    satin.set_redo_roots(true);
+                }
+            }
+        }
+        let (control, control_rx) = mpsc::channel();
         let init = DriverInit {
             me: node,
             master,
@@ -403,7 +529,7 @@ impl Pool {
                 .map(|m| (m.id().get(), m.name().to_string(), m.cluster().to_string()))
                 .collect(),
             topology,
-            config,
+            config: config.clone(),
             seed: me.id().get() ^ 0x5A71_0000_0000_0001,
             ports,
             idents: members.clone(),
@@ -412,6 +538,10 @@ impl Pool {
             rx,
             tx: tx.clone(),
             kick,
+            saved,
+            checkpoints,
+            control,
+            unreachable,
         };
         let driver = Driver::new(init)?;
         let handle = std::thread::Builder::new()
@@ -423,6 +553,8 @@ impl Pool {
             ibis: Some(ibis),
             port: Some(port),
             tx,
+            control: control_rx,
+            name: me.name().to_string(),
             driver: Some(handle),
             node,
             master: node == master,
@@ -436,6 +568,11 @@ impl Pool {
     /// Whether this member is the master (runs the root job, prints the results).
     pub fn is_master(&self) -> bool {
         self.master
+    }
+
+    /// This member's IPL name (`member-R`, R the rank its launcher gave it).
+    pub fn name(&self) -> &str {
+        &self.name
     }
 
     /// This member's node number (members numbered in join order from 0).
@@ -469,18 +606,39 @@ impl Pool {
     /// leaves the pool; a failure to leave (the registry is gone) is logged as a
     /// warning and does not lose the run's result. A panic in `root` is returned as [`SatinError::JobPanicked`]
     /// (after the pool ended cleanly).
-    pub fn run<T>(mut self, root: impl FnOnce(&Satin) -> T) -> Result<PoolRun<T>, SatinError> {
+    ///
+    /// Every member keeps `root`: if the master dies, the member elected in its place
+    /// calls it (in redo mode, so the saved results of the lost run are looked up
+    /// instead of recomputed) and ends the run as the master would have; its
+    /// [`PoolRun`] then has the result and [`PoolRun::restarted`] set. Also the
+    /// master of a run that resumes from checkpoints runs `root` in redo mode.
+    pub fn run<T>(mut self, root: impl Fn(&Satin) -> T) -> Result<PoolRun<T>, SatinError> {
+        let start = Instant::now();
         let mut result = None;
         let mut elapsed = None;
         let mut failure = None;
-        if self.master {
-            let t0 = Instant::now();
-            match panic::catch_unwind(AssertUnwindSafe(|| root(&self.satin))) {
+        let mut restarted = false;
+        let mut go = |pool: &Pool, t0: Instant| {
+            match panic::catch_unwind(AssertUnwindSafe(|| root(&pool.satin))) {
                 Ok(v) => result = Some(v),
                 Err(p) => failure = Some(SatinError::from_panic(p)),
             }
             elapsed = Some(t0.elapsed());
-            let _ = self.tx.send(Input::RootDone);
+            let _ = pool.tx.send(Input::RootDone);
+        };
+        if self.master {
+            go(&self, Instant::now());
+        }
+        // Until the driver ends (it drops its end of the channel).
+        while let Ok(c) = self.control.recv() {
+            match c {
+                Control::RestartRoot => {
+                    restarted = true;
+                    self.master = true;
+                    self.satin.set_redo_roots(true);
+                    go(&self, start);
+                }
+            }
         }
         let stats = self.finish();
         if let Some(e) = failure {
@@ -490,6 +648,7 @@ impl Pool {
             result,
             elapsed,
             stats: stats?,
+            restarted,
         })
     }
 

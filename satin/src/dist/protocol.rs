@@ -5,6 +5,7 @@
 //! header announces them; the bytes are written and read without copying them into
 //! the object encoding.
 
+use satin_core::JobKey;
 use serde::{Deserialize, Serialize};
 
 use super::stats::MemberStats;
@@ -49,6 +50,31 @@ pub(crate) enum Msg {
     Stats(Box<MemberStats>),
     /// Master to all: everybody reported; leave the pool.
     Exit,
+    /// Crash recovery: the sender holds the results of these keys, or still
+    /// computes them (`true`: pending, an orphan). Sent when a member dies (the
+    /// results kept for it, the orphans it left), when an orphan finishes, and for
+    /// results restored from a checkpoint.
+    Have {
+        /// `(key, pending)` pairs.
+        entries: Vec<(JobKey, bool)>,
+    },
+    /// Crash recovery: "send me the result of `key`" (to a member that announced
+    /// it), answered by [`Msg::Fetched`] with the same `id`; a pending key is
+    /// answered when its job finishes.
+    Fetch {
+        /// The asker's id of the fetch.
+        id: u64,
+        /// The job's key.
+        key: JobKey,
+    },
+    /// The answer to a [`Msg::Fetch`]: `Some(length)` of the result bytes that
+    /// follow as payload, or `None` when the holder has no result for the key.
+    Fetched {
+        /// The fetch's id.
+        id: u64,
+        /// The result's length, if found.
+        len: Option<u64>,
+    },
 }
 
 /// A stolen job on the wire (its serialized parameters follow as payload).
@@ -60,4 +86,7 @@ pub(crate) struct WireJob {
     pub name: String,
     /// Length of the serialized job (the payload).
     pub len: u64,
+    /// The job belongs to a redone subtree (it was spawned in redo mode after a
+    /// crash): the thief runs it in redo mode too, looking up saved results.
+    pub redone: bool,
 }

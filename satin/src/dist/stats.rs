@@ -58,6 +58,38 @@ pub struct MemberStats {
     pub serialize_nanos: u64,
     /// Time spent deserializing jobs, results and protocol messages (ns).
     pub deserialize_nanos: u64,
+    /// Jobs given to members that died, redone here (crash recovery).
+    pub jobs_redone: u64,
+    /// For those jobs, the time from giving them away to the thief's death (ns): the work lost, as the owner sees it (an upper bound).
+    pub work_lost_nanos: u64,
+    /// Stolen jobs whose owner died while they ran here: finished, kept and announced instead of thrown away.
+    pub orphans_kept: u64,
+    /// Saved results announced to the survivors (kept for a member that died, finished orphans, restored from a checkpoint).
+    pub results_announced: u64,
+    /// Announcement messages sent.
+    pub announce_messages: u64,
+    /// Lookups of saved results made while redoing jobs.
+    pub lookups: u64,
+    /// Lookups answered with a saved result (here or fetched from another member): jobs not recomputed.
+    pub results_reused: u64,
+    /// Lookups that found nothing (the job ran).
+    pub lookup_misses: u64,
+    /// Fetches of saved results that found nothing after all (the job was redone here).
+    pub fetches_failed: u64,
+    /// Result bytes fetched from other members.
+    pub bytes_fetched: u64,
+    /// Results kept in the store of saved results.
+    pub results_stored: u64,
+    /// Results restored from checkpoint files at the start.
+    pub restored: u64,
+    /// Master elections this member asked for (the master died).
+    pub elections: u64,
+    /// Time spent recovering from deaths (ns): from a death being noticed to the redone jobs being back in the queue and the saved results announced.
+    pub recovery_nanos: u64,
+    /// On a member that became the master: time from the old master's death being noticed to the root job's restart (ns).
+    pub restart_nanos: u64,
+    /// Jobs the workers ran in redo mode (the kernel's count).
+    pub redo_jobs: u64,
 }
 
 impl MemberStats {
@@ -94,6 +126,34 @@ impl MemberStats {
         self.idle_nanos += o.idle_nanos;
         self.serialize_nanos += o.serialize_nanos;
         self.deserialize_nanos += o.deserialize_nanos;
+        self.jobs_redone += o.jobs_redone;
+        self.work_lost_nanos += o.work_lost_nanos;
+        self.orphans_kept += o.orphans_kept;
+        self.results_announced += o.results_announced;
+        self.announce_messages += o.announce_messages;
+        self.lookups += o.lookups;
+        self.results_reused += o.results_reused;
+        self.lookup_misses += o.lookup_misses;
+        self.fetches_failed += o.fetches_failed;
+        self.bytes_fetched += o.bytes_fetched;
+        self.results_stored += o.results_stored;
+        self.restored += o.restored;
+        self.elections += o.elections;
+        self.recovery_nanos += o.recovery_nanos;
+        self.restart_nanos += o.restart_nanos;
+        self.redo_jobs += o.redo_jobs;
+    }
+
+    /// Whether anything of crash recovery happened (the `RECOVERY` line is printed
+    /// only then).
+    pub fn recovered(&self) -> bool {
+        self.jobs_redone != 0
+            || self.orphans_kept != 0
+            || self.results_announced != 0
+            || self.lookups != 0
+            || self.restored != 0
+            || self.elections != 0
+            || self.redo_jobs != 0
     }
 
     fn write(&self, f: &mut fmt::Formatter<'_>, who: &str) -> fmt::Result {
@@ -154,7 +214,40 @@ impl MemberStats {
             ms(self.idle_nanos),
             ms(self.serialize_nanos),
             ms(self.deserialize_nanos)
-        )
+        )?;
+        if self.recovered() {
+            writeln!(
+                f,
+                "SATIN '{who}': RECOVERY: redone = {} orphans kept = {} announced = {} \
+                 stored = {} restored = {} elections = {}",
+                self.jobs_redone,
+                self.orphans_kept,
+                self.results_announced,
+                self.results_stored,
+                self.restored,
+                self.elections
+            )?;
+            writeln!(
+                f,
+                "SATIN '{who}': REUSE: lookups = {} reused = {} misses = {} fetch failed = {} \
+                 fetched = {} bytes redo jobs = {}",
+                self.lookups,
+                self.results_reused,
+                self.lookup_misses,
+                self.fetches_failed,
+                self.bytes_fetched,
+                self.redo_jobs
+            )?;
+            writeln!(
+                f,
+                "SATIN '{who}': RECOVERY_TIME: work lost = {:.3} ms recovering = {:.3} ms \
+                 root restart = {:.3} ms",
+                ms(self.work_lost_nanos),
+                ms(self.recovery_nanos),
+                ms(self.restart_nanos)
+            )?;
+        }
+        Ok(())
     }
 }
 
@@ -217,6 +310,23 @@ impl fmt::Display for PoolStats {
 mod tests {
     use super::*;
 
+    #[test]
+    fn recovery_is_printed_when_something_was_recovered() {
+        let m = MemberStats {
+            name: "member-1".into(),
+            cluster: "c0".into(),
+            jobs_redone: 3,
+            results_reused: 2,
+            ..MemberStats::default()
+        };
+        let text = PoolStats::from_members(vec![m], vec![]).to_string();
+        assert!(text.contains("RECOVERY: redone = 3"), "{text}");
+        assert!(
+            text.contains("SATIN 'total': REUSE: lookups = 0 reused = 2"),
+            "{text}"
+        );
+    }
+
     /// Node 0 is the first to join; launched with rank 2 it is `member-2`, the number
     /// the user sees in `ipl-run`'s `[2]` prefix. The statistics name it so.
     #[test]
@@ -231,6 +341,10 @@ mod tests {
         let text = stats.to_string();
         assert!(text.contains("SATIN 'member-2 (h1)': SPAWN"), "{text}");
         assert!(!text.contains("member 0"), "{text}");
+        assert!(
+            !text.contains("RECOVERY"),
+            "printed only after a crash: {text}"
+        );
         assert!(
             text.contains("MISSING: member-1 (cluster h2) did not report"),
             "{text}"

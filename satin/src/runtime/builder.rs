@@ -18,7 +18,7 @@ pub const DEFAULT_INLINE_DEPTH: usize = 4;
 
 /// Every setting of a Satin instance, resolved: the defaults, with the environment
 /// layer and the builder's settings applied on top.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Config {
     /// See [`SatinBuilder::inline_depth`].
     pub(crate) inline_depth: usize,
@@ -49,6 +49,9 @@ pub struct SatinBuilder {
     steal_backoff: Option<Duration>,
     join_timeout: Option<Duration>,
     end_timeout: Option<Duration>,
+    save_results: Option<bool>,
+    checkpoint_dir: Option<std::path::PathBuf>,
+    checkpoint_interval: Option<Duration>,
     registry: Option<JobRegistry>,
     use_env: bool,
 }
@@ -62,6 +65,9 @@ impl Default for SatinBuilder {
             steal_backoff: None,
             join_timeout: None,
             end_timeout: None,
+            save_results: None,
+            checkpoint_dir: None,
+            checkpoint_interval: None,
             registry: None,
             use_env: true,
         }
@@ -114,6 +120,33 @@ impl SatinBuilder {
         self
     }
 
+    /// Whether a pool's members keep the results of the jobs they computed for
+    /// others, announce them when a member dies and look them up while redoing lost
+    /// work (default `true`; environment: `SATIN_SAVE_RESULTS=0|1`). With `false` a
+    /// crash's lost work is recomputed from scratch: for comparing the two.
+    pub fn save_results(mut self, on: bool) -> Self {
+        self.save_results = Some(on);
+        self
+    }
+
+    /// A directory where every member of a pool checkpoints its saved results
+    /// (`<member name>.ckpt`, written atomically every
+    /// [`SatinBuilder::checkpoint_interval`]) and where the master of a later run
+    /// finds them, so that a run killed whole resumes with the work it had done
+    /// (environment: `SATIN_CHECKPOINT_DIR`; default none). A successful run removes
+    /// the files. Needs [`SatinBuilder::save_results`].
+    pub fn checkpoint_dir(mut self, dir: impl Into<std::path::PathBuf>) -> Self {
+        self.checkpoint_dir = Some(dir.into());
+        self
+    }
+
+    /// How often a member writes its checkpoint, when its saved results changed
+    /// (default 10 s; environment: `SATIN_CHECKPOINT_INTERVAL_MS`).
+    pub fn checkpoint_interval(mut self, every: Duration) -> Self {
+        self.checkpoint_interval = Some(every);
+        self
+    }
+
     /// Whether the environment layer applies (default `true`); with `false` only the
     /// builder's settings and the defaults count.
     pub fn use_env(mut self, yes: bool) -> Self {
@@ -151,6 +184,15 @@ impl SatinBuilder {
         }
         if let Some(t) = self.end_timeout {
             c.dist.end_timeout = t;
+        }
+        if let Some(on) = self.save_results {
+            c.dist.save_results = on;
+        }
+        if let Some(d) = &self.checkpoint_dir {
+            c.dist.checkpoint_dir = Some(d.clone());
+        }
+        if let Some(t) = self.checkpoint_interval {
+            c.dist.checkpoint_interval = t;
         }
         Ok(c)
     }
