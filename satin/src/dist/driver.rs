@@ -14,6 +14,11 @@ use std::sync::atomic::{AtomicBool, Ordering, Ordering::Relaxed};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
+mod leave;
+mod membership;
+
+pub(crate) use membership::{Change, MAX_NODE};
+
 /// How often the driver looks at the local runtime when nothing wakes it.
 const POLL: Duration = Duration::from_micros(500);
 
@@ -75,6 +80,8 @@ pub(crate) enum Input {
     LinkLost { member: u64, lost: bool },
     /// The pool handle was dropped: stop now.
     Shutdown,
+    /// A member joined or left gracefully (malleability, see `membership`).
+    Membership(Change),
 }
 
 /// Decodes one message of the `satin` port (header, then payload bytes).
@@ -108,14 +115,17 @@ pub(crate) struct DriverInit {
     pub config: DistConfig,
     pub seed: u64,
     pub ports: Vec<Option<SendPort>>,
-    /// Per node: its IPL identifier (for reports to the registry).
-    pub idents: Vec<IbisIdentifier>,
+    /// Per node: its IPL identifier (for reports to the registry); `None` for a node
+    /// number (IPL member id) that is not a member.
+    pub idents: Vec<Option<IbisIdentifier>>,
     /// The IPL instance (its registry: liveness reports, and noticing its loss).
     pub ibis: Arc<Ibis>,
     pub satin: Arc<Satin>,
     pub rx: mpsc::Receiver<Input>,
     pub tx: mpsc::Sender<Input>,
     pub kick: Arc<AtomicBool>,
+    /// Set to make this member leave gracefully (SIGTERM, `Pool::leave_handle`).
+    pub leave: Arc<AtomicBool>,
 }
 
 #[derive(PartialEq, Eq, Clone, Copy)]
@@ -134,7 +144,7 @@ pub(crate) struct Driver {
     topology: Topology,
     config: DistConfig,
     ports: Vec<Option<SendPort>>,
-    idents: Vec<IbisIdentifier>,
+    idents: Vec<Option<IbisIdentifier>>,
     ibis: Arc<Ibis>,
     /// Nodes whose link broke during a send, handled in the loop.
     broken: Vec<u32>,
@@ -164,6 +174,13 @@ pub(crate) struct Driver {
     requests_served: u64,
     jobs_given: u64,
     remote_jobs_executed: u64,
+    /// Jobs stolen from other members started here (minus `remote_jobs_executed`:
+    /// running).
+    remote_jobs_started: u64,
+    /// Members joining the running pool.
+    joins: membership::Joins,
+    /// Graceful leaves, of this member and of others.
+    leave: leave::Leave,
 }
 
 impl Driver {
@@ -180,6 +197,7 @@ impl Driver {
         )
         .map_err(|e| SatinError::Pool(e.to_string()))?;
         let n = init.members.len();
+        let alive = init.idents.iter().map(Option::is_some).collect();
         Ok(Driver {
             me: init.me,
             master: init.master,
@@ -194,7 +212,7 @@ impl Driver {
             registry_checked: Instant::now(),
             drop_link: drop_link_hook(init.me, init.master, n as u32),
             sent: 0,
-            alive: vec![true; n],
+            alive,
             stealer: init.satin.external_stealer(),
             satin: init.satin,
             rx: init.rx,
@@ -213,6 +231,9 @@ impl Driver {
             requests_served: 0,
             jobs_given: 0,
             remote_jobs_executed: 0,
+            remote_jobs_started: 0,
+            joins: membership::Joins::default(),
+            leave: leave::Leave::new(init.leave),
         })
     }
 
@@ -245,6 +266,7 @@ impl Driver {
                 outcome = Err(e);
                 break;
             }
+            self.leave_tick();
             if self.exit {
                 break;
             }
@@ -295,7 +317,7 @@ impl Driver {
             let mut members: Vec<MemberStats> = self.reports.drain().map(|(_, m)| m).collect();
             members.push(self.member_stats());
             let missing = (0..self.members.len() as u32)
-                .filter(|n| !members.iter().any(|m| m.node == *n))
+                .filter(|n| !members.iter().any(|m| m.node == *n) && self.was_member(*n))
                 .map(|n| self.who(n))
                 .collect();
             Some(PoolStats::from_members(members, missing))
@@ -359,7 +381,7 @@ impl Driver {
             lost,
             "the connection to a member ended during the run: treating it as failed"
         );
-        if let Some(id) = self.idents.get(n as usize) {
+        if let Some(Some(id)) = self.idents.get(n as usize) {
             if let Err(e) = self.ibis.registry().maybe_dead(id) {
                 tracing::debug!(error = %e, "could not report the member to the registry");
             }
@@ -429,6 +451,7 @@ impl Driver {
                 }
             }
             Input::Gone(member) => {
+                self.forget_joining(member);
                 if let Some(n) = self.members.iter().position(|m| m.0 == member) {
                     self.gone(n as u32)?;
                 }
@@ -439,6 +462,7 @@ impl Driver {
                 }
             }
             Input::Shutdown => self.exit = true,
+            Input::Membership(change) => self.membership(change)?,
         }
         Ok(())
     }
@@ -485,6 +509,9 @@ impl Driver {
     }
 
     fn message(&mut self, from: u32, msg: Msg, payload: Vec<u8>) {
+        let Some((msg, payload)) = self.hold_early(from, msg, payload) else {
+            return; // from a member that joins: handled once connected to it
+        };
         if from as usize >= self.members.len() || from == self.me {
             return;
         }
@@ -547,6 +574,7 @@ impl Driver {
                 self.reports.insert(from, *s);
             }
             Msg::Exit => self.exit = true,
+            Msg::Leave(m) => self.leave_message(from, m),
         }
     }
 
@@ -650,6 +678,11 @@ impl Driver {
         let Some((owner, wire, payload)) = self.incoming.remove(&key) else {
             return;
         };
+        // Counted as executed when its result (or error) goes home.
+        self.remote_jobs_started += 1;
+        if self.remote_jobs_started == 1 {
+            tracing::debug!(owner = %self.who(owner), "running a job stolen from another member");
+        }
         let t0 = Instant::now();
         let job = self.satin.from_wire(&wire.name, &payload);
         self.add_deser(t0);
