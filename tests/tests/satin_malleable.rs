@@ -32,6 +32,8 @@ const SOLUTIONS: &str = "365596";
 const TOOK_WORK: &str = "running a job stolen from another member";
 /// What the driver logs when it redoes a job because its thief is gone.
 const REDONE: &str = "redoing a job stolen by a member that is gone";
+/// What the driver warns when a member's link ends as if it had failed.
+const FAILED: &str = "treating it as failed";
 
 /// One member process.
 struct Member {
@@ -324,6 +326,10 @@ fn a_member_that_gets_sigterm_leaves_gracefully_and_nothing_is_redone() {
         "a job of the member that left was redone:\n{logs}"
     );
     assert!(
+        !logs.contains(FAILED),
+        "the member that left was taken for failed:\n{logs}"
+    );
+    assert!(
         pool.log(leaver).contains("left the run gracefully"),
         "member-{leaver} did not leave gracefully:\n{logs}"
     );
@@ -352,6 +358,10 @@ fn migration_is_a_join_plus_a_graceful_leave() {
     assert!(
         !logs.contains(REDONE),
         "a job of the member that left was redone:\n{logs}"
+    );
+    assert!(
+        !logs.contains(FAILED),
+        "the member that left was taken for failed:\n{logs}"
     );
     assert!(
         pool.log(leaver).contains("left the run gracefully"),

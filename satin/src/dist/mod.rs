@@ -91,8 +91,9 @@
 //!   gets back the results of the jobs stolen from it, waits for every `Ack` (steal
 //!   replies sent to it before are ahead of it on the FIFO link), sends its statistics
 //!   to the master and `Done` to all, and leaves the registry (`Left`). The others
-//!   forget it at `Done` (if the registry's `Left` comes first, they wait for `Done`,
-//!   the link's end, or [`DistConfig::end_timeout`]); it owes nothing, so nothing is
+//!   forget it at `Done` (if the registry's `Left` or the orderly close of its link
+//!   comes first, they wait for `Done`, at most [`DistConfig::end_timeout`]; a lost
+//!   link is a crash); it owes nothing, so nothing is
 //!   redone. [`Pool::run`] returns on it without a result. Its waits are bounded by
 //!   [`DistConfig::end_timeout`]: past it, it leaves anyway with a warning and the
 //!   others redo what it had not finished (a right result, some work lost). A member

@@ -18,9 +18,10 @@
 //!
 //! A member M that gets `Leaving` from L removes L from its victims and answers
 //! `Ack`; it keeps L's port for the results it owes L. At `Done` M forgets L: as L
-//! owes nothing, nothing is redone. The registry's `Left` for L may come before
-//! `Done` (another path): M then waits for `Done` (or the link closing, or the bound)
-//! before forgetting L. If L crashes while leaving, it is handled as any crash.
+//! owes nothing, nothing is redone. The registry's `Left` for L, and the orderly close
+//! of L's link (reported on another thread than L's messages), may come before `Done`:
+//! M then waits for `Done`, at most `end_timeout`, before forgetting L. If L crashes
+//! while leaving (a lost link, `Died`), it is handled as any crash.
 //!
 //! If the bound passes first, L leaves anyway and warns; the others then redo what it
 //! had not finished (a correct result, some work lost).
@@ -186,18 +187,25 @@ impl Driver {
         }
     }
 
-    /// The registry says `member` left: `true` if it is leaving gracefully and its
-    /// last messages are awaited (at most `end_timeout`) before it is forgotten.
-    pub(super) fn left_gracefully(&mut self, member: u64) -> bool {
-        let Some(n) = self.members.iter().position(|m| m.0 == member) else {
-            return false;
-        };
-        match self.leave.others.get_mut(&(n as u32)) {
+    /// The connection from node `n` was closed: `true` if it is leaving gracefully (its
+    /// `Done` may still be queued behind the close: it is awaited as after the
+    /// registry's `Left`).
+    pub(super) fn leaver_closed(&mut self, n: u32) -> bool {
+        match self.leave.others.get_mut(&n) {
             Some(left) => {
                 left.get_or_insert_with(Instant::now);
                 true
             }
             None => false,
         }
+    }
+
+    /// The registry says `member` left: `true` if it is leaving gracefully and its
+    /// last messages are awaited (at most `end_timeout`) before it is forgotten.
+    pub(super) fn left_gracefully(&mut self, member: u64) -> bool {
+        let Some(n) = self.members.iter().position(|m| m.0 == member) else {
+            return false;
+        };
+        self.leaver_closed(n as u32)
     }
 }
