@@ -19,6 +19,11 @@ use std::sync::atomic::{AtomicBool, Ordering, Ordering::Relaxed};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
+mod leave;
+mod membership;
+
+pub(crate) use membership::{Change, MAX_NODE};
+
 /// How often the driver looks at the local runtime when nothing wakes it.
 const POLL: Duration = Duration::from_micros(500);
 
@@ -110,6 +115,8 @@ pub(crate) enum Input {
     LinkLost { member: u64, lost: bool },
     /// The pool handle was dropped: stop now.
     Shutdown,
+    /// A member joined or left gracefully (malleability, see `membership`).
+    Membership(Change),
 }
 
 /// Decodes one message of the `satin` port (header, then payload bytes).
@@ -119,6 +126,9 @@ pub(crate) fn read_message(m: &mut ReadMessage) -> Option<Input> {
         Msg::StealReply { job: Some(j), .. } => j.len,
         Msg::Result { outcome: Ok(n), .. } => *n,
         Msg::Fetched { len: Some(n), .. } => *n,
+        Msg::HandOver { entries } => entries
+            .iter()
+            .try_fold(0u64, |sum, (_, n)| sum.checked_add(*n))?,
         _ => 0,
     };
     let payload = if len > 0 {
@@ -144,8 +154,9 @@ pub(crate) struct DriverInit {
     pub config: DistConfig,
     pub seed: u64,
     pub ports: Vec<Option<SendPort>>,
-    /// Per node: its IPL identifier (for reports to the registry).
-    pub idents: Vec<IbisIdentifier>,
+    /// Per node: its IPL identifier (for reports to the registry); `None` for a node
+    /// number (IPL member id) that is not a member.
+    pub idents: Vec<Option<IbisIdentifier>>,
     /// The IPL instance (its registry: liveness reports, and noticing its loss).
     pub ibis: Arc<Ibis>,
     pub satin: Arc<Satin>,
@@ -160,6 +171,8 @@ pub(crate) struct DriverInit {
     pub control: mpsc::Sender<Control>,
     /// Nodes this member could not connect to while the pool formed.
     pub unreachable: Vec<u32>,
+    /// Set to make this member leave gracefully (SIGTERM, `Pool::leave_handle`).
+    pub leave: Arc<AtomicBool>,
 }
 
 #[derive(PartialEq, Eq, Clone, Copy)]
@@ -178,7 +191,7 @@ pub(crate) struct Driver {
     topology: Topology,
     config: DistConfig,
     ports: Vec<Option<SendPort>>,
-    idents: Vec<IbisIdentifier>,
+    idents: Vec<Option<IbisIdentifier>>,
     ibis: Arc<Ibis>,
     /// Nodes whose link broke during a send, handled in the loop.
     broken: Vec<u32>,
@@ -231,6 +244,13 @@ pub(crate) struct Driver {
     /// Threads reporting suspects to the registry (joined at the end: they hold the
     /// IPL instance, which `Pool::finish` must own alone to leave).
     reporters: Vec<std::thread::JoinHandle<()>>,
+    /// Jobs stolen from other members started here (minus `remote_jobs_executed`:
+    /// running).
+    remote_jobs_started: u64,
+    /// Members joining the running pool.
+    joins: membership::Joins,
+    /// Graceful leaves, of this member and of others.
+    leave: leave::Leave,
 }
 
 impl Driver {
@@ -248,6 +268,7 @@ impl Driver {
         .map_err(|e| SatinError::Pool(e.to_string()))?;
         let n = init.members.len();
         let save = init.config.save_results;
+        let alive = init.idents.iter().map(Option::is_some).collect();
         Ok(Driver {
             save,
             me: init.me,
@@ -263,7 +284,7 @@ impl Driver {
             registry_checked: Instant::now(),
             drop_link: drop_link_hook(init.me, init.master, n as u32),
             sent: 0,
-            alive: vec![true; n],
+            alive,
             stealer: init.satin.external_stealer(),
             satin: init.satin,
             rx: init.rx,
@@ -294,6 +315,9 @@ impl Driver {
             restart_nanos: 0,
             reporters: Vec::new(),
             die_after_giving: die_after_giving_hook(init.me, init.master, n as u32),
+            remote_jobs_started: 0,
+            joins: membership::Joins::default(),
+            leave: leave::Leave::new(init.leave),
         })
     }
 
@@ -328,6 +352,7 @@ impl Driver {
                 outcome = Err(e);
                 break;
             }
+            self.leave_tick();
             if self.exit {
                 break;
             }
@@ -378,7 +403,7 @@ impl Driver {
             let mut members: Vec<MemberStats> = self.reports.drain().map(|(_, m)| m).collect();
             members.push(self.member_stats());
             let missing = (0..self.members.len() as u32)
-                .filter(|n| !members.iter().any(|m| m.node == *n))
+                .filter(|n| !members.iter().any(|m| m.node == *n) && self.was_member(*n))
                 .map(|n| self.who(n))
                 .collect();
             Some(PoolStats::from_members(members, missing))
@@ -458,12 +483,15 @@ impl Driver {
             // Members close their ports when the run ends.
             return Ok(());
         }
+        if !lost && self.leaver_closed(n) {
+            return Ok(()); // a graceful leave: its last messages may still be queued
+        }
         tracing::warn!(
             member = %self.who(n),
             lost,
             "the connection to a member ended during the run: treating it as failed"
         );
-        if let Some(id) = self.idents.get(n as usize).cloned() {
+        if let Some(Some(id)) = self.idents.get(n as usize).cloned() {
             // On a thread of its own: the registry may probe the suspect for seconds,
             // and this thread must go on serving (and hear the verdict, `Died`).
             let ibis = self.ibis.clone();
@@ -569,32 +597,40 @@ impl Driver {
                     }
                 }
             }
-            Input::Gone { member, died } => {
-                if let Some(n) = self.members.iter().position(|m| m.0 == member) {
-                    let n = n as u32;
-                    if n == self.master && !died && self.phase == Phase::Running && !self.exit {
-                        // A master leaves only once its run is over: there is nothing
-                        // to take over (only a dead master is replaced).
-                        self.alive[n as usize] = false;
-                        return Err(SatinError::Pool(if self.master_suspect.is_some() {
-                            format!(
-                                "lost the connection to the master, {}, during the run; \
-                                 the master finished without this member",
-                                self.who(n)
-                            )
-                        } else {
-                            "the master left the pool".into()
-                        }));
-                    }
-                    self.gone(n)?;
-                }
-            }
+            Input::Gone { member, died } => self.departed(member, died)?,
             Input::LinkLost { member, lost } => {
                 if let Some(n) = self.members.iter().position(|m| m.0 == member) {
                     self.link_lost(n as u32, lost)?;
                 }
             }
             Input::Shutdown => self.exit = true,
+            Input::Membership(change) => self.membership(change)?,
+        }
+        Ok(())
+    }
+
+    /// The registry says a member left (`died == false`) or died: forget it as a
+    /// joiner, and treat it as gone. A master that left ended its run (only a dead
+    /// master is replaced): a member still running stops with an error.
+    fn departed(&mut self, member: u64, died: bool) -> Result<(), SatinError> {
+        self.forget_joining(member);
+        if let Some(n) = self.members.iter().position(|m| m.0 == member) {
+            let n = n as u32;
+            if n == self.master && !died && self.phase == Phase::Running && !self.exit {
+                // A master leaves only once its run is over: there is nothing
+                // to take over (only a dead master is replaced).
+                self.alive[n as usize] = false;
+                return Err(SatinError::Pool(if self.master_suspect.is_some() {
+                    format!(
+                        "lost the connection to the master, {}, during the run; \
+                         the master finished without this member",
+                        self.who(n)
+                    )
+                } else {
+                    "the master left the pool".into()
+                }));
+            }
+            self.gone(n)?;
         }
         Ok(())
     }
@@ -752,8 +788,14 @@ impl Driver {
                 self.send(to.0, Msg::Fetched { id: id.0, len }, &payload);
             }
             RecoveryAction::HandOver { to, entries } => {
-                // Graceful leave is not offered by this driver yet.
-                tracing::debug!(member = %self.who(to.0), results = entries.len(), "hand-over not sent");
+                tracing::debug!(member = %self.who(to.0), results = entries.len(), "handing over the saved results");
+                let mut payload = Vec::with_capacity(entries.iter().map(|(_, b)| b.len()).sum());
+                let mut lens = Vec::with_capacity(entries.len());
+                for (key, bytes) in &entries {
+                    lens.push((*key, bytes.len() as u64));
+                    payload.extend_from_slice(bytes);
+                }
+                self.send(to.0, Msg::HandOver { entries: lens }, &payload);
             }
             RecoveryAction::ElectMaster => self.elect_master(),
             RecoveryAction::RestartRoot => {
@@ -825,6 +867,9 @@ impl Driver {
     }
 
     fn message(&mut self, from: u32, msg: Msg, payload: Vec<u8>) {
+        let Some((msg, payload)) = self.hold_early(from, msg, payload) else {
+            return; // from a member that joins: handled once connected to it
+        };
         if from as usize >= self.members.len() || from == self.me {
             return;
         }
@@ -921,6 +966,28 @@ impl Driver {
                         .with(|r| r.fetched(NodeId(from), FetchId(id), bytes));
                 }
             }
+            Msg::HandOver { entries } => {
+                if self.save {
+                    let mut results = Vec::with_capacity(entries.len());
+                    let mut at = 0usize;
+                    for (key, len) in entries {
+                        // The lengths summed to the payload's length when it was read.
+                        let Some(end) = usize::try_from(len).ok().and_then(|l| at.checked_add(l))
+                        else {
+                            break;
+                        };
+                        let Some(bytes) = payload.get(at..end) else {
+                            break;
+                        };
+                        results.push((key, bytes.to_vec()));
+                        at = end;
+                    }
+                    self.saved
+                        .with(|r| r.handover_received(NodeId(from), results));
+                    self.recovery_actions();
+                }
+            }
+            Msg::Leave(m) => self.leave_message(from, m),
         }
         self.recovery_actions();
     }
@@ -1062,6 +1129,11 @@ impl Driver {
         let Some((owner, wire, payload)) = self.incoming.remove(&key) else {
             return;
         };
+        // Counted as executed when its result (or error) goes home.
+        self.remote_jobs_started += 1;
+        if self.remote_jobs_started == 1 {
+            tracing::debug!(owner = %self.who(owner), "running a job stolen from another member");
+        }
         let run = self.next_run;
         self.next_run += 1;
         if self.save {

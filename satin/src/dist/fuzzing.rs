@@ -93,6 +93,14 @@ pub fn sample_messages(name: &str, job: &[u8], output: &[u8]) -> Vec<Vec<u8>> {
             output,
         ),
         (Msg::Fetched { id: 6, len: None }, &[]),
+        (
+            Msg::HandOver {
+                entries: vec![(satin_core::JobKey::of(name, job), output.len() as u64)],
+            },
+            output,
+        ),
+        (Msg::Leave(super::protocol::LeaveMsg::Leaving), &[]),
+        (Msg::Leave(super::protocol::LeaveMsg::Done), &[]),
     ];
     msgs.into_iter()
         .filter_map(|(msg, payload)| {

@@ -3,7 +3,8 @@
 //! Under a launcher (`ipl-run`, or any environment with `IPL_REGISTRY` set, see
 //! [`launched`]), every process of the program builds its instance with
 //! [`SatinBuilder::build_distributed`] instead of `build`. That joins the pool with the
-//! IPL (closed world: it waits for all members), elects the master (`"satin-master"`)
+//! IPL (closed world: it waits for all members; a malleable pool: see
+//! [Malleability](#malleability)), elects the master (`"satin-master"`)
 //! and starts a driver thread per process that balances load between processes with
 //! the inter-node scheduler of [`satin_core`] (RS or CRS: [`SatinBuilder::policy`]). Then
 //! [`Pool::run`] runs the root job on the master; every other member only steals
@@ -61,6 +62,50 @@
 //!   recovery, below): announcements of saved results, and fetching one (its bytes
 //!   follow `Fetched` as payload). A `WireJob` carries `redone`: the thief runs it in
 //!   redo mode.
+//! - `Leave(Leaving)` (a member that leaves gracefully, to all), answered by
+//!   `Leave(Ack)`, and `Leave(Done)` (its last message): see
+//!   [Malleability](#malleability).
+//!
+//! # Malleability
+//!
+//! Under `ipl-run --malleable -n N` (`IPL_POOL_MALLEABLE=1`) the pool is an open world
+//! that members join and leave while the program runs.
+//!
+//! - **Node numbers** are IPL member ids: the registry numbers the members of a pool in
+//!   join order from 0 and never reuses a number, so every member gives a newcomer the
+//!   same number without asking anybody, and a departure changes no other number.
+//!   (In a closed world these are the indices 0..n of the members in join order.)
+//! - **The first members**, those with a member id below the initial size N
+//!   (`IPL_POOL_INITIAL_SIZE`), wait (bounded by [`DistConfig::join_timeout`]) until N
+//!   members joined, take the member list, elect the master and start, as in a closed
+//!   world.
+//! - **A member that joins later** waits only for the election's winner (it never runs
+//!   the root job), takes the current member list from the registry, connects to
+//!   every member and starts stealing at once. Every member gets the registry's
+//!   `Joined` event, connects a send port to it (on a short-lived thread), and adds it
+//!   to its tables and to the load balancer (`satin_core::Event::NodeJoined`); messages
+//!   the newcomer sends before that are held (a bounded number) and handled once the
+//!   port is there. A member that joins after the root job returned is told `Done` at
+//!   once and ends with the others.
+//! - **A graceful leave**: SIGTERM (handled in a malleable pool with the `signal-hook`
+//!   crate) or [`LeaveHandle::request`] ([`Pool::leave_handle`], in any pool) makes a
+//!   member that is not the master stop stealing and answer steal requests with "no
+//!   job", and send `Leaving` to all. The others stop stealing from it and answer
+//!   `Ack`. The leaver finishes the jobs it runs for others (their results go home),
+//!   gets back the results of the jobs stolen from it, waits for every `Ack` (steal
+//!   replies sent to it before are ahead of it on the FIFO link), sends its statistics
+//!   to the master and `Done` to all, and leaves the registry (`Left`). The others
+//!   forget it at `Done` (if the registry's `Left` or the orderly close of its link
+//!   comes first, they wait for `Done`, at most [`DistConfig::end_timeout`]; a lost
+//!   link is a crash); it owes nothing, so nothing is
+//!   redone. [`Pool::run`] returns on it without a result. Its waits are bounded by
+//!   [`DistConfig::end_timeout`]: past it, it leaves anyway with a warning and the
+//!   others redo what it had not finished (a right result, some work lost). A member
+//!   that crashes while leaving is a crash ([Faults](#faults)).
+//! - **The master cannot leave gracefully** (it runs the root job): asked to, it warns
+//!   and goes on. A second SIGTERM ends any member of a malleable pool at once (status
+//!   143), in case a leave hangs.
+//! - **Migration** is a join followed by a graceful leave.
 //!
 //! # Faults
 //!
@@ -136,10 +181,12 @@ mod driver;
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;
+mod malleable;
 mod protocol;
 mod saved;
 mod stats;
 
+pub use malleable::LeaveHandle;
 pub use stats::{MemberStats, PoolStats};
 
 use crate::error::SatinError;
@@ -302,15 +349,19 @@ pub fn port_type() -> Result<PortType, SatinError> {
     .map_err(ipl_err("port type"))
 }
 
-/// Forwards registry departures to the driver.
+/// Forwards registry joins and departures to the driver.
 struct Departures(mpsc::Sender<Input>);
 
 impl RegistryEventHandler for Departures {
+    fn joined(&mut self, member: &IbisIdentifier) {
+        let _ = self
+            .0
+            .send(Input::Membership(driver::Change::Joined(member.clone())));
+    }
     fn left(&mut self, member: &IbisIdentifier) {
-        let _ = self.0.send(Input::Gone {
-            member: member.id().get(),
-            died: false,
-        });
+        let _ = self
+            .0
+            .send(Input::Membership(driver::Change::Left(member.id().get())));
     }
     fn died(&mut self, member: &IbisIdentifier) {
         let _ = self.0.send(Input::Gone {
@@ -362,6 +413,7 @@ pub struct Pool {
     clusters: usize,
     policy: Policy,
     end_timeout: Duration,
+    leave: Arc<AtomicBool>,
 }
 
 impl std::fmt::Debug for Pool {
@@ -403,26 +455,54 @@ impl Pool {
             .build()
             .map_err(ipl_err("joining the pool"))?;
         let reg = ibis.registry();
-        reg.wait_until_pool_closed(Some(config.join_timeout))
-            .map_err(ipl_err(
-                "waiting for the pool to close (is IPL_POOL_SIZE set?)",
-            ))?;
+        let me = ibis.identifier().clone();
+        let malleable = ibis.capabilities().contains(I::MALLEABLE);
+        let master_id = if malleable {
+            let initial = ipl::config::launcher()
+                .ok()
+                .flatten()
+                .map_or(1, |l| l.size.max(1));
+            malleable::meet(reg, me.id().get(), initial, config.join_timeout)?
+        } else {
+            reg.wait_until_pool_closed(Some(config.join_timeout))
+                .map_err(ipl_err(
+                    "waiting for the pool to close (is IPL_POOL_SIZE set?)",
+                ))?;
+            reg.elect(MASTER_ELECTION).map_err(ipl_err("election"))?
+        };
         let mut members = reg.members().map_err(ipl_err("pool members"))?;
         members.sort_by_key(|m| m.id().get());
-        let master_id = reg.elect(MASTER_ELECTION).map_err(ipl_err("election"))?;
-        let me = ibis.identifier().clone();
-        let index = |id: &IbisIdentifier| members.iter().position(|m| m.id() == id.id());
-        let node = index(&me).ok_or_else(|| SatinError::Pool("not a member".into()))? as u32;
-        let master = index(&master_id)
-            .ok_or_else(|| SatinError::Pool("the master is not a member".into()))?
-            as u32;
+        // Node numbers are IPL member ids (see `driver::membership`).
+        let number = |id: &IbisIdentifier| {
+            let n = id.id().get();
+            (n < driver::MAX_NODE)
+                .then_some(n as u32)
+                .ok_or_else(|| SatinError::Pool(format!("member number {n} is too high")))
+        };
+        if !members.iter().any(|m| m.id() == master_id.id()) {
+            return Err(SatinError::Pool("the master is not a member".into()));
+        }
+        let node = number(&me)?;
+        let master = number(&master_id)?;
+        let slots = members
+            .iter()
+            .map(number)
+            .try_fold(node.max(master), |a, n| n.map(|n| a.max(n)))? as usize
+            + 1;
+        let mut idents: Vec<Option<IbisIdentifier>> = vec![None; slots];
+        for m in &members {
+            idents[number(m)? as usize] = Some(m.clone());
+        }
+        if idents[node as usize].is_none() {
+            return Err(SatinError::Pool("not a member".into()));
+        }
         let mut names: Vec<&str> = members.iter().map(|m| m.cluster()).collect();
         names.sort_unstable();
         names.dedup();
         let mut topology = Topology::new();
-        for (i, m) in members.iter().enumerate() {
+        for m in &members {
             let c = names.iter().position(|n| *n == m.cluster()).unwrap_or(0);
-            topology.insert(NodeId(i as u32), ClusterId(c as u32));
+            topology.insert(NodeId(number(m)?), ClusterId(c as u32));
         }
 
         let satin = Arc::new(satin);
@@ -449,13 +529,13 @@ impl Pool {
         port.enable_connections();
         port.enable_message_upcalls()
             .map_err(ipl_err("enabling upcalls"))?;
-        let mut ports = Vec::with_capacity(members.len());
+        let mut ports = Vec::with_capacity(slots);
         let mut unreachable = Vec::new();
-        for (i, m) in members.iter().enumerate() {
-            if i as u32 == node {
+        for (i, m) in idents.iter().enumerate() {
+            let Some(m) = m.as_ref().filter(|_| i as u32 != node) else {
                 ports.push(None);
                 continue;
-            }
+            };
             let mut sp = ibis
                 .create_send_port(&t, &format!("satin-to-{i}"))
                 .map_err(ipl_err("creating a send port"))?;
@@ -483,6 +563,10 @@ impl Pool {
                     let _ = tx.send(Input::Kick);
                 }
             });
+        }
+        let leave = Arc::new(AtomicBool::new(false));
+        if malleable {
+            malleable::leave_on_sigterm(&leave)?;
         }
         let ibis = Arc::new(ibis);
         let recovery = Recovery::new(
@@ -524,15 +608,19 @@ impl Pool {
         let init = DriverInit {
             me: node,
             master,
-            members: members
+            members: idents
                 .iter()
-                .map(|m| (m.id().get(), m.name().to_string(), m.cluster().to_string()))
+                .enumerate()
+                .map(|(i, m)| match m {
+                    Some(m) => (m.id().get(), m.name().to_string(), m.cluster().to_string()),
+                    None => (i as u64, String::new(), String::new()),
+                })
                 .collect(),
             topology,
             config: config.clone(),
             seed: me.id().get() ^ 0x5A71_0000_0000_0001,
             ports,
-            idents: members.clone(),
+            idents,
             ibis: ibis.clone(),
             satin: satin.clone(),
             rx,
@@ -542,6 +630,7 @@ impl Pool {
             checkpoints,
             control,
             unreachable,
+            leave: leave.clone(),
         };
         let driver = Driver::new(init)?;
         let handle = std::thread::Builder::new()
@@ -562,6 +651,7 @@ impl Pool {
             clusters: names.len(),
             policy: config.policy,
             end_timeout: config.end_timeout,
+            leave,
         })
     }
 
@@ -575,7 +665,8 @@ impl Pool {
         &self.name
     }
 
-    /// This member's node number (members numbered in join order from 0).
+    /// This member's node number: its IPL member id (members numbered in join order
+    /// from 0, never reused).
     pub fn node(&self) -> u32 {
         self.node
     }
@@ -595,6 +686,12 @@ impl Pool {
         self.policy
     }
 
+    /// A handle that asks this member to leave the pool gracefully while it runs (as
+    /// SIGTERM does in a malleable pool): see "Malleability" in [`crate::dist`].
+    pub fn leave_handle(&self) -> LeaveHandle {
+        LeaveHandle(self.leave.clone())
+    }
+
     /// The local Satin instance (its workers and statistics).
     pub fn satin(&self) -> &Satin {
         &self.satin
@@ -602,7 +699,9 @@ impl Pool {
 
     /// Runs the program: on the master `root` is called with the local instance (it
     /// should `run` the root job there) while the other members steal; on the others it
-    /// is not called and this returns when the master ends the run. Then every member
+    /// is not called and this returns when the master ends the run, or when the member
+    /// left gracefully ([`Pool::leave_handle`], SIGTERM in a malleable pool; no result
+    /// either way). Then every member
     /// leaves the pool; a failure to leave (the registry is gone) is logged as a
     /// warning and does not lose the run's result. A panic in `root` is returned as [`SatinError::JobPanicked`]
     /// (after the pool ended cleanly).

@@ -75,6 +75,29 @@ pub(crate) enum Msg {
         /// The result's length, if found.
         len: Option<u64>,
     },
+    /// A graceful leave's hand-over: the leaver's saved results, for the receiver to
+    /// keep and announce as its own. The results' bytes follow as payload, one after
+    /// the other, each as long as its entry says.
+    HandOver {
+        /// `(key, length of its result)` pairs, in payload order.
+        entries: Vec<(JobKey, u64)>,
+    },
+    /// A graceful leave (malleability, see `driver::leave`).
+    Leave(LeaveMsg),
+}
+
+/// The messages of a graceful leave, in the order they are sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) enum LeaveMsg {
+    /// Leaver to all: "I am leaving": steal no more from me, but send me the results
+    /// of the jobs you stole from me; answered by `Ack`.
+    Leaving,
+    /// Answer to `Leaving`: every steal reply this member sent the leaver before it is
+    /// ahead of it on the (FIFO) link.
+    Ack,
+    /// Leaver to all, its last message: everything it owed was sent; forget it (no job
+    /// of it is redone, it has none).
+    Done,
 }
 
 /// A stolen job on the wire (its serialized parameters follow as payload).

@@ -1,0 +1,373 @@
+//! Satin pools that members join and leave while they run (issue 21, malleability):
+//! a member that joins mid-run takes work, a member that gets SIGTERM leaves
+//! gracefully (exit status 0, nothing of it redone), and a migration is both in one
+//! run. The answer is right every time.
+//!
+//! Each test starts its own registry server in this process and the members as
+//! `ipl-run --malleable` would (`PoolEnv::with_malleable`), so that it can start a
+//! member mid-run and signal one. The members log the driver at debug level: the test
+//! waits (bounded) for a member's "running a job stolen from another member" line
+//! before it adds or removes members, and no member may log "redoing a job stolen by
+//! a member that is gone" after a graceful leave.
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use ipl_auth::PoolSecret;
+use ipl_registry::{RegistryServer, ServerHandle};
+use ipl_tools::launcher::{unique_pool_name, PoolEnv};
+
+#[path = "../common/satin_pool.rs"]
+mod satin_pool;
+use satin_pool::{scratch, BOUND};
+
+/// `nqueens 14` has 365596 solutions: a run of seconds on one worker per member
+/// (debug build), long enough for a member to join and take work.
+const QUEENS: &str = "14";
+const SOLUTIONS: &str = "365596";
+
+/// What the driver logs when a member starts its first job stolen from another one.
+const TOOK_WORK: &str = "running a job stolen from another member";
+/// What the driver logs when it redoes a job because its thief is gone.
+const REDONE: &str = "redoing a job stolen by a member that is gone";
+/// What the driver warns when a member's link ends as if it had failed.
+const FAILED: &str = "treating it as failed";
+
+/// One member process.
+struct Member {
+    rank: usize,
+    child: Child,
+    log: PathBuf,
+    end: Option<ExitStatus>,
+}
+
+/// A malleable pool of `satin-app` processes around a registry server in this process.
+struct Malleable {
+    server: Option<ServerHandle>,
+    secret: PoolSecret,
+    pool: String,
+    initial: usize,
+    args: Vec<String>,
+    report: PathBuf,
+    members: Vec<Member>,
+}
+
+impl Malleable {
+    /// Starts the `initial` first members (ranks 0..initial).
+    fn start(initial: usize, args: &[&str]) -> Malleable {
+        let secret = PoolSecret::generate().expect("a secret");
+        let server = RegistryServer::bind("127.0.0.1:0", secret.clone())
+            .expect("bind the registry")
+            .run_in_background()
+            .expect("run the registry");
+        let mut pool = Malleable {
+            server: Some(server),
+            secret,
+            pool: unique_pool_name(),
+            initial,
+            args: args.iter().map(|a| a.to_string()).collect(),
+            report: scratch("report"),
+            members: Vec::new(),
+        };
+        for rank in 0..initial {
+            pool.add(rank);
+        }
+        pool
+    }
+
+    /// Starts member `rank` (a rank beyond the initial size joins mid-run).
+    fn add(&mut self, rank: usize) {
+        let server = self.server.as_ref().expect("the server runs");
+        let log = scratch(&format!("log{rank}"));
+        let out = std::fs::File::create(&log).expect("a log file");
+        let err = out.try_clone().expect("a log file");
+        let mut argv: Vec<OsString> = self.args.iter().map(OsString::from).collect();
+        argv.extend(["--workers".into(), "1".into(), "--report".into()]);
+        argv.push(self.report.clone().into());
+        let env = PoolEnv::member(
+            server.local_addr(),
+            &self.pool,
+            self.initial,
+            &self.secret,
+            "c0",
+            rank,
+        )
+        .with_malleable(true);
+        let child = Command::new(env!("CARGO_BIN_EXE_satin-app"))
+            .args(argv)
+            .env("IPL_TRANSPORT", "tcp")
+            .env("RUST_LOG", "warn,satin::dist=debug")
+            .envs(env.vars())
+            .stdin(Stdio::null())
+            .stdout(out)
+            .stderr(err)
+            .spawn()
+            .expect("start satin-app");
+        self.members.push(Member {
+            rank,
+            child,
+            log,
+            end: None,
+        });
+    }
+
+    fn member(&mut self, rank: usize) -> &mut Member {
+        self.members
+            .iter_mut()
+            .find(|m| m.rank == rank)
+            .expect("a member of that rank")
+    }
+
+    fn log(&self, rank: usize) -> String {
+        self.members
+            .iter()
+            .find(|m| m.rank == rank)
+            .map(|m| std::fs::read_to_string(&m.log).unwrap_or_default())
+            .unwrap_or_default()
+    }
+
+    /// Every member's log, for failure messages.
+    fn logs(&self) -> String {
+        let mut s = String::new();
+        for m in &self.members {
+            let text = std::fs::read_to_string(&m.log).unwrap_or_default();
+            s.push_str(&format!("--- member-{} ({:?}):\n{text}", m.rank, m.end));
+        }
+        s
+    }
+
+    /// Whether some member has ended (looked at now).
+    fn any_ended(&mut self) -> bool {
+        for m in &mut self.members {
+            if m.end.is_none() {
+                m.end = m.child.try_wait().ok().flatten();
+            }
+        }
+        self.members.iter().any(|m| m.end.is_some())
+    }
+
+    /// Waits (bounded by `within`) until member `rank`'s log says `needle`; `false`
+    /// if it did not, or a member ended first.
+    fn wait_for_log(&mut self, rank: usize, needle: &str, within: Duration) -> bool {
+        let until = Instant::now() + within;
+        loop {
+            if self.log(rank).contains(needle) {
+                return true;
+            }
+            if Instant::now() >= until || self.any_ended() {
+                return false;
+            }
+            // Bounded poll of a log file: nothing to be notified by.
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// The rank of the master (the election's winner), bounded by `within`.
+    fn master_rank(&mut self, within: Duration) -> Option<usize> {
+        let until = Instant::now() + within;
+        loop {
+            let winner = self.server.as_ref().and_then(|s| {
+                s.with_core(|c| {
+                    c.election_result(&self.pool, "satin-master")
+                        .ok()
+                        .flatten()
+                        .map(|w| w.name().to_string())
+                })
+            });
+            if let Some(rank) = winner.and_then(|n| n.strip_prefix("member-")?.parse().ok()) {
+                return Some(rank);
+            }
+            if Instant::now() >= until || self.any_ended() {
+                return None;
+            }
+            // Bounded poll of the registry's state.
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// Sends member `rank` SIGTERM (as `ipl-run`'s `remove RANK` does).
+    fn terminate(&mut self, rank: usize) {
+        use rustix::process::{kill_process, Pid, Signal};
+        let m = self.member(rank);
+        kill_process(Pid::from_child(&m.child), Signal::TERM).expect("SIGTERM");
+    }
+
+    /// Waits for every member, at most until `BOUND` after `start`; kills the rest.
+    fn wait(&mut self, start: Instant) -> bool {
+        loop {
+            for m in &mut self.members {
+                if m.end.is_none() {
+                    m.end = m.child.try_wait().expect("wait for a member");
+                }
+            }
+            if self.members.iter().all(|m| m.end.is_some()) {
+                return true;
+            }
+            if start.elapsed() > BOUND {
+                for m in &mut self.members {
+                    let _ = m.child.kill();
+                    let _ = m.child.wait();
+                }
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Waits for the end and checks it: every member exited 0 and the master
+    /// reported the right number of solutions. Returns the master's log.
+    fn assert_right(&mut self, start: Instant, master: usize) -> String {
+        let ended = self.wait(start);
+        let logs = self.logs();
+        assert!(ended, "the pool did not end within {BOUND:?}:\n{logs}");
+        for m in &self.members {
+            assert!(
+                m.end.is_some_and(|s| s.success()),
+                "member-{} failed:\n{logs}",
+                m.rank
+            );
+        }
+        let report = std::fs::read_to_string(&self.report)
+            .unwrap_or_else(|_| panic!("the master wrote no report:\n{logs}"));
+        assert!(
+            report.contains(&format!("result = {SOLUTIONS}\n")),
+            "{report}\n{logs}"
+        );
+        self.log(master)
+    }
+}
+
+impl Drop for Malleable {
+    fn drop(&mut self) {
+        for m in &mut self.members {
+            let _ = m.child.kill();
+            let _ = m.child.wait();
+            let _ = std::fs::remove_file(&m.log);
+        }
+        let _ = std::fs::remove_file(&self.report);
+        if let Some(s) = self.server.take() {
+            s.shutdown();
+        }
+    }
+}
+
+/// A number after `key = ` in `line`.
+fn field(line: &str, key: &str) -> Option<u64> {
+    let rest = &line[line.find(&format!("{key} = "))? + key.len() + 3..];
+    rest.split_whitespace().next()?.parse().ok()
+}
+
+/// From the master's statistics: member `rank`'s (successful remote steals, remote
+/// jobs executed), if it reported.
+fn remote_work(master_log: &str, rank: usize) -> Option<(u64, u64)> {
+    let prefix = format!("SATIN 'member-{rank} (c0)': REMOTE_STEAL:");
+    let line = master_log.lines().find(|l| l.contains(&prefix))?;
+    Some((field(line, "success")?, field(line, "executed")?))
+}
+
+/// Starts the pool and waits until the run is on: the master is elected and member
+/// `worker` (not the master) runs a job it stole. Returns the master's rank.
+fn running(pool: &mut Malleable, worker_candidates: &[usize]) -> (usize, usize) {
+    let master = pool
+        .master_rank(Duration::from_secs(30))
+        .unwrap_or_else(|| panic!("no master was elected:\n{}", pool.logs()));
+    let worker = *worker_candidates
+        .iter()
+        .find(|r| **r != master)
+        .expect("a member that is not the master");
+    assert!(
+        pool.wait_for_log(worker, TOOK_WORK, Duration::from_secs(30)),
+        "member-{worker} took no work:\n{}",
+        pool.logs()
+    );
+    (master, worker)
+}
+
+/// Members join mid-run: member-2 starts once the first two members run, learns the
+/// members from the registry, connects to them and steals at once; the others take it
+/// as a victim. Its statistics reach the master (it reported at the end) and show
+/// jobs it stole and ran, and the answer is right.
+#[test]
+fn a_member_that_joins_mid_run_takes_work() {
+    let start = Instant::now();
+    let mut pool = Malleable::start(2, &["nqueens", QUEENS]);
+    let (master, _) = running(&mut pool, &[0, 1]);
+    pool.add(2);
+    let master_log = pool.assert_right(start, master);
+    let logs = pool.logs();
+    let (steals, executed) = remote_work(&master_log, 2)
+        .unwrap_or_else(|| panic!("member-2 did not report to the master:\n{logs}"));
+    assert!(
+        steals > 0 && executed > 0,
+        "member-2 joined but took no work (steals {steals}, executed {executed}):\n{logs}"
+    );
+    assert!(
+        master_log.contains("processes in"),
+        "the master printed no header:\n{logs}"
+    );
+}
+
+/// A graceful leave: a member that is not the master gets SIGTERM while it runs a job
+/// of another member. It finishes that job, sends the result home, tells the others it
+/// leaves, and exits 0; nobody redoes any of its jobs, its statistics reach the master,
+/// and the answer is right.
+#[test]
+fn a_member_that_gets_sigterm_leaves_gracefully_and_nothing_is_redone() {
+    let start = Instant::now();
+    let mut pool = Malleable::start(3, &["nqueens", QUEENS]);
+    let (master, leaver) = running(&mut pool, &[0, 1, 2]);
+    pool.terminate(leaver);
+    let master_log = pool.assert_right(start, master);
+    let logs = pool.logs();
+    assert!(
+        !logs.contains(REDONE),
+        "a job of the member that left was redone:\n{logs}"
+    );
+    assert!(
+        !logs.contains(FAILED),
+        "the member that left was taken for failed:\n{logs}"
+    );
+    assert!(
+        pool.log(leaver).contains("left the run gracefully"),
+        "member-{leaver} did not leave gracefully:\n{logs}"
+    );
+    let (_, executed) = remote_work(&master_log, leaver)
+        .unwrap_or_else(|| panic!("member-{leaver} did not report before leaving:\n{logs}"));
+    assert!(executed > 0, "member-{leaver} ran no job:\n{logs}");
+}
+
+/// Migration is a join plus a leave in one run: member-2 joins and takes work, then
+/// the first non-master member gets SIGTERM and leaves gracefully. The run ends with
+/// the right answer, the leaver exits 0, nothing is redone, and the newcomer worked.
+#[test]
+fn migration_is_a_join_plus_a_graceful_leave() {
+    let start = Instant::now();
+    let mut pool = Malleable::start(2, &["nqueens", QUEENS]);
+    let (master, leaver) = running(&mut pool, &[0, 1]);
+    pool.add(2);
+    assert!(
+        pool.wait_for_log(2, TOOK_WORK, Duration::from_secs(30)),
+        "member-2 joined but took no work:\n{}",
+        pool.logs()
+    );
+    pool.terminate(leaver);
+    let master_log = pool.assert_right(start, master);
+    let logs = pool.logs();
+    assert!(
+        !logs.contains(REDONE),
+        "a job of the member that left was redone:\n{logs}"
+    );
+    assert!(
+        !logs.contains(FAILED),
+        "the member that left was taken for failed:\n{logs}"
+    );
+    assert!(
+        pool.log(leaver).contains("left the run gracefully"),
+        "member-{leaver} did not leave gracefully:\n{logs}"
+    );
+    let (_, executed) = remote_work(&master_log, 2)
+        .unwrap_or_else(|| panic!("member-2 did not report to the master:\n{logs}"));
+    assert!(executed > 0, "member-2 ran no job:\n{logs}");
+}
