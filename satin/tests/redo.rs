@@ -380,7 +380,7 @@ fn give_back_redo_of_a_stolen_job_runs_it_in_redo_mode() {
 }
 
 #[test]
-fn a_job_stolen_from_a_redone_root_is_marked_and_stays_redone_when_given_back() {
+fn a_job_stolen_from_a_redone_root_is_marked_and_offered_when_given_back() {
     bounded(|| {
         let s = Satin::builder().workers(1).build().unwrap();
         let l = FakeLookup::new(&[(key_of(&Fib(15)), fib_output(MARK15))], Answer::Now);
@@ -393,13 +393,14 @@ fn a_job_stolen_from_a_redone_root_is_marked_and_stays_redone_when_given_back() 
         let saved = [(15, MARK15)];
         assert_eq!(r, fib_with(18, &saved) + fib_with(17, &saved));
         // Fib(17) was offered at the root's sync (and once more inside Fib(18));
-        // Fib(18) was not offered once given back; both subtrees ran in redo mode.
+        // Fib(18), never offered while the external stealer held it, was offered
+        // once given back; both subtrees ran in redo mode.
         assert_eq!(l.offers_of(key_of(&Fib(17))), 2);
-        assert_eq!(l.offers_of(key_of(&Fib(18))), 0);
+        assert_eq!(l.offers_of(key_of(&Fib(18))), 1);
         let st = s.stats();
         assert_eq!(
             st.total.lookups,
-            1 + offered_below(18, &[15]) + offered_below(17, &[15]),
+            2 + offered_below(18, &[15]) + offered_below(17, &[15]),
             "{st}"
         );
         l.check();
@@ -427,6 +428,37 @@ impl Job for Bang {
     }
 }
 
+/// Sends the worker index, the mode and Fib(10) spawned from it.
+struct ProbeTo(mpsc::Sender<(usize, bool, u64)>);
+impl Job for ProbeTo {
+    type Output = ();
+    fn run(self, ctx: &mut Ctx) {
+        let (worker, (mode, fib10)) = (ctx.worker_index(), Probe.run(ctx));
+        let _ = self.0.send((worker, mode, fib10));
+    }
+}
+
+/// A root (on one of two workers) that runs a [`ProbeTo`] here and spawns one that the
+/// other worker steals (the root waits for its report before the sync); returns the
+/// reports (worker index, mode, Fib(10)).
+struct Both;
+impl Job for Both {
+    type Output = Vec<(usize, bool, u64)>;
+    fn run(self, ctx: &mut Ctx) -> Vec<(usize, bool, u64)> {
+        let (tx, rx) = mpsc::channel();
+        let mut f = ctx.frame();
+        let child = f.spawn(ProbeTo(tx.clone()));
+        f.publish();
+        // bounded: if no worker steals it, the sync runs it here (and the test fails
+        // on the worker indices)
+        let stolen = rx.recv_timeout(STEP).ok();
+        ProbeTo(tx).run(f.ctx());
+        let r = f.sync();
+        r.get(child);
+        stolen.into_iter().chain(rx.try_iter()).collect()
+    }
+}
+
 #[test]
 fn a_panic_in_redo_mode_restores_the_mode() {
     bounded(|| {
@@ -441,8 +473,14 @@ fn a_panic_in_redo_mode_restores_the_mode() {
             s.set_redo_roots(false);
             s.reset_stats();
             let before = l.offers();
-            for _ in 0..4 * workers {
+            // With one worker the probes run on the worker that unwound; with two,
+            // `Both` runs one on each worker.
+            if workers == 1 {
                 assert_eq!(s.run(Probe), (false, 55));
+            } else {
+                let mut seen = s.run(Both);
+                seen.sort();
+                assert_eq!(seen, [(0, false, 55), (1, false, 55)]);
             }
             assert_eq!(s.run(Fib(20)), 6765);
             assert_eq!(l.offers(), before);

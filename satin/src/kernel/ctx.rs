@@ -6,7 +6,7 @@ use super::record::{
     owner_index, owner_redone, JobRef, Record, DONE, LOCAL, PANICKED, PUBLISHED, STOLEN,
 };
 use super::record_pool::RecordPool;
-use crate::runtime::{Injected, Shared};
+use crate::runtime::{Injected, ResultLookup, Shared};
 use crate::stats::LocalStats;
 use crate::Job;
 use crossbeam_deque::{Steal, Worker};
@@ -39,8 +39,7 @@ pub struct Ctx {
     /// while a job runs its own code: every nested run that changes it restores it.
     pub(super) redo: bool,
     /// The owner word spawns write into their records: the worker index, with
-    /// `REDO_BIT` in redo mode (so the mark costs a spawn nothing). Sits in the padding
-    /// after the two flags.
+    /// `REDO_BIT` in redo mode (so the mark costs a spawn nothing).
     pub(super) owner_tag: u32,
     /// Spawns run inline once this many private jobs wait.
     pub(super) inline_depth: usize,
@@ -56,6 +55,12 @@ pub struct Ctx {
     /// The records of the last synced frame whose results may still be read.
     pub(super) deferred: *mut Record,
     pub(crate) stats: LocalStats,
+    /// This worker's reference to the result lookup, as of generation `lookup_gen`
+    /// of `Shared`'s (`u64::MAX`: not read yet); used in redo mode only.
+    pub(super) lookup: Option<Arc<dyn ResultLookup>>,
+    pub(super) lookup_gen: u64,
+    /// Offers made to the result lookup (numbers the offers, see `OfferToken`).
+    pub(super) offers: u64,
     _not_send: PhantomData<*const ()>,
 }
 
@@ -81,6 +86,9 @@ impl Ctx {
             stats: LocalStats::default(),
             rng: 0x9E37_79B9_7F4A_7C15 ^ ((worker as u64 + 1) << 17),
             hungry: false,
+            lookup: None,
+            lookup_gen: u64::MAX,
+            offers: 0,
             _not_send: PhantomData,
         }
     }
@@ -273,8 +281,59 @@ impl Ctx {
                 }
             }
         }
+        if found.is_none() && n > 1 {
+            found = self.steal_given_back();
+        }
         self.stats.steal_nanos += start.elapsed().as_nanos() as u64;
         found
+    }
+
+    /// Takes the oldest record given back to another worker (that worker may be busy
+    /// for long before its frame's sync gets to it).
+    fn steal_given_back(&mut self) -> Option<Injected> {
+        let n = self.shared.inboxes.len();
+        let first = (self.next_rand() % n as u64) as usize;
+        (0..n)
+            .map(|k| (first + k) % n)
+            .filter(|&v| v != self.worker)
+            .find_map(|v| self.shared.inboxes[v].take_oldest())
+            .map(|g| {
+                if g.redone {
+                    Injected::Redo(g.job)
+                } else {
+                    Injected::Record(g.job)
+                }
+            })
+    }
+
+    /// Takes a record of frame `frame` given back to this worker (by the result lookup
+    /// or the external stealer) and runs it (`run`), or marks it `DONE` unrun (the
+    /// frame unwinds; its release drops the job). Returns whether there was one.
+    #[inline]
+    pub(super) fn take_given_back(&mut self, frame: u64, run: bool) -> bool {
+        let inbox = &self.shared.inboxes[self.worker];
+        if inbox.is_empty() {
+            return false;
+        }
+        self.take_given_back_slow(frame, run)
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn take_given_back_slow(&mut self, frame: u64, run: bool) -> bool {
+        let Some(g) = self.shared.inboxes[self.worker].take_frame(frame) else {
+            return false;
+        };
+        if run {
+            self.set_hungry(false);
+            self.execute_stolen(g.job, g.redone);
+        } else {
+            // SAFETY: a record of our frame `frame`, live while the frame waits (I3);
+            // given back through our inbox, whose lock ordered the giver's last access
+            // before ours: we hold the slot (I2). Not run: the release drops the job.
+            unsafe { (*g.job.0.as_ptr()).state.store(DONE, Ordering::Relaxed) };
+        }
+        true
     }
 
     /// Steals work and runs it; if none is found, counts this worker as hungry and

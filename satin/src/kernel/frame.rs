@@ -198,7 +198,7 @@ fn sync_children(ctx: &mut Ctx, id: u64, head: *mut Record, mut outstanding: usi
                 ctx.run_local(j);
             }
             // Every remaining child of this frame was stolen.
-            None => return wait_stolen(ctx, head, true),
+            None => return wait_stolen(ctx, id, head, true),
         }
     }
     false
@@ -217,7 +217,7 @@ fn sync_children_redo(ctx: &mut Ctx, id: u64, head: *mut Record, mut outstanding
                     outstanding -= 1;
                 }
             }
-            None => return wait_stolen(ctx, head, true),
+            None => return wait_stolen(ctx, id, head, true),
         }
     }
     false
@@ -255,14 +255,23 @@ fn all_done(head: *mut Record) -> bool {
     true
 }
 
-/// Waits until every stolen child of the frame whose list starts at `head` stored
-/// DONE; while waiting, runs other work if `help` (the ancestors' jobs of this worker,
-/// then stolen jobs), then spins and parks. Returns whether a stolen child panicked.
+/// Waits until every stolen child of the frame `id` whose list starts at `head` stored
+/// DONE. A child given back to this worker (by the result lookup or the external
+/// stealer) is taken first: run here if `help`, else marked DONE unrun (the frame
+/// unwinds). While waiting, runs other work if `help` (the ancestors' jobs of this
+/// worker, then stolen jobs), then spins and parks. Returns whether a stolen child
+/// panicked.
 #[cold]
 #[inline(never)]
-fn wait_stolen(ctx: &mut Ctx, head: *mut Record, help: bool) -> bool {
+fn wait_stolen(ctx: &mut Ctx, id: u64, head: *mut Record, help: bool) -> bool {
     let mut idle = 0u32;
     while !all_done(head) {
+        // Its own children first: a given-back child is run (or dropped) by its own
+        // frame, so the nesting of runs on this stack stays that of the job tree.
+        if ctx.take_given_back(id, help) {
+            idle = 0;
+            continue;
+        }
         if help {
             if let Some(j) = ctx.pop_any() {
                 ctx.run_own_any(j);
@@ -349,15 +358,16 @@ fn frame_drop_slow(ctx: &mut Ctx, id: u64, head: *mut Record, outstanding: usize
     }
 }
 
-/// Ends a frame that unwinds: drops its children still queued here unrun, waits for
-/// the stolen ones (without running other work), then releases every record.
+/// Ends a frame that unwinds: drops its children still queued here or given back to
+/// it unrun, waits for the stolen ones (without running other work), then releases
+/// every record.
 fn abandon(ctx: &mut Ctx, id: u64, head: *mut Record) {
     while let Some(j) = ctx.pop_own(id) {
         // SAFETY: popped by us from our own stack or deque: the record is live (I3)
         // and we hold it (I2); the release of the list drops the job.
         unsafe { (*j.0.as_ptr()).state.store(DONE, Ordering::Relaxed) };
     }
-    if wait_stolen(ctx, head, false) {
+    if wait_stolen(ctx, id, head, false) {
         drop(take_first_panic(ctx, head));
     }
     ctx.release_list(head);

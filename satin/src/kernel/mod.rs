@@ -34,7 +34,8 @@
 //! - Redo mode (fault tolerance): a worker that runs a redone job does not inline, marks
 //!   the records it spawns, and offers each marked record to the installed result
 //!   lookup before running it; a record the lookup takes is held like a job the
-//!   external stealer took. Outside redo mode the only cost is one test of a flag of
+//!   external stealer took. A job given back goes to its owner's inbox, where the
+//!   frame waiting for it takes it first (also when the frame unwinds). Outside redo mode the only cost is one test of a flag of
 //!   the context per sync that has children ([`redo`]).
 //!
 //! The modules, one concept each: [`record`] (the invocation record, its slot and the
@@ -59,16 +60,20 @@
 //!   record (popped or stolen it) may hand it on as a `StolenJob` (to the result
 //!   lookup in redo mode): it stores `STOLEN` first and does not touch the record
 //!   after the hand-over; the `StolenJob`'s holder then has the slot until it stores
-//!   `DONE`/`PANICKED` (`Release`) or gives it back through the injector (whose
-//!   push/steal order the accesses), or returns it to the thread that offered it
-//!   within the same call, which then has the slot again.
+//!   `DONE`/`PANICKED` (`Release`) or gives it back through the inbox of the record's
+//!   owner (whose lock orders the giver's accesses before the taker's: the owner, or
+//!   an idle worker), or returns it to the worker that offered it within the same call
+//!   (recognized by the offer's token, not by the record's address), which then has
+//!   the slot again.
 //! - I3: a frame's records are released only after every child is `DONE`, was run by
 //!   this thread (`QUEUED`: never published; `LOCAL`: popped back from the deque, or
-//!   given back to this thread by the result lookup), or was popped back and dropped
-//!   unrun by this thread. Only `PUBLISHED` and `STOLEN` children may still be in
-//!   another thread's hands; a child popped by its frame's sync and handed to the
-//!   result lookup is `STOLEN` and the sync does not count it as run, so the frame
-//!   waits for its `DONE` like for any stolen child.
+//!   given back to this thread by the result lookup within the offer), or was popped
+//!   back (or taken from this worker's inbox) and dropped unrun by this thread. Only
+//!   `PUBLISHED` and `STOLEN` children may still be in another thread's hands; a
+//!   child popped by its frame's sync and handed to the result lookup is `STOLEN` and
+//!   the sync does not count it as run, so the frame waits for its `DONE` like for any
+//!   stolen child (a child given back later waits in the inbox, `STOLEN`, until its
+//!   frame's wait or an idle worker takes it).
 //! - I4: the pool memory (chunks) lives as long as the worker's `Ctx`, which outlives
 //!   every record of that worker (the worker thread leaves its loop only when idle).
 //! - I5: `Slot<J>` of a record is accessed only through the vtable or ticket of the

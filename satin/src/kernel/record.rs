@@ -218,7 +218,9 @@ unsafe fn vt_release<J: Job>(rec: NonNull<Record>) {
 /// [`VTable::to_wire`] of `J`.
 ///
 /// # Safety
-/// The external stealer holds the slot (I2) and the record was made for `J` (I5).
+/// The caller holds the slot (I2): the holder of a `StolenJob` (taken by the external
+/// stealer or offered to the result lookup), or the worker about to offer the record
+/// to the lookup; the record was made for `J` (I5).
 unsafe fn vt_to_wire<J: Job>(rec: NonNull<Record>) -> WireResult {
     let remote = J::REMOTE?;
     // SAFETY: the caller's contract is `slot`'s.

@@ -21,14 +21,22 @@
 //!   installed and `active()`, and the job type is remote-capable). A lookup that
 //!   takes the record holds it exactly like the external stealer holds a job it stole:
 //!   the state is `STOLEN`, the frame's sync waits for `DONE` and runs other work
-//!   meanwhile. A record given back to be redone is not offered again.
+//!   meanwhile. A record the lookup gives back goes to its owner's inbox and is not
+//!   offered again; the frame's sync takes it from there before other work (so the
+//!   nesting of runs on the stack stays that of the job tree, however many jobs the
+//!   lookup gives back), and an unwinding frame drops it. A marked record the
+//!   external stealer gives back unsent was never offered: it is offered when it runs.
+//! - A panic in the lookup's `active` or in the job's serialization runs the job here;
+//!   a panic in `lookup` counts as taken (the job, dropped by the unwinding, is given
+//!   back). The lookup's `Arc` is kept per worker and read again only when
+//!   `Satin::set_result_lookup` changed it (a generation counter).
 //!
 //! Outside redo mode none of this runs: the fault-free path pays one test of the
 //! mode flag per sync that has children, and nothing per spawn.
 
 use super::ctx::Ctx;
 use super::record::{JobRef, LOCAL, REDO_BIT};
-use super::stolen::StolenJob;
+use super::stolen::{OfferToken, StolenJob};
 use satin_core::JobKey;
 use std::panic::{self, AssertUnwindSafe};
 use std::sync::atomic::Ordering;
@@ -98,11 +106,11 @@ impl Ctx {
     }
 
     /// Offers a record about to run in redo mode to the result lookup. Returns it if
-    /// it must run here (no lookup, an inactive one, a type that is not
-    /// remote-capable or fails to serialize, or the lookup gave it back; its state is
-    /// then `STOLEN` if the lookup saw it), or `None` if the lookup took it: then the
-    /// record is `STOLEN`, held by a [`StolenJob`] that stores `DONE` (or `PANICKED`)
-    /// or gives it back, and the caller must not touch it again.
+    /// it must run here (a type that is not remote-capable, no lookup, an inactive
+    /// one, a job that fails to serialize, a panic before the hand-over, or the lookup
+    /// returned it; its state is then `STOLEN` if the lookup saw it), or `None` if the
+    /// lookup took it: then the record is `STOLEN`, held by a [`StolenJob`] that stores
+    /// `DONE` (or `PANICKED`) or gives it back, and the caller must not touch it again.
     ///
     /// # Safety
     /// The caller holds the slot of the live, unrun record `j` (I2): it popped or
@@ -110,42 +118,89 @@ impl Ctx {
     #[cold]
     #[inline(never)]
     pub(super) unsafe fn offer(&mut self, j: JobRef) -> Option<JobRef> {
-        let lookup = self.shared.result_lookup()?;
-        if !lookup.active() {
-            return Some(j);
-        }
         let r = j.0;
         // SAFETY: live (caller contract); the vtable is immutable.
-        let to_wire = unsafe { (*r.as_ptr()).vtable.to_wire };
-        // SAFETY: we hold the slot (caller contract, I2); the vtable is the record's
-        // own (I5).
-        let key = match unsafe { to_wire(r) } {
-            Some(Ok((name, bytes))) => JobKey::of(name, &bytes),
-            _ => return Some(j),
+        let vtable = unsafe { (*r.as_ptr()).vtable };
+        if (vtable.name)().is_none() {
+            return Some(j); // not remote-capable: no key, no lookup
+        }
+        self.refresh_lookup();
+        let Some(lookup) = self.lookup.as_deref() else {
+            return Some(j); // no lookup installed: it runs here
         };
-        let stats = &self.shared.stats[self.worker];
-        stats.offering();
-        // It stores STOLEN before the lookup sees it: a lookup that completes it at
-        // once (from any thread) stores DONE after that.
-        let job = StolenJob::new(j, self.shared.clone());
-        match panic::catch_unwind(AssertUnwindSafe(|| lookup.lookup(key, job))) {
-            Ok(Err(back)) => {
-                if back.record() == r {
-                    stats.offer_returned();
-                    return Some(back.into_record());
-                }
-                // Another StolenJob: it goes back to the pool; ours stays with the
-                // lookup, which took it after all.
-                tracing::warn!("satin: a result lookup returned another job than the one offered");
-                back.give_back();
+        self.offers += 1;
+        let token = OfferToken {
+            worker: self.worker,
+            seq: self.offers,
+        };
+        let shared = &self.shared;
+        let stats = &shared.stats[self.worker];
+        let mut handed_over = false;
+        let res = panic::catch_unwind(AssertUnwindSafe(|| {
+            if !lookup.active() {
+                return Some(j);
             }
-            Ok(Ok(())) => {}
+            // SAFETY: we hold the slot (caller contract, I2); the vtable is the
+            // record's own (I5). Serializing only reads the job.
+            let key = match unsafe { (vtable.to_wire)(r) } {
+                Some(Ok((name, bytes))) => JobKey::of(name, &bytes),
+                _ => return Some(j),
+            };
+            stats.offering();
+            handed_over = true;
+            // SAFETY: we hold the slot and give it up (caller contract); it stores
+            // STOLEN before the lookup sees it, so a lookup that completes it at once
+            // (from any thread) stores DONE after that.
+            let job = unsafe { StolenJob::offered(j, shared.clone(), token) };
+            match lookup.lookup(key, job) {
+                Ok(()) => None,
+                Err(back) if back.offer_token() == Some(token) => {
+                    stats.offer_returned();
+                    Some(back.into_record())
+                }
+                Err(back) => {
+                    // Another StolenJob: it goes back to its owner; ours stays with
+                    // the lookup, which took it after all.
+                    tracing::warn!(
+                        "satin: a result lookup returned another job than the one offered"
+                    );
+                    back.give_back();
+                    None
+                }
+            }
+        }));
+        match res {
+            Ok(back) => back,
+            // Before the hand-over (in `active` or in the job's serialization): the
+            // record is untouched and ours; it runs here.
+            Err(_) if !handed_over => {
+                tracing::error!(
+                    "satin: the result lookup or a job's serialization panicked; the job runs here"
+                );
+                Some(j)
+            }
             Err(_) => {
                 // The job was dropped by the unwinding (so given back) or kept: either
                 // way it is no longer ours, as if the lookup had taken it.
                 tracing::error!("satin: the result lookup panicked; the job counts as taken");
+                None
             }
         }
-        None
+    }
+
+    /// Brings the worker's own reference to the result lookup up to date (one load
+    /// while the lookup does not change).
+    #[inline]
+    fn refresh_lookup(&mut self) {
+        if self.shared.lookup_generation() != self.lookup_gen {
+            (self.lookup, self.lookup_gen) = self.shared.result_lookup();
+        }
+    }
+
+    /// Drops the worker's reference to the result lookup (when it goes to sleep), so
+    /// that a replaced lookup is not kept alive by an idle worker.
+    pub(crate) fn forget_lookup(&mut self) {
+        self.lookup = None;
+        self.lookup_gen = u64::MAX;
     }
 }

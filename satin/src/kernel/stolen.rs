@@ -1,10 +1,11 @@
-//! A job taken from a worker's deque by a thread outside the worker pool (the
-//! distributed layer's driver), which sends it to another process and completes it
-//! with the result that comes back.
+//! A job taken out of a worker's hands: by a thread outside the worker pool (the
+//! distributed layer's driver, through the external stealer), which sends it to
+//! another process and completes it with the result that comes back, or by the result
+//! lookup, to which a worker in redo mode offers it (see [`super::redo`]).
 
 use super::record::{owner_index, owner_redone, JobRef, Record, DONE, PANICKED, STOLEN};
 use crate::error::SatinError;
-use crate::runtime::{Injected, Shared};
+use crate::runtime::{GivenBack, Shared};
 use satin_core::JobKey;
 use std::ptr::NonNull;
 use std::sync::atomic::Ordering;
@@ -20,6 +21,19 @@ use std::sync::Arc;
 pub struct StolenJob {
     rec: Option<JobRef>,
     shared: Arc<Shared>,
+    /// The offer to the result lookup this job was made for (`None`: taken by the
+    /// external stealer).
+    offer: Option<OfferToken>,
+}
+
+/// Identifies one offer to the result lookup: the offering worker and its count of
+/// offers. Unlike the record's address (which a later spawn may reuse), no other
+/// `StolenJob` carries it, so the worker knows whether the lookup returned the job it
+/// was offered.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(super) struct OfferToken {
+    pub(super) worker: usize,
+    pub(super) seq: u64,
 }
 
 impl std::fmt::Debug for StolenJob {
@@ -31,12 +45,34 @@ impl std::fmt::Debug for StolenJob {
 }
 
 impl StolenJob {
+    /// A job the external stealer took from a deque.
     pub(crate) fn new(j: JobRef, shared: Arc<Shared>) -> Self {
-        // SAFETY: the stealer handed the live record to us alone (I2, I3).
+        // SAFETY: crossbeam handed the live record to the external stealer alone (I2,
+        // I3).
+        unsafe { Self::taken(j, shared, None) }
+    }
+
+    /// A job a worker offers to the result lookup.
+    ///
+    /// # Safety
+    /// The offering worker holds the slot of the live, unrun record `j` (I2) and
+    /// gives it up to the new `StolenJob`; `j`'s frame waits for it while it is
+    /// `STOLEN` (I3).
+    pub(super) unsafe fn offered(j: JobRef, shared: Arc<Shared>, token: OfferToken) -> Self {
+        // SAFETY: the caller's contract.
+        unsafe { Self::taken(j, shared, Some(token)) }
+    }
+
+    /// # Safety
+    /// The caller (the external stealer, or the worker offering the record to the
+    /// result lookup) holds the slot of the live, unrun record `j` alone (I2, I3).
+    unsafe fn taken(j: JobRef, shared: Arc<Shared>, offer: Option<OfferToken>) -> Self {
+        // SAFETY: the caller's contract: the record is live and ours alone.
         unsafe { (*j.0.as_ptr()).state.store(STOLEN, Ordering::Relaxed) };
         StolenJob {
             rec: Some(j),
             shared,
+            offer,
         }
     }
 
@@ -46,10 +82,10 @@ impl StolenJob {
         self.rec.expect("StolenJob used after completion").0
     }
 
-    /// The address of the record (for the result lookup's check that it got back the
-    /// job it offered).
-    pub(super) fn record(&self) -> NonNull<Record> {
-        self.rec()
+    /// The offer this job was made for (for the offering worker's check that the
+    /// lookup returned the job it offered).
+    pub(super) fn offer_token(&self) -> Option<OfferToken> {
+        self.offer
     }
 
     /// Takes the record out, so that it is neither given back nor finished: the
@@ -127,9 +163,10 @@ impl StolenJob {
         self.finish(PANICKED);
     }
 
-    /// Returns the job to the pool: a local worker will run it (in redo mode if it
-    /// [is redone](StolenJob::is_redone), without offering it to the result lookup
-    /// again).
+    /// Returns the job to the pool: its owner (or an idle worker) will run it. A job
+    /// that [is redone](StolenJob::is_redone) runs in redo mode; it is first offered to
+    /// the result lookup if it was taken by the external stealer (it was never
+    /// offered), not if the lookup gives it back (it was offered once).
     pub fn give_back(mut self) {
         self.push_back(false);
     }
@@ -142,16 +179,22 @@ impl StolenJob {
         self.push_back(true);
     }
 
+    /// Gives the record back to the inbox of its owner (whose frame waits for it):
+    /// in redo mode and without an offer if `redo` or if it was offered already.
     fn push_back(&mut self, redo: bool) {
         if let Some(j) = self.rec.take() {
-            // SAFETY: the record is live until it is finished (I3); `owner` is
-            // immutable.
-            let marked = owner_redone(unsafe { (*j.0.as_ptr()).owner });
-            self.shared.injector.push(if redo || marked {
-                Injected::Redo(j)
-            } else {
-                Injected::Record(j)
-            });
+            // SAFETY: the record is live until it is given back (I3); `owner` and
+            // `frame_id` are immutable. They are read first: after the push the owner
+            // may run and release it. A shared reference is sound: the slot is an
+            // `UnsafeCell` and the state atomic.
+            let rec = unsafe { &*j.0.as_ptr() };
+            let (owner, frame) = (rec.owner, rec.frame_id);
+            let g = GivenBack {
+                job: j,
+                frame,
+                redone: redo || self.offer.is_some(),
+            };
+            self.shared.give_back_to(owner_index(owner), g);
         }
     }
 

@@ -31,6 +31,14 @@ pub trait ResultLookup: Send + Sync + 'static {
     ///
     /// Returning a different `StolenJob` than the one given is not an error: that one
     /// is given back, and the given one counts as taken. A panic counts as taken too
-    /// (the job, dropped by the unwinding, is given back).
+    /// (the job, dropped by the unwinding, is given back and redone). A panic in
+    /// [`ResultLookup::active`] (or in the job's serialization for its key) makes the
+    /// job run here.
+    ///
+    /// A job given back (by any of its holders) goes to the worker whose frame waits
+    /// for it, which takes it before any other work.
+    ///
+    /// Each worker keeps its own reference to the installed lookup; a lookup replaced
+    /// or cleared is dropped once every worker has made its next offer or gone idle.
     fn lookup(&self, key: JobKey, job: StolenJob) -> Result<(), StolenJob>;
 }

@@ -4,6 +4,7 @@
 #![forbid(unsafe_code)]
 
 mod builder;
+mod inbox;
 mod lookup;
 mod shared;
 mod stealer;
@@ -11,6 +12,7 @@ mod worker;
 
 pub(crate) use builder::Config;
 pub use builder::{SatinBuilder, DEFAULT_INLINE_DEPTH};
+pub(crate) use inbox::GivenBack;
 pub use lookup::ResultLookup;
 pub(crate) use shared::{Injected, Shared};
 pub use stealer::ExternalStealer;

@@ -1,6 +1,8 @@
 //! The state the workers of one Satin instance share: the stealers of their deques,
-//! the injector, sleeping and waking, panics on their way to a parent, and counters.
+//! the injector, their inboxes, sleeping and waking, panics on their way to a parent,
+//! the result lookup, and counters.
 
+use super::inbox::Inbox;
 use super::lookup::ResultLookup;
 use super::IdleHook;
 use crate::kernel::{Ctx, JobRef};
@@ -9,7 +11,7 @@ use crate::wire::JobRegistry;
 use crossbeam_deque::{Injector, Stealer, Worker};
 use parking_lot::{Condvar, Mutex, RwLock};
 use std::any::Any;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::thread::Thread;
 
@@ -18,14 +20,14 @@ type Panic = Box<dyn Any + Send>;
 
 /// Work that enters a worker from outside its own deque.
 pub(crate) enum Injected {
-    /// A record stolen from a deque or given back by the external stealer; it runs in
-    /// redo mode if it carries the redo mark (and is offered to the result lookup
-    /// first).
+    /// A record stolen from a deque, or given back unrun by the external stealer
+    /// (taken from an inbox); it runs in redo mode if it carries the redo mark (and is
+    /// offered to the result lookup first).
     Record(JobRef),
-    /// A record given back to run in redo mode
-    /// ([`StolenJob::give_back_redo`](crate::StolenJob::give_back_redo), or a marked
-    /// record given back): it runs in redo mode without being offered to the lookup
-    /// again.
+    /// A record given back to run in redo mode (taken from an inbox:
+    /// [`StolenJob::give_back_redo`](crate::StolenJob::give_back_redo), or a record
+    /// the result lookup was offered and gave back): it runs in redo mode without
+    /// being offered to the lookup (again).
     Redo(JobRef),
     /// A root job or a job that came from the wire, run in redo mode if `redo`.
     Task {
@@ -37,7 +39,10 @@ pub(crate) enum Injected {
 /// State shared by all workers of one Satin instance.
 pub(crate) struct Shared {
     pub(crate) stealers: Vec<Stealer<JobRef>>,
+    /// Root and wire tasks (records never go here: see `inboxes`).
     pub(crate) injector: Injector<Injected>,
+    /// Per worker, the records of its frames given back to it.
+    pub(crate) inboxes: Vec<Inbox>,
     pub(super) threads: OnceLock<Vec<Thread>>,
     /// Root and wire tasks submitted and not yet finished; workers sleep when zero.
     pub(super) active: AtomicUsize,
@@ -58,8 +63,11 @@ pub(crate) struct Shared {
     /// Whether anyone may steal: several workers, or an external stealer exists.
     /// Workers keep one job published on their deque only then.
     pub(super) thieves: AtomicBool,
-    /// The lookup asked by workers in redo mode (read only in redo mode).
+    /// The lookup asked by workers in redo mode (read only in redo mode, and only
+    /// when `lookup_gen` says it changed: each worker keeps its own `Arc` of it).
     lookup: RwLock<Option<Arc<dyn ResultLookup>>>,
+    /// Bumped after each change of `lookup`.
+    lookup_gen: AtomicU64,
     /// Whether root jobs run in redo mode ([`crate::Satin::set_redo_roots`]).
     pub(super) redo_roots: AtomicBool,
 }
@@ -75,6 +83,7 @@ impl Shared {
         let shared = Arc::new(Shared {
             stealers: deques.iter().map(|d| d.stealer()).collect(),
             injector: Injector::new(),
+            inboxes: (0..workers).map(|_| Inbox::default()).collect(),
             threads: OnceLock::new(),
             active: AtomicUsize::new(0),
             shutdown: AtomicBool::new(false),
@@ -89,6 +98,7 @@ impl Shared {
             thieves: AtomicBool::new(workers > 1),
             inline_depth,
             lookup: RwLock::new(None),
+            lookup_gen: AtomicU64::new(0),
             redo_roots: AtomicBool::new(false),
         });
         (shared, deques)
@@ -105,13 +115,33 @@ impl Shared {
         self.thieves.load(Ordering::Relaxed)
     }
 
-    /// The installed result lookup, if any (asked only by workers in redo mode).
-    pub(crate) fn result_lookup(&self) -> Option<Arc<dyn ResultLookup>> {
-        self.lookup.read().clone()
+    /// The generation of the installed result lookup: it changes with the lookup.
+    #[inline]
+    pub(crate) fn lookup_generation(&self) -> u64 {
+        self.lookup_gen.load(Ordering::Acquire)
+    }
+
+    /// The installed result lookup, if any, and its generation (asked only by
+    /// workers in redo mode, which keep it until the generation changes).
+    pub(crate) fn result_lookup(&self) -> (Option<Arc<dyn ResultLookup>>, u64) {
+        let l = self.lookup.read();
+        // Read under the lock: the generation bumped by the writer that installed
+        // `l`, or a later one (then the next offer reads again).
+        (l.clone(), self.lookup_gen.load(Ordering::Acquire))
     }
 
     pub(super) fn set_result_lookup(&self, l: Option<Arc<dyn ResultLookup>>) {
-        *self.lookup.write() = l;
+        let mut g = self.lookup.write();
+        *g = l;
+        self.lookup_gen.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// Hands a record back to its owner's inbox and wakes the owner (whose frame may
+    /// be parked waiting for it).
+    pub(crate) fn give_back_to(&self, owner: usize, g: super::GivenBack) {
+        // In bounds: owner words are written from worker indices only.
+        self.inboxes[owner].push(g);
+        self.wake_worker(owner);
     }
 
     /// Wakes a worker that may be parked waiting for a stolen child.
@@ -142,9 +172,11 @@ impl Shared {
         }
     }
 
-    /// Whether some deque or the injector holds work.
+    /// Whether some deque, inbox or the injector holds work.
     pub(super) fn has_visible_work(&self) -> bool {
-        !self.injector.is_empty() || self.stealers.iter().any(|s| !s.is_empty())
+        !self.injector.is_empty()
+            || self.stealers.iter().any(|s| !s.is_empty())
+            || self.inboxes.iter().any(|i| !i.is_empty())
     }
 
     pub(super) fn submit(&self, task: Injected) {

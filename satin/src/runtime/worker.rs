@@ -20,6 +20,7 @@ pub(super) fn worker_main(mut ctx: Ctx) {
         idle += 1;
         if shared.active.load(Ordering::SeqCst) == 0 {
             ctx.flush_stats();
+            ctx.forget_lookup();
             let mut g = shared.sleep.lock();
             while shared.active.load(Ordering::SeqCst) == 0
                 && !shared.shutdown.load(Ordering::SeqCst)
