@@ -276,6 +276,38 @@ pub struct DistConfig {
     /// ([`SatinBuilder::checkpoint_interval`], environment
     /// `SATIN_CHECKPOINT_INTERVAL_MS`; default 10 s).
     pub checkpoint_interval: Duration,
+    /// Self-adaptivity: measuring efficiency and growing or shrinking the pool
+    /// (see [Adaptivity](#adaptivity)); off by default.
+    pub adapt: AdaptConfig,
+}
+
+/// Settings of self-adaptivity (see [Adaptivity](self#adaptivity)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AdaptConfig {
+    /// Whether members measure and the master adapts ([`SatinBuilder::adaptive`],
+    /// environment `SATIN_ADAPT`; default off: nothing is measured or sent).
+    pub on: bool,
+    /// The monitoring period ([`SatinBuilder::adapt_period`], environment
+    /// `SATIN_ADAPT_PERIOD_MS`; default 2 s).
+    pub period: Duration,
+    /// The coordinator never removes members below this size (environment
+    /// `SATIN_ADAPT_MIN_SIZE`; default 1).
+    pub min_size: u32,
+    /// The coordinator never asks for members beyond this size (environment
+    /// `SATIN_ADAPT_MAX_SIZE`; default 64, `ipl-run`'s default `--max-processes`).
+    pub max_size: u32,
+}
+
+impl Default for AdaptConfig {
+    fn default() -> Self {
+        let c = satin_core::adapt::Config::default();
+        AdaptConfig {
+            on: false,
+            period: Duration::from_secs(2),
+            min_size: c.min_size,
+            max_size: c.max_size,
+        }
+    }
 }
 
 impl Default for DistConfig {
@@ -288,6 +320,7 @@ impl Default for DistConfig {
             save_results: true,
             checkpoint_dir: None,
             checkpoint_interval: Duration::from_secs(10),
+            adapt: AdaptConfig::default(),
         }
     }
 }
