@@ -1163,13 +1163,16 @@ impl Driver {
                 let tx = self.tx.clone();
                 let id = wire.job;
                 let slowdown = self.adapt.slowdown;
+                let slept = self.adapt.slept.clone();
                 let started = Instant::now();
                 self.satin.execute_wire_job(job, wire.redone, move |r| {
                     if let Some(f) = slowdown {
                         // The test hook of `adapt::SLOWDOWN_ENV`: a CPU `f` times
                         // slower (this runs on the worker thread).
                         let ran = started.elapsed().min(Duration::from_secs(10));
-                        std::thread::sleep(ran.mul_f64(f - 1.0));
+                        let pause = ran.mul_f64(f - 1.0);
+                        std::thread::sleep(pause);
+                        slept.fetch_add(pause.as_nanos() as u64, Relaxed);
                     }
                     let _ = tx.send(Input::Finished {
                         to: owner,

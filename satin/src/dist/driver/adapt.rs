@@ -16,8 +16,9 @@
 //!   part is the asynchronous (wide-area, CRS) round trips.
 //! - *busy*: the rest.
 //! - *speed*: a short fixed benchmark (a hash loop, best of three runs, on the driver
-//!   thread) each period: work units per second. The master makes it relative to the
-//!   fastest member it knows, as the journal's benchmark.
+//!   thread, a few milliseconds at most) each period: work units per second. The
+//!   master makes it relative to the fastest member's latest, as the journal's
+//!   benchmark (re-run every period, so a member whose CPU becomes loaded shows it).
 //!
 //! The master's coordinator ends a period every period (with its own measurement);
 //! joins and departures reach it from the driver (`joined`, `gone`).
@@ -27,12 +28,18 @@ use ipl::launcher::control::Control as Launcher;
 use satin_core::adapt::{Config as AdaptCoreConfig, Coordinator, Decision, Sample};
 
 /// Fault-injection hook for tests: `F` (a number > 1, at most 1000) makes one member
-/// of the initial pool, the one with the lowest launcher rank that is not the master,
-/// a member whose CPU is `F` times slower: each job stolen from another member that it
-/// runs is followed by a sleep of `F - 1` times its run time on the worker, and its
-/// benchmark time is multiplied by `F`. Ignored when malformed. Test-only: it exists
-/// to have a member the coordinator must find least efficient.
+/// of the initial pool, the one with the highest node number that is not the master,
+/// a member whose CPU serves another load most of the time: each job stolen from
+/// another member that it runs is followed by a sleep of `F - 1` times its run time on
+/// the worker, counted as idle time (the CPU was not this member's), and its benchmark
+/// reports speed 0 (its CPU serves the other load). So its efficiency is 0, never
+/// above another member's, and the coordinator's tie-break (the higher node number
+/// goes first) picks it among equals. With [`SLOWDOWN_MARK_ENV`] set to a path, that member writes its IPL name
+/// there. Ignored when malformed. Test-only.
 pub(crate) const SLOWDOWN_ENV: &str = "SATIN_TEST_SLOWDOWN";
+
+/// See [`SLOWDOWN_ENV`].
+pub(crate) const SLOWDOWN_MARK_ENV: &str = "SATIN_TEST_SLOWDOWN_MARK";
 
 /// Iterations of the benchmark's loop (a fraction of a millisecond in a release
 /// build, a few in a debug build).
@@ -43,35 +50,30 @@ fn rank_in(name: &str) -> Option<u32> {
     name.strip_prefix("member-")?.parse().ok()
 }
 
-/// The hook of [`SLOWDOWN_ENV`] for node `me`; `names` are the IPL names of the
-/// initial members by node number.
-fn slowdown_hook(me: u32, master: u32, names: &[&str]) -> Option<f64> {
+/// The hook of [`SLOWDOWN_ENV`] for node `me`; `nodes` is the number of node
+/// numbers of the initial pool.
+fn slowdown_hook(me: u32, master: u32, nodes: u32) -> Option<f64> {
     slowdown_of(
         std::env::var(SLOWDOWN_ENV).ok().as_deref(),
         me,
         master,
-        names,
+        nodes,
     )
 }
 
 /// [`slowdown_hook`] with the variable's value `v`.
-fn slowdown_of(v: Option<&str>, me: u32, master: u32, names: &[&str]) -> Option<f64> {
+fn slowdown_of(v: Option<&str>, me: u32, master: u32, nodes: u32) -> Option<f64> {
     let f = v?
         .trim()
         .parse::<f64>()
         .ok()
         .filter(|f| f.is_finite() && *f > 1.0 && *f <= 1000.0)?;
-    let slowed = (0..names.len() as u32)
-        .filter(|n| *n != master)
-        .filter_map(|n| Some((rank_in(names[n as usize])?, n)))
-        .min()?
-        .1;
+    let slowed = (0..nodes).rev().find(|n| *n != master)?;
     (slowed == me).then_some(f)
 }
 
-/// The benchmark: work units (loop iterations) per second, best of three runs,
-/// `slowdown` times slower under the test hook.
-fn benchmark(slowdown: f64) -> f64 {
+/// The benchmark: work units (loop iterations) per second, best of three runs.
+fn benchmark() -> f64 {
     let mut best = u128::MAX;
     for _ in 0..3 {
         let t0 = Instant::now();
@@ -86,8 +88,7 @@ fn benchmark(slowdown: f64) -> f64 {
         }
         best = best.min(t0.elapsed().as_nanos());
     }
-    let ns = (best.max(1) as f64) * slowdown;
-    BENCH_ITERATIONS as f64 * 1e9 / ns
+    BENCH_ITERATIONS as f64 * 1e9 / best.max(1) as f64
 }
 
 /// What a control request to `ipl-run` came to (from its thread).
@@ -109,6 +110,7 @@ struct Mark {
     idle: u64,
     sync: u64,
     async_: u64,
+    slept: u64,
 }
 
 /// The master's side: the coordinator and `ipl-run`'s control socket.
@@ -128,8 +130,9 @@ pub(crate) struct Adapt {
     max_size: u32,
     next: Instant,
     mark: Option<Mark>,
-    /// The test hook of [`SLOWDOWN_ENV`].
+    /// The test hook of [`SLOWDOWN_ENV`], and the time its workers slept (ns).
     pub(super) slowdown: Option<f64>,
+    pub(super) slept: Arc<std::sync::atomic::AtomicU64>,
     steer: Option<Steer>,
     /// The coordinator could not be made (bad bounds): warned once, off.
     broken: bool,
@@ -140,12 +143,18 @@ pub(crate) struct Adapt {
 impl Adapt {
     pub(crate) fn new(config: &DistConfig, me: u32, master: u32, names: &[&str]) -> Adapt {
         let c = config.adapt;
-        let slowdown = slowdown_hook(me, master, names);
+        let slowdown = slowdown_hook(me, master, names.len() as u32);
         if let Some(f) = slowdown {
             tracing::warn!(
                 factor = f,
                 "test hook: this member runs {f} times slower ({SLOWDOWN_ENV})"
             );
+            if let Some(path) = std::env::var_os(SLOWDOWN_MARK_ENV) {
+                let name = names.get(me as usize).copied().unwrap_or_default();
+                if let Err(e) = std::fs::write(&path, name) {
+                    tracing::warn!(error = %e, "test hook: cannot write {SLOWDOWN_MARK_ENV}");
+                }
+            }
         }
         Adapt {
             on: c.on,
@@ -155,6 +164,7 @@ impl Adapt {
             next: Instant::now() + c.period,
             mark: None,
             slowdown,
+            slept: Arc::default(),
             steer: None,
             broken: false,
             added: 0,
@@ -196,6 +206,7 @@ impl Driver {
             idle: s.idle_ns,
             sync: s.sync_steal_ns,
             async_: s.async_steal_ns,
+            slept: self.adapt.slept.load(Relaxed),
         }
     }
 
@@ -205,7 +216,13 @@ impl Driver {
         let new = self.adapt_mark(now);
         let old = self.adapt.mark.replace(new).unwrap_or(new);
         let wall = now.saturating_duration_since(old.at).as_nanos() as u64;
-        let idle = new.idle.saturating_sub(old.idle).min(wall);
+        // The test hook's sleeps count as idle (they happen while not starving).
+        let slept = new.slept.saturating_sub(old.slept);
+        let idle = new
+            .idle
+            .saturating_sub(old.idle)
+            .saturating_add(slept)
+            .min(wall);
         let sync = new.sync.saturating_sub(old.sync);
         let async_ = new.async_.saturating_sub(old.async_);
         let comm = sync.saturating_add(async_).min(idle);
@@ -220,7 +237,10 @@ impl Driver {
         s.idle_ns = (idle - comm).saturating_mul(w);
         s.comm_ns = comm.saturating_mul(w);
         s.inter_comm_ns = inter.saturating_mul(w);
-        s.speed = benchmark(self.adapt.slowdown.unwrap_or(1.0));
+        s.speed = match self.adapt.slowdown {
+            Some(_) => 0.0, // the test hook: the CPU serves another load
+            None => benchmark(),
+        };
         tracing::debug!(
             busy_ms = s.busy_ns / 1_000_000,
             idle_ms = s.idle_ns / 1_000_000,
@@ -290,10 +310,14 @@ impl Driver {
         };
         s.node = NodeId(from);
         s.cluster = cluster;
-        if s.speed.is_finite() && s.speed > 0.0 {
+        if s.speed.is_finite() && s.speed >= 0.0 {
             steer.speeds.insert(from, s.speed);
             let fastest = steer.speeds.values().copied().fold(0.0, f64::max);
-            s.speed = (s.speed / fastest).clamp(0.0, 1.0);
+            s.speed = if fastest > 0.0 {
+                (s.speed / fastest).clamp(0.0, 1.0)
+            } else {
+                f64::NAN // nobody measured yet: the member's previous speed
+            };
         } else {
             s.speed = f64::NAN; // the member's previous speed
         }
@@ -460,28 +484,22 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_slowdown_hook_slows_the_lowest_rank_that_is_not_the_master() {
-        // Nodes 0, 1, 2 are ranks 2, 0, 1.
-        let names = ["member-2", "member-0", "member-1"];
-        assert_eq!(slowdown_of(Some("10"), 1, 0, &names), Some(10.0));
-        assert_eq!(slowdown_of(Some("10"), 2, 1, &names), Some(10.0));
-        assert_eq!(slowdown_of(Some("10"), 0, 1, &names), None);
-        assert_eq!(
-            slowdown_of(Some("10"), 1, 1, &names),
-            None,
-            "never the master"
-        );
+    fn the_slowdown_hook_slows_the_highest_node_that_is_not_the_master() {
+        assert_eq!(slowdown_of(Some("10"), 2, 0, 3), Some(10.0));
+        assert_eq!(slowdown_of(Some("10"), 1, 2, 3), Some(10.0));
+        assert_eq!(slowdown_of(Some("10"), 0, 2, 3), None);
+        assert_eq!(slowdown_of(Some("10"), 2, 2, 3), None, "never the master");
         for bad in ["", "fast", "1", "0.5", "NaN", "inf", "-4", "1e9"] {
-            assert_eq!(slowdown_of(Some(bad), 1, 0, &names), None, "{bad:?}");
+            assert_eq!(slowdown_of(Some(bad), 2, 0, 3), None, "{bad:?}");
         }
-        assert_eq!(slowdown_of(None, 1, 0, &names), None);
+        assert_eq!(slowdown_of(None, 2, 0, 3), None);
         assert_eq!(rank_in("member-12"), Some(12));
         assert_eq!(rank_in("worker-1"), None);
     }
 
     #[test]
     fn the_benchmark_gives_a_speed() {
-        let s = benchmark(1.0);
+        let s = benchmark();
         assert!(s.is_finite() && s > 0.0, "{s}");
     }
 }
