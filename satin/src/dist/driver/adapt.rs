@@ -364,13 +364,15 @@ impl Driver {
         let launcher = steer.launcher.clone();
         let efficiency = report.as_ref().and_then(|r| r.efficiency);
         let measured = report.as_ref().map_or(0, |r| r.measured);
-        let reason = report.as_ref().map(|r| r.reason);
+        let reason = report
+            .as_ref()
+            .map_or_else(String::new, |r| format!("{:?}", r.reason));
         match decision {
             Decision::Keep => {
                 tracing::debug!(
                     ?efficiency,
                     measured,
-                    ?reason,
+                    %reason,
                     "adaptivity: keeping the pool"
                 )
             }
@@ -379,7 +381,7 @@ impl Driver {
                     efficiency = efficiency.unwrap_or(f64::NAN),
                     measured,
                     count,
-                    ?reason,
+                    %reason,
                     "adaptivity: adding members"
                 );
                 match launcher {
@@ -401,7 +403,7 @@ impl Driver {
                 tracing::info!(
                     efficiency = efficiency.unwrap_or(f64::NAN),
                     measured,
-                    ?reason,
+                    %reason,
                     members = %names.join(", "),
                     "adaptivity: removing members"
                 );
