@@ -11,6 +11,9 @@
 //! | `SATIN_SAVE_RESULTS` | [`SatinBuilder::save_results`](crate::SatinBuilder::save_results) | `1`/`on`/`true` or `0`/`off`/`false` |
 //! | `SATIN_CHECKPOINT_DIR` | [`SatinBuilder::checkpoint_dir`](crate::SatinBuilder::checkpoint_dir) | a directory |
 //! | `SATIN_CHECKPOINT_INTERVAL_MS` | [`SatinBuilder::checkpoint_interval`](crate::SatinBuilder::checkpoint_interval) | milliseconds |
+//! | `SATIN_ADAPT` | [`SatinBuilder::adaptive`](crate::SatinBuilder::adaptive) | `1`/`on`/`true` or `0`/`off`/`false` |
+//! | `SATIN_ADAPT_PERIOD_MS` | [`SatinBuilder::adapt_period`](crate::SatinBuilder::adapt_period) | milliseconds (at least 1) |
+//! | `SATIN_ADAPT_MIN_SIZE`, `SATIN_ADAPT_MAX_SIZE` | [`AdaptConfig`](crate::dist::AdaptConfig)'s bounds of the pool's size | a number, at least 1 |
 //!
 //! An unset or empty variable leaves the setting alone; a value that does not parse
 //! is a [`SatinError::Config`] naming the variable.
@@ -50,12 +53,39 @@ fn apply_from(config: &mut Config, var: impl Fn(&str) -> Option<String>) -> Resu
             .map_err(|_| bad("SATIN_STEAL_BACKOFF_US", &v, "not a number of microseconds"))?;
         config.dist.steal_backoff = Duration::from_micros(us);
     }
+    let switch = |name: &str, v: &str| match v.trim().to_ascii_lowercase().as_str() {
+        "1" | "on" | "true" | "yes" => Ok(true),
+        "0" | "off" | "false" | "no" => Ok(false),
+        _ => Err(bad(name, v, "not 0 or 1")),
+    };
     if let Some(v) = get("SATIN_SAVE_RESULTS") {
-        config.dist.save_results = match v.trim().to_ascii_lowercase().as_str() {
-            "1" | "on" | "true" | "yes" => true,
-            "0" | "off" | "false" | "no" => false,
-            _ => return Err(bad("SATIN_SAVE_RESULTS", &v, "not 0 or 1")),
-        };
+        config.dist.save_results = switch("SATIN_SAVE_RESULTS", &v)?;
+    }
+    if let Some(v) = get("SATIN_ADAPT") {
+        config.dist.adapt.on = switch("SATIN_ADAPT", &v)?;
+    }
+    if let Some(v) = get("SATIN_ADAPT_PERIOD_MS") {
+        let ms: u64 = v.trim().parse().ok().filter(|ms| *ms > 0).ok_or_else(|| {
+            bad(
+                "SATIN_ADAPT_PERIOD_MS",
+                &v,
+                "not a number of milliseconds > 0",
+            )
+        })?;
+        config.dist.adapt.period = Duration::from_millis(ms);
+    }
+    for (name, field) in [
+        ("SATIN_ADAPT_MIN_SIZE", &mut config.dist.adapt.min_size),
+        ("SATIN_ADAPT_MAX_SIZE", &mut config.dist.adapt.max_size),
+    ] {
+        if let Some(v) = get(name) {
+            *field = v
+                .trim()
+                .parse()
+                .ok()
+                .filter(|n| *n > 0)
+                .ok_or_else(|| bad(name, &v, "not a number >= 1"))?;
+        }
     }
     if let Some(v) = get("SATIN_CHECKPOINT_DIR") {
         config.dist.checkpoint_dir = Some(v.into());
@@ -106,9 +136,16 @@ mod tests {
             ("SATIN_SAVE_RESULTS", "0"),
             ("SATIN_CHECKPOINT_DIR", "/tmp/ck"),
             ("SATIN_CHECKPOINT_INTERVAL_MS", "250"),
+            ("SATIN_ADAPT", "on"),
+            ("SATIN_ADAPT_PERIOD_MS", "300"),
+            ("SATIN_ADAPT_MIN_SIZE", "2"),
+            ("SATIN_ADAPT_MAX_SIZE", "5"),
         ])
         .unwrap();
         assert!(!c.dist.save_results);
+        assert!(c.dist.adapt.on);
+        assert_eq!(c.dist.adapt.period, Duration::from_millis(300));
+        assert_eq!((c.dist.adapt.min_size, c.dist.adapt.max_size), (2, 5));
         assert_eq!(c.dist.checkpoint_dir, Some("/tmp/ck".into()));
         assert_eq!(c.dist.checkpoint_interval, Duration::from_millis(250));
         assert_eq!(c.inline_depth, 7);
@@ -132,6 +169,10 @@ mod tests {
             ("SATIN_STEAL_BACKOFF_US", "-3"),
             ("SATIN_SAVE_RESULTS", "maybe"),
             ("SATIN_CHECKPOINT_INTERVAL_MS", "soon"),
+            ("SATIN_ADAPT", "sometimes"),
+            ("SATIN_ADAPT_PERIOD_MS", "0"),
+            ("SATIN_ADAPT_MIN_SIZE", "0"),
+            ("SATIN_ADAPT_MAX_SIZE", "many"),
         ] {
             match with(&[(name, v)]) {
                 Err(SatinError::Config(m)) => assert!(m.contains(name), "{m}"),

@@ -52,7 +52,9 @@ pub struct Options {
     /// `restarted` (it became the master after the first one died), and crash
     /// recovery's counters: `jobs_redone`, `orphans_kept`, `results_announced`,
     /// `lookups`, `results_reused`, `lookup_misses`, `bytes_fetched`, `restored`,
-    /// `elections`, `redo_jobs`, `work_lost_ms`, `recovery_ms`, `restart_ms`), for
+    /// `elections`, `redo_jobs`, `work_lost_ms`, `recovery_ms`, `restart_ms`;
+    /// adaptivity's `adapt_added`, `adapt_removed`; and `executed_by`, the jobs
+    /// stolen from others that each member ran: `member-0:12 member-1:30`), for
     /// tests and scripts.
     #[arg(long, value_name = "FILE")]
     pub report: Option<PathBuf>,
@@ -459,6 +461,16 @@ fn pool_report(
         ("work_lost_ms", ms(t.work_lost_nanos)),
         ("recovery_ms", ms(t.recovery_nanos)),
         ("restart_ms", ms(t.restart_nanos)),
+        ("adapt_added", t.adapt_added.to_string()),
+        ("adapt_removed", t.adapt_removed.to_string()),
+        (
+            "executed_by",
+            s.members
+                .iter()
+                .map(|m| format!("{}:{}", m.name, m.remote_jobs_executed))
+                .collect::<Vec<_>>()
+                .join(" "),
+        ),
     ]
 }
 

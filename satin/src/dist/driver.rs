@@ -19,6 +19,7 @@ use std::sync::atomic::{AtomicBool, Ordering, Ordering::Relaxed};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
+mod adapt;
 mod leave;
 mod membership;
 
@@ -117,6 +118,8 @@ pub(crate) enum Input {
     Shutdown,
     /// A member joined or left gracefully (malleability, see `membership`).
     Membership(Change),
+    /// A request to `ipl-run` for adaptivity ended (see `adapt`).
+    Adapt(adapt::Outcome),
 }
 
 /// Decodes one message of the `satin` port (header, then payload bytes).
@@ -251,6 +254,8 @@ pub(crate) struct Driver {
     joins: membership::Joins,
     /// Graceful leaves, of this member and of others.
     leave: leave::Leave,
+    /// Self-adaptivity: measurements, and the coordinator on the master.
+    adapt: adapt::Adapt,
 }
 
 impl Driver {
@@ -269,6 +274,8 @@ impl Driver {
         let n = init.members.len();
         let save = init.config.save_results;
         let alive = init.idents.iter().map(Option::is_some).collect();
+        let names: Vec<&str> = init.members.iter().map(|m| m.1.as_str()).collect();
+        let adapt = adapt::Adapt::new(&init.config, init.me, init.master, &names);
         Ok(Driver {
             save,
             me: init.me,
@@ -318,6 +325,7 @@ impl Driver {
             remote_jobs_started: 0,
             joins: membership::Joins::default(),
             leave: leave::Leave::new(init.leave),
+            adapt,
         })
     }
 
@@ -353,6 +361,7 @@ impl Driver {
                 break;
             }
             self.leave_tick();
+            self.adapt_tick();
             if self.exit {
                 break;
             }
@@ -605,6 +614,7 @@ impl Driver {
             }
             Input::Shutdown => self.exit = true,
             Input::Membership(change) => self.membership(change)?,
+            Input::Adapt(outcome) => self.adapt_outcome(outcome),
         }
         Ok(())
     }
@@ -645,6 +655,7 @@ impl Driver {
         }
         let t0 = Instant::now();
         self.alive[n as usize] = false;
+        self.adapt_gone(n);
         if let Some(p) = self.ports.get_mut(n as usize) {
             *p = None;
         }
@@ -988,6 +999,7 @@ impl Driver {
                 }
             }
             Msg::Leave(m) => self.leave_message(from, m),
+            Msg::Sample(s) => self.adapt_sample(from, s),
         }
         self.recovery_actions();
     }
@@ -1150,7 +1162,18 @@ impl Driver {
             Ok(job) => {
                 let tx = self.tx.clone();
                 let id = wire.job;
+                let slowdown = self.adapt.slowdown;
+                let slept = self.adapt.slept.clone();
+                let started = Instant::now();
                 self.satin.execute_wire_job(job, wire.redone, move |r| {
+                    if let Some(f) = slowdown {
+                        // The test hook of `adapt::SLOWDOWN_ENV`: a CPU `f` times
+                        // slower (this runs on the worker thread).
+                        let ran = started.elapsed().min(Duration::from_secs(10));
+                        let pause = ran.mul_f64(f - 1.0);
+                        std::thread::sleep(pause);
+                        slept.fetch_add(pause.as_nanos() as u64, Relaxed);
+                    }
                     let _ = tx.send(Input::Finished {
                         to: owner,
                         job: id,
@@ -1273,6 +1296,8 @@ impl Driver {
             recovery_nanos: self.recovery_nanos,
             restart_nanos: self.restart_nanos,
             redo_jobs: local.total.redo_jobs,
+            adapt_added: self.adapt.added,
+            adapt_removed: self.adapt.removed,
         }
     }
 }

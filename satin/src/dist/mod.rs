@@ -62,6 +62,8 @@
 //!   recovery, below): announcements of saved results, and fetching one (its bytes
 //!   follow `Fetched` as payload). A `WireJob` carries `redone`: the thief runs it in
 //!   redo mode.
+//! - `Sample` (member to master, once per monitoring period, only with
+//!   [Adaptivity](#adaptivity) on): the member's measurements.
 //! - `Leave(Leaving)` (a member that leaves gracefully, to all), answered by
 //!   `Leave(Ack)`, and `Leave(Done)` (its last message): see
 //!   [Malleability](#malleability).
@@ -106,6 +108,40 @@
 //!   and goes on. A second SIGTERM ends any member of a malleable pool at once (status
 //!   143), in case a leave hangs.
 //! - **Migration** is a join followed by a graceful leave.
+//!
+//! # Adaptivity
+//!
+//! With [`SatinBuilder::adaptive`] (`SATIN_ADAPT=1`; off by default, and then nothing
+//! below happens) the pool sizes itself as in the journal version of Satin:
+//!
+//! - **Measuring.** Every member ends a monitoring period every
+//!   [`AdaptConfig::period`] ([`SatinBuilder::adapt_period`], `SATIN_ADAPT_PERIOD_MS`,
+//!   default 2 s) and sends the master a `Sample` message: over `W × period` worker
+//!   time (W workers), the time it starved (a worker out of work and none visible in
+//!   the process; with W > 1 counted for every worker, an upper bound, as the kernel
+//!   keeps no per-worker idle time), of that the time spent waiting for steal
+//!   replies (communication; its wide-area part is the asynchronous, cross-cluster
+//!   steals), the rest busy; and its speed from a short fixed benchmark run every
+//!   period (a hash loop, a few milliseconds at most), which the master makes relative
+//!   to the fastest member.
+//! - **Deciding.** The master runs [`satin_core::adapt::Coordinator`] (made when the
+//!   run starts, or on a member that becomes the master), feeds it the samples, the
+//!   joins and the departures, and ends a period every period: weighted average
+//!   efficiency above 50 % asks for more members, below 30 % removes the least
+//!   efficient ones (never the master), a cluster spending more than 25 % of its time
+//!   on wide-area communication goes whole; a change is given a period to show before
+//!   the next ([`AdaptConfig::min_size`], [`AdaptConfig::max_size`]:
+//!   `SATIN_ADAPT_MIN_SIZE`, `SATIN_ADAPT_MAX_SIZE`, bound what it asks for). Each
+//!   decision is logged at info level with its efficiency.
+//! - **Acting.** Under `ipl-run --malleable` the master asks `ipl-run`'s control socket
+//!   ([`ipl::launcher::control::Control`], on a short-lived thread): `add COUNT`
+//!   starts processes that join as in [Malleability](#malleability); `remove RANK`
+//!   (the rank of `member-RANK`) sends SIGTERM, and the member leaves gracefully.
+//!   A request that fails is a warning and the coordinator is told (it stops waiting
+//!   for it). Without `ipl-run --malleable` it warns once and only measures and logs.
+//! - **Statistics**: [`MemberStats::adapt_added`] and [`MemberStats::adapt_removed`]
+//!   (members started and removed on the master's request), printed (`ADAPT`) only when
+//!   non-zero.
 //!
 //! # Faults
 //!
@@ -276,6 +312,38 @@ pub struct DistConfig {
     /// ([`SatinBuilder::checkpoint_interval`], environment
     /// `SATIN_CHECKPOINT_INTERVAL_MS`; default 10 s).
     pub checkpoint_interval: Duration,
+    /// Self-adaptivity: measuring efficiency and growing or shrinking the pool
+    /// (see [Adaptivity](#adaptivity)); off by default.
+    pub adapt: AdaptConfig,
+}
+
+/// Settings of self-adaptivity (see [Adaptivity](self#adaptivity)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AdaptConfig {
+    /// Whether members measure and the master adapts ([`SatinBuilder::adaptive`],
+    /// environment `SATIN_ADAPT`; default off: nothing is measured or sent).
+    pub on: bool,
+    /// The monitoring period ([`SatinBuilder::adapt_period`], environment
+    /// `SATIN_ADAPT_PERIOD_MS`; default 2 s).
+    pub period: Duration,
+    /// The coordinator never removes members below this size (environment
+    /// `SATIN_ADAPT_MIN_SIZE`; default 1).
+    pub min_size: u32,
+    /// The coordinator never asks for members beyond this size (environment
+    /// `SATIN_ADAPT_MAX_SIZE`; default 64, `ipl-run`'s default `--max-processes`).
+    pub max_size: u32,
+}
+
+impl Default for AdaptConfig {
+    fn default() -> Self {
+        let c = satin_core::adapt::Config::default();
+        AdaptConfig {
+            on: false,
+            period: Duration::from_secs(2),
+            min_size: c.min_size,
+            max_size: c.max_size,
+        }
+    }
 }
 
 impl Default for DistConfig {
@@ -288,6 +356,7 @@ impl Default for DistConfig {
             save_results: true,
             checkpoint_dir: None,
             checkpoint_interval: Duration::from_secs(10),
+            adapt: AdaptConfig::default(),
         }
     }
 }

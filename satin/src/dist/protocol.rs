@@ -84,6 +84,11 @@ pub(crate) enum Msg {
     },
     /// A graceful leave (malleability, see `driver::leave`).
     Leave(LeaveMsg),
+    /// Member to master, once per monitoring period when adaptivity is on
+    /// (`driver::adapt`): the member's measurements. The master takes the node from
+    /// the header and the cluster from its own table; `speed` is the member's raw
+    /// benchmark speed (work units per second), made relative by the master.
+    Sample(satin_core::adapt::Sample),
 }
 
 /// The messages of a graceful leave, in the order they are sent.

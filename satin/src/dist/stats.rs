@@ -90,6 +90,11 @@ pub struct MemberStats {
     pub restart_nanos: u64,
     /// Jobs the workers ran in redo mode (the kernel's count).
     pub redo_jobs: u64,
+    /// Adaptivity, on the master: members it asked `ipl-run` to start (and were
+    /// started).
+    pub adapt_added: u64,
+    /// Adaptivity, on the master: members it asked `ipl-run` to remove.
+    pub adapt_removed: u64,
 }
 
 impl MemberStats {
@@ -142,6 +147,8 @@ impl MemberStats {
         self.recovery_nanos += o.recovery_nanos;
         self.restart_nanos += o.restart_nanos;
         self.redo_jobs += o.redo_jobs;
+        self.adapt_added += o.adapt_added;
+        self.adapt_removed += o.adapt_removed;
     }
 
     /// Whether anything of crash recovery happened (the `RECOVERY` line is printed
@@ -215,6 +222,13 @@ impl MemberStats {
             ms(self.serialize_nanos),
             ms(self.deserialize_nanos)
         )?;
+        if self.adapt_added != 0 || self.adapt_removed != 0 {
+            writeln!(
+                f,
+                "SATIN '{who}': ADAPT: added = {} removed = {}",
+                self.adapt_added, self.adapt_removed
+            )?;
+        }
         if self.recovered() {
             writeln!(
                 f,
@@ -327,6 +341,22 @@ mod tests {
         );
     }
 
+    #[test]
+    fn adaptivity_is_printed_when_the_pool_adapted() {
+        let m = MemberStats {
+            name: "member-0".into(),
+            cluster: "c0".into(),
+            adapt_added: 2,
+            adapt_removed: 1,
+            ..MemberStats::default()
+        };
+        let text = PoolStats::from_members(vec![m], vec![]).to_string();
+        assert!(
+            text.contains("SATIN 'total': ADAPT: added = 2 removed = 1"),
+            "{text}"
+        );
+    }
+
     /// Node 0 is the first to join; launched with rank 2 it is `member-2`, the number
     /// the user sees in `ipl-run`'s `[2]` prefix. The statistics name it so.
     #[test]
@@ -344,6 +374,10 @@ mod tests {
         assert!(
             !text.contains("RECOVERY"),
             "printed only after a crash: {text}"
+        );
+        assert!(
+            !text.contains("ADAPT"),
+            "printed only when the pool adapted: {text}"
         );
         assert!(
             text.contains("MISSING: member-1 (cluster h2) did not report"),

@@ -52,6 +52,8 @@ pub struct SatinBuilder {
     save_results: Option<bool>,
     checkpoint_dir: Option<std::path::PathBuf>,
     checkpoint_interval: Option<Duration>,
+    adaptive: Option<bool>,
+    adapt_period: Option<Duration>,
     registry: Option<JobRegistry>,
     use_env: bool,
 }
@@ -68,6 +70,8 @@ impl Default for SatinBuilder {
             save_results: None,
             checkpoint_dir: None,
             checkpoint_interval: None,
+            adaptive: None,
+            adapt_period: None,
             registry: None,
             use_env: true,
         }
@@ -147,6 +151,23 @@ impl SatinBuilder {
         self
     }
 
+    /// Whether a pool adapts its size to its efficiency (default `false`;
+    /// environment: `SATIN_ADAPT=0|1`): every member measures its idle and
+    /// communication time per period and the master asks `ipl-run --malleable` for
+    /// more members or removes the least efficient ones (see "Adaptivity" in
+    /// [`crate::dist`]).
+    pub fn adaptive(mut self, on: bool) -> Self {
+        self.adaptive = Some(on);
+        self
+    }
+
+    /// The monitoring period of [`SatinBuilder::adaptive`] (default 2 s;
+    /// environment: `SATIN_ADAPT_PERIOD_MS`).
+    pub fn adapt_period(mut self, every: Duration) -> Self {
+        self.adapt_period = Some(every);
+        self
+    }
+
     /// Whether the environment layer applies (default `true`); with `false` only the
     /// builder's settings and the defaults count.
     pub fn use_env(mut self, yes: bool) -> Self {
@@ -193,6 +214,12 @@ impl SatinBuilder {
         }
         if let Some(t) = self.checkpoint_interval {
             c.dist.checkpoint_interval = t;
+        }
+        if let Some(on) = self.adaptive {
+            c.dist.adapt.on = on;
+        }
+        if let Some(t) = self.adapt_period {
+            c.dist.adapt.period = t;
         }
         Ok(c)
     }

@@ -161,6 +161,7 @@ impl Driver {
         self.idents[n] = Some(ident);
         self.topology.insert(NodeId(n as u32), cluster);
         tracing::info!(member = %self.who(n as u32), "a member joined the run");
+        self.adapt_joined(n as u32);
         let now = self.now();
         self.node.handle(Event::NodeJoined {
             node: NodeId(n as u32),

@@ -1,0 +1,507 @@
+//! Self-adaptivity in a running pool (see "Adaptivity" in [`crate::dist`]): every
+//! member measures itself once per monitoring period and reports to the master; the
+//! master runs the coordinator ([`satin_core::adapt::Coordinator`]) and carries out
+//! its decisions through `ipl-run --malleable`'s control socket.
+//!
+//! **Measurements** of one member over one period of `P` (wall time) with `W`
+//! workers, in worker time (the sample's period is `W·P`):
+//!
+//! - *idle*: the time the member starved (a worker found no work and none is visible
+//!   in the process: the load balancer's `idle_ns`), times `W`. With one worker this
+//!   is exact; with more it is an upper bound (not every worker need be out of work
+//!   while the member starves), as the kernel keeps no per-worker idle time.
+//! - *communication*: of that idle time, the part spent waiting for steal replies
+//!   (the load balancer's synchronous and asynchronous steal round trips, at most the
+//!   idle time: an asynchronous wide-area steal overlaps local work); its *wide-area*
+//!   part is the asynchronous (wide-area, CRS) round trips.
+//! - *busy*: the rest.
+//! - *speed*: a short fixed benchmark (a hash loop, best of three runs, on the driver
+//!   thread, a few milliseconds at most) each period: work units per second. The
+//!   master makes it relative to the fastest member's latest, as the journal's
+//!   benchmark (re-run every period, so a member whose CPU becomes loaded shows it).
+//!
+//! The master's coordinator ends a period every period (with its own measurement);
+//! joins and departures reach it from the driver (`joined`, `gone`).
+
+use super::*;
+use ipl::launcher::control::Control as Launcher;
+use satin_core::adapt::{Config as AdaptCoreConfig, Coordinator, Decision, Sample};
+
+/// Fault-injection hook for tests: `F` (a number > 1, at most 1000) makes one member
+/// of the initial pool, the one with the highest node number that is not the master,
+/// a member whose CPU serves another load most of the time: each job stolen from
+/// another member that it runs is followed by a sleep of `F - 1` times its run time on
+/// the worker, counted as idle time (the CPU was not this member's), and its benchmark
+/// reports speed 0 (its CPU serves the other load). So its efficiency is 0, never
+/// above another member's, and the coordinator's tie-break (the higher node number
+/// goes first) picks it among equals. With [`SLOWDOWN_MARK_ENV`] set to a path, that member writes its IPL name
+/// there. Ignored when malformed. Test-only.
+pub(crate) const SLOWDOWN_ENV: &str = "SATIN_TEST_SLOWDOWN";
+
+/// See [`SLOWDOWN_ENV`].
+pub(crate) const SLOWDOWN_MARK_ENV: &str = "SATIN_TEST_SLOWDOWN_MARK";
+
+/// Iterations of the benchmark's loop (a fraction of a millisecond in a release
+/// build, a few in a debug build).
+const BENCH_ITERATIONS: u64 = 200_000;
+
+/// The launcher rank in an IPL name `member-R`.
+fn rank_in(name: &str) -> Option<u32> {
+    name.strip_prefix("member-")?.parse().ok()
+}
+
+/// The hook of [`SLOWDOWN_ENV`] for node `me`; `nodes` is the number of node
+/// numbers of the initial pool.
+fn slowdown_hook(me: u32, master: u32, nodes: u32) -> Option<f64> {
+    slowdown_of(
+        std::env::var(SLOWDOWN_ENV).ok().as_deref(),
+        me,
+        master,
+        nodes,
+    )
+}
+
+/// [`slowdown_hook`] with the variable's value `v`.
+fn slowdown_of(v: Option<&str>, me: u32, master: u32, nodes: u32) -> Option<f64> {
+    let f = v?
+        .trim()
+        .parse::<f64>()
+        .ok()
+        .filter(|f| f.is_finite() && *f > 1.0 && *f <= 1000.0)?;
+    let slowed = (0..nodes).rev().find(|n| *n != master)?;
+    (slowed == me).then_some(f)
+}
+
+/// The benchmark: work units (loop iterations) per second, best of three runs.
+fn benchmark() -> f64 {
+    let mut best = u128::MAX;
+    for _ in 0..3 {
+        let t0 = Instant::now();
+        let mut x = 0x9E37_79B9_7F4A_7C15u64;
+        for i in 0..BENCH_ITERATIONS {
+            // splitmix64
+            x = x.wrapping_add(0x9E37_79B9_7F4A_7C15 ^ i);
+            let mut z = x;
+            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+            x = std::hint::black_box(z ^ (z >> 31));
+        }
+        best = best.min(t0.elapsed().as_nanos());
+    }
+    BENCH_ITERATIONS as f64 * 1e9 / best.max(1) as f64
+}
+
+/// What a control request to `ipl-run` came to (from its thread).
+pub(crate) enum Outcome {
+    /// `asked` members were asked for; `ipl-run` started `started` of them.
+    Added { asked: u32, started: u32 },
+    /// Asking for `0` members failed.
+    AddFailed(u32, String),
+    /// `ipl-run` sent the member of node `0` SIGTERM.
+    Removed(u32),
+    /// Removing node `0` failed.
+    RemoveFailed(u32, String),
+}
+
+/// The load balancer's counters at the start of a period.
+#[derive(Clone, Copy)]
+struct Mark {
+    at: Instant,
+    idle: u64,
+    sync: u64,
+    async_: u64,
+    slept: u64,
+}
+
+/// The master's side: the coordinator and `ipl-run`'s control socket.
+struct Steer {
+    coordinator: Coordinator,
+    /// `None`: not under `ipl-run --malleable` (decisions are only logged).
+    launcher: Option<Launcher>,
+    /// Raw speeds (benchmark units per second) by node, made relative to the fastest.
+    speeds: HashMap<u32, f64>,
+}
+
+/// Adaptivity's state on one member.
+pub(crate) struct Adapt {
+    on: bool,
+    period: Duration,
+    min_size: u32,
+    max_size: u32,
+    next: Instant,
+    mark: Option<Mark>,
+    /// The test hook of [`SLOWDOWN_ENV`], and the time its workers slept (ns).
+    pub(super) slowdown: Option<f64>,
+    pub(super) slept: Arc<std::sync::atomic::AtomicU64>,
+    steer: Option<Steer>,
+    /// The coordinator could not be made (bad bounds): warned once, off.
+    broken: bool,
+    pub(super) added: u64,
+    pub(super) removed: u64,
+}
+
+impl Adapt {
+    pub(crate) fn new(config: &DistConfig, me: u32, master: u32, names: &[&str]) -> Adapt {
+        let c = config.adapt;
+        let slowdown = slowdown_hook(me, master, names.len() as u32);
+        if let Some(f) = slowdown {
+            tracing::warn!(
+                factor = f,
+                "test hook: this member runs {f} times slower ({SLOWDOWN_ENV})"
+            );
+            if let Some(path) = std::env::var_os(SLOWDOWN_MARK_ENV) {
+                let name = names.get(me as usize).copied().unwrap_or_default();
+                if let Err(e) = std::fs::write(&path, name) {
+                    tracing::warn!(error = %e, "test hook: cannot write {SLOWDOWN_MARK_ENV}");
+                }
+            }
+        }
+        Adapt {
+            on: c.on,
+            period: c.period.max(Duration::from_millis(1)),
+            min_size: c.min_size,
+            max_size: c.max_size,
+            next: Instant::now() + c.period,
+            mark: None,
+            slowdown,
+            slept: Arc::default(),
+            steer: None,
+            broken: false,
+            added: 0,
+            removed: 0,
+        }
+    }
+}
+
+impl Driver {
+    /// Called once per round of the event loop: ends a monitoring period when it is
+    /// due (measure; send the sample to the master, or on the master judge the
+    /// period).
+    pub(super) fn adapt_tick(&mut self) {
+        if !self.adapt.on || self.adapt.broken || self.phase != Phase::Running {
+            return;
+        }
+        let now = Instant::now();
+        if self.adapt.mark.is_none() {
+            self.adapt.mark = Some(self.adapt_mark(now));
+        }
+        if now < self.adapt.next {
+            return;
+        }
+        self.adapt.next = now + self.adapt.period;
+        let sample = self.measure(now);
+        if self.is_master() {
+            self.adapt_sample(self.me, sample);
+            self.end_period();
+        } else {
+            let master = self.master;
+            self.send(master, Msg::Sample(sample), &[]);
+        }
+    }
+
+    fn adapt_mark(&self, at: Instant) -> Mark {
+        let s = self.node.stats_at(self.now());
+        Mark {
+            at,
+            idle: s.idle_ns,
+            sync: s.sync_steal_ns,
+            async_: s.async_steal_ns,
+            slept: self.adapt.slept.load(Relaxed),
+        }
+    }
+
+    /// This member's sample of the period that ends now (see the module
+    /// documentation), and the start of the next one.
+    fn measure(&mut self, now: Instant) -> Sample {
+        let new = self.adapt_mark(now);
+        let old = self.adapt.mark.replace(new).unwrap_or(new);
+        let wall = now.saturating_duration_since(old.at).as_nanos() as u64;
+        // The test hook's sleeps count as idle (they happen while not starving).
+        let slept = new.slept.saturating_sub(old.slept);
+        let idle = new
+            .idle
+            .saturating_sub(old.idle)
+            .saturating_add(slept)
+            .min(wall);
+        let sync = new.sync.saturating_sub(old.sync);
+        let async_ = new.async_.saturating_sub(old.async_);
+        let comm = sync.saturating_add(async_).min(idle);
+        let inter = async_.min(comm);
+        let w = self.satin.workers().max(1) as u64;
+        let cluster = self
+            .topology
+            .cluster_of(NodeId(self.me))
+            .unwrap_or(satin_core::ClusterId(0));
+        let mut s = Sample::new(NodeId(self.me), cluster, wall.saturating_mul(w));
+        s.busy_ns = (wall - idle).saturating_mul(w);
+        s.idle_ns = (idle - comm).saturating_mul(w);
+        s.comm_ns = comm.saturating_mul(w);
+        s.inter_comm_ns = inter.saturating_mul(w);
+        s.speed = match self.adapt.slowdown {
+            Some(_) => 0.0, // the test hook: the CPU serves another load
+            None => benchmark(),
+        };
+        tracing::debug!(
+            busy_ms = s.busy_ns / 1_000_000,
+            idle_ms = s.idle_ns / 1_000_000,
+            comm_ms = s.comm_ns / 1_000_000,
+            speed = s.speed,
+            "adaptivity: measured a period"
+        );
+        s
+    }
+
+    /// The coordinator, made on the master when first needed (also on a member that
+    /// became the master): the members alive now.
+    fn steer(&mut self) -> Option<&mut Steer> {
+        if self.adapt.steer.is_none() && !self.adapt.broken {
+            let members: Vec<(NodeId, satin_core::ClusterId)> = (0..self.alive.len() as u32)
+                .filter(|n| self.alive[*n as usize])
+                .filter_map(|n| Some((NodeId(n), self.topology.cluster_of(NodeId(n))?)))
+                .collect();
+            let config = AdaptCoreConfig {
+                min_size: self.adapt.min_size,
+                max_size: self.adapt.max_size,
+                ..AdaptCoreConfig::default()
+            };
+            match Coordinator::new(config, NodeId(self.me), members) {
+                Ok(coordinator) => {
+                    let launcher = match Launcher::from_env() {
+                        Ok(Some(l)) => Some(l),
+                        Ok(None) => {
+                            tracing::warn!(
+                                "adaptivity needs `ipl-run --malleable` to add and remove \
+                                 members: measuring and logging its decisions only"
+                            );
+                            None
+                        }
+                        Err(e) => {
+                            tracing::warn!(error = %e,
+                                "adaptivity cannot use ipl-run's control socket: measuring \
+                                 and logging its decisions only");
+                            None
+                        }
+                    };
+                    self.adapt.steer = Some(Steer {
+                        coordinator,
+                        launcher,
+                        speeds: HashMap::new(),
+                    });
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "adaptivity is off");
+                    self.adapt.broken = true;
+                }
+            }
+        }
+        self.adapt.steer.as_mut()
+    }
+
+    /// A sample of node `from` (this member's own, or a `Msg::Sample`), on the master.
+    pub(super) fn adapt_sample(&mut self, from: u32, mut s: Sample) {
+        if !self.adapt.on || !self.is_master() {
+            return;
+        }
+        let Some(cluster) = self.topology.cluster_of(NodeId(from)) else {
+            return;
+        };
+        let Some(steer) = self.steer() else {
+            return;
+        };
+        s.node = NodeId(from);
+        s.cluster = cluster;
+        if s.speed.is_finite() && s.speed >= 0.0 {
+            steer.speeds.insert(from, s.speed);
+            let fastest = steer.speeds.values().copied().fold(0.0, f64::max);
+            s.speed = if fastest > 0.0 {
+                (s.speed / fastest).clamp(0.0, 1.0)
+            } else {
+                f64::NAN // nobody measured yet: the member's previous speed
+            };
+        } else {
+            s.speed = f64::NAN; // the member's previous speed
+        }
+        steer.coordinator.sample(s);
+    }
+
+    /// Node `n` joined the running pool.
+    pub(super) fn adapt_joined(&mut self, n: u32) {
+        if !self.adapt.on || !self.is_master() || self.adapt.steer.is_none() {
+            return; // a coordinator made later takes the members alive then
+        }
+        if let (Some(cluster), Some(steer)) = (
+            self.topology.cluster_of(NodeId(n)),
+            self.adapt.steer.as_mut(),
+        ) {
+            steer.coordinator.join(NodeId(n), cluster);
+        }
+    }
+
+    /// Node `n` left, was removed or crashed.
+    pub(super) fn adapt_gone(&mut self, n: u32) {
+        if let Some(steer) = self.adapt.steer.as_mut() {
+            steer.speeds.remove(&n);
+            steer.coordinator.leave(NodeId(n));
+            if n == self.master && n != self.me {
+                // This member is the master now.
+                steer.coordinator.set_master(NodeId(self.me));
+            }
+        }
+    }
+
+    /// The launcher rank of node `n`: its IPL name is `member-R`.
+    fn rank_of(&self, n: u32) -> Option<u32> {
+        rank_in(&self.members.get(n as usize)?.1)
+    }
+
+    /// Ends the coordinator's period and carries out its decision.
+    fn end_period(&mut self) {
+        let Some(steer) = self.steer() else {
+            return;
+        };
+        let decision = steer.coordinator.end_period();
+        let report = steer.coordinator.report().cloned();
+        let launcher = steer.launcher.clone();
+        let efficiency = report.as_ref().and_then(|r| r.efficiency);
+        let measured = report.as_ref().map_or(0, |r| r.measured);
+        let reason = report
+            .as_ref()
+            .map_or_else(String::new, |r| format!("{:?}", r.reason));
+        match decision {
+            Decision::Keep => {
+                tracing::debug!(
+                    ?efficiency,
+                    measured,
+                    %reason,
+                    "adaptivity: keeping the pool"
+                )
+            }
+            Decision::Add { count } => {
+                tracing::info!(
+                    efficiency = efficiency.unwrap_or(f64::NAN),
+                    measured,
+                    count,
+                    %reason,
+                    "adaptivity: adding members"
+                );
+                match launcher {
+                    Some(l) => self.control_thread(move || match l.add(count, None) {
+                        Ok(ranks) => Outcome::Added {
+                            asked: count,
+                            started: ranks.len().min(count as usize) as u32,
+                        },
+                        Err(e) => Outcome::AddFailed(count, e.to_string()),
+                    }),
+                    None => self.adapt_outcome(Outcome::AddFailed(
+                        count,
+                        "not under ipl-run --malleable".into(),
+                    )),
+                }
+            }
+            Decision::Remove { nodes } | Decision::RemoveCluster { nodes, .. } => {
+                let names: Vec<String> = nodes.iter().map(|n| self.who(n.0)).collect();
+                tracing::info!(
+                    efficiency = efficiency.unwrap_or(f64::NAN),
+                    measured,
+                    %reason,
+                    members = %names.join(", "),
+                    "adaptivity: removing members"
+                );
+                for node in nodes {
+                    let n = node.0;
+                    match (self.rank_of(n), launcher.clone()) {
+                        (Some(rank), Some(l)) => {
+                            self.control_thread(move || match l.remove(rank) {
+                                Ok(()) => Outcome::Removed(n),
+                                Err(e) => Outcome::RemoveFailed(n, e.to_string()),
+                            })
+                        }
+                        (None, _) => self.adapt_outcome(Outcome::RemoveFailed(
+                            n,
+                            "its launcher rank is unknown".into(),
+                        )),
+                        (_, None) => self.adapt_outcome(Outcome::RemoveFailed(
+                            n,
+                            "not under ipl-run --malleable".into(),
+                        )),
+                    }
+                }
+            }
+        }
+    }
+
+    /// Runs a request to `ipl-run` on a thread of its own (each waits up to the
+    /// control socket's timeout); its outcome comes back as an input.
+    fn control_thread(&mut self, request: impl FnOnce() -> Outcome + Send + 'static) {
+        let tx = self.tx.clone();
+        let spawned = std::thread::Builder::new()
+            .name("satin-adapt".into())
+            .spawn(move || {
+                let _ = tx.send(Input::Adapt(request()));
+            });
+        if let Err(e) = spawned {
+            tracing::warn!(error = %e, "adaptivity: cannot start a control request");
+        }
+    }
+
+    /// What became of a request to `ipl-run`.
+    pub(super) fn adapt_outcome(&mut self, outcome: Outcome) {
+        let who = match &outcome {
+            Outcome::Removed(n) | Outcome::RemoveFailed(n, _) => self.who(*n),
+            _ => String::new(),
+        };
+        let Some(steer) = self.adapt.steer.as_mut() else {
+            return;
+        };
+        match outcome {
+            Outcome::Added { asked, started } => {
+                self.adapt.added += u64::from(started);
+                if started < asked {
+                    steer.coordinator.add_failed(asked - started);
+                }
+            }
+            Outcome::AddFailed(count, why) => {
+                if steer.launcher.is_some() {
+                    tracing::warn!(count, error = %why, "adaptivity: adding members failed");
+                }
+                steer.coordinator.add_failed(count);
+            }
+            Outcome::Removed(n) => {
+                self.adapt.removed += 1;
+                tracing::info!(member = %who, "adaptivity: asked the member to leave");
+                let _ = n;
+            }
+            Outcome::RemoveFailed(n, why) => {
+                if steer.launcher.is_some() {
+                    tracing::warn!(member = %who, error = %why, "adaptivity: removing a member failed");
+                }
+                steer.coordinator.remove_failed(NodeId(n));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_slowdown_hook_slows_the_highest_node_that_is_not_the_master() {
+        assert_eq!(slowdown_of(Some("10"), 2, 0, 3), Some(10.0));
+        assert_eq!(slowdown_of(Some("10"), 1, 2, 3), Some(10.0));
+        assert_eq!(slowdown_of(Some("10"), 0, 2, 3), None);
+        assert_eq!(slowdown_of(Some("10"), 2, 2, 3), None, "never the master");
+        for bad in ["", "fast", "1", "0.5", "NaN", "inf", "-4", "1e9"] {
+            assert_eq!(slowdown_of(Some(bad), 2, 0, 3), None, "{bad:?}");
+        }
+        assert_eq!(slowdown_of(None, 2, 0, 3), None);
+        assert_eq!(rank_in("member-12"), Some(12));
+        assert_eq!(rank_in("worker-1"), None);
+    }
+
+    #[test]
+    fn the_benchmark_gives_a_speed() {
+        let s = benchmark();
+        assert!(s.is_finite() && s > 0.0, "{s}");
+    }
+}
