@@ -6,6 +6,7 @@
 //! | variable | setting | values |
 //! |---|---|---|
 //! | `SATIN_INLINE_DEPTH` | [`SatinBuilder::inline_depth`](crate::SatinBuilder::inline_depth) | a number, or `max` / `off` (never inline) |
+//! | `SATIN_REDO_DEPTH` | [`SatinBuilder::redo_depth`](crate::SatinBuilder::redo_depth) | a number, or `max` / `unbounded` (no bound) |
 //! | `SATIN_POLICY` | [`SatinBuilder::policy`](crate::SatinBuilder::policy) | `rs`, `crs`, `acrs`, `cmrs:K` |
 //! | `SATIN_STEAL_BACKOFF_US` | [`SatinBuilder::steal_backoff`](crate::SatinBuilder::steal_backoff) | microseconds |
 //! | `SATIN_SAVE_RESULTS` | [`SatinBuilder::save_results`](crate::SatinBuilder::save_results) | `1`/`on`/`true` or `0`/`off`/`false` |
@@ -40,6 +41,14 @@ fn apply_from(config: &mut Config, var: impl Fn(&str) -> Option<String>) -> Resu
             n => n
                 .parse()
                 .map_err(|_| bad("SATIN_INLINE_DEPTH", &v, "not a number, max or off"))?,
+        };
+    }
+    if let Some(v) = get("SATIN_REDO_DEPTH") {
+        config.redo_depth = match v.trim() {
+            "max" | "unbounded" => usize::MAX,
+            n => n
+                .parse()
+                .map_err(|_| bad("SATIN_REDO_DEPTH", &v, "not a number, max or unbounded"))?,
         };
     }
     if let Some(v) = get("SATIN_POLICY") {
@@ -131,6 +140,7 @@ mod tests {
     fn variables_set_their_settings() {
         let c = with(&[
             ("SATIN_INLINE_DEPTH", "7"),
+            ("SATIN_REDO_DEPTH", "3"),
             ("SATIN_POLICY", "rs"),
             ("SATIN_STEAL_BACKOFF_US", "150"),
             ("SATIN_SAVE_RESULTS", "0"),
@@ -149,6 +159,7 @@ mod tests {
         assert_eq!(c.dist.checkpoint_dir, Some("/tmp/ck".into()));
         assert_eq!(c.dist.checkpoint_interval, Duration::from_millis(250));
         assert_eq!(c.inline_depth, 7);
+        assert_eq!(c.redo_depth, 3);
         assert_eq!(c.dist.policy, Policy::Rs);
         assert_eq!(c.dist.steal_backoff, Duration::from_micros(150));
         assert_eq!(
@@ -159,12 +170,23 @@ mod tests {
             with(&[("SATIN_INLINE_DEPTH", "off")]).unwrap().inline_depth,
             usize::MAX
         );
+        assert_eq!(
+            with(&[("SATIN_REDO_DEPTH", "unbounded")])
+                .unwrap()
+                .redo_depth,
+            usize::MAX
+        );
+        assert_eq!(
+            with(&[]).unwrap().redo_depth,
+            crate::runtime::DEFAULT_REDO_DEPTH
+        );
     }
 
     #[test]
     fn a_bad_value_is_an_error_naming_the_variable() {
         for (name, v) in [
             ("SATIN_INLINE_DEPTH", "deep"),
+            ("SATIN_REDO_DEPTH", "-1"),
             ("SATIN_POLICY", "fastest"),
             ("SATIN_STEAL_BACKOFF_US", "-3"),
             ("SATIN_SAVE_RESULTS", "maybe"),

@@ -68,8 +68,12 @@ pub mod env;
 
 pub use dist::{launched, DistConfig, MemberStats, Pool, PoolRun, PoolStats};
 pub use error::SatinError;
-pub use kernel::{Ctx, Frame, Spawned, StolenJob, Synced, INLINE_BYTES};
-pub use runtime::{ExternalStealer, ResultLookup, Satin, SatinBuilder, DEFAULT_INLINE_DEPTH};
+pub use kernel::{
+    Ctx, Frame, Spawned, StolenJob, Synced, INLINE_BYTES, MAX_REDO_DEPTH, MAX_WORKERS,
+};
+pub use runtime::{
+    ExternalStealer, ResultLookup, Satin, SatinBuilder, DEFAULT_INLINE_DEPTH, DEFAULT_REDO_DEPTH,
+};
 /// The inter-node scheduler core the distributed layer drives.
 pub use satin_core;
 pub use stats::{NetCounters, NetStats, Stats, WorkerStats};

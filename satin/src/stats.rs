@@ -186,8 +186,10 @@ pub struct WorkerStats {
     pub stolen_executed: u64,
     /// Time spent stealing, in nanoseconds.
     pub steal_nanos: u64,
-    /// Jobs run in redo mode on this worker (spawned jobs that ran here, and redone
-    /// roots and wire jobs; see [`ResultLookup`](crate::ResultLookup)).
+    /// Jobs of redone subtrees run on this worker: redone roots, wire jobs and given
+    /// back jobs, and the marked jobs below them (down to
+    /// [`SatinBuilder::redo_depth`](crate::SatinBuilder::redo_depth)) that ran here;
+    /// see [`ResultLookup`](crate::ResultLookup).
     pub redo_jobs: u64,
     /// Jobs this worker offered to the result lookup in redo mode.
     pub lookups: u64,

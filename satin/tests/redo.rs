@@ -6,7 +6,7 @@
 //! results (markers), so that a result that was used shows in the answer.
 
 use satin::satin_core::JobKey;
-use satin::{Ctx, Job, ResultLookup, Satin, StolenJob};
+use satin::{Ctx, Job, ResultLookup, Satin, StolenJob, DEFAULT_REDO_DEPTH};
 use serde::{Deserialize, Serialize, Serializer};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -45,10 +45,18 @@ fn fib_with(n: u32, saved: &[(u32, u64)]) -> u64 {
     }
 }
 
-/// Jobs spawned below Fib(n) that are offered to the lookup in redo mode when the
-/// lookup takes the jobs of `taken` (their subtrees never run).
+/// Jobs spawned below a redone Fib(n) that are offered to the lookup in redo mode
+/// with the default redo depth, when the lookup takes the jobs of `taken` (their
+/// subtrees never run).
 fn offered_below(n: u32, taken: &[u32]) -> u64 {
-    if n < 2 {
+    offered_within(n, DEFAULT_REDO_DEPTH, taken, &[])
+}
+
+/// Jobs spawned at most `depth` levels below a redone Fib(n) (every call is a record
+/// in redo mode, and each is offered once), when the lookup takes the jobs of `taken`
+/// and gives back to be redone those of `redone` (their subtrees count from 0 again).
+fn offered_within(n: u32, depth: usize, taken: &[u32], redone: &[u32]) -> u64 {
+    if n < 2 || depth == 0 {
         return 0;
     }
     [n - 1, n - 2]
@@ -56,8 +64,10 @@ fn offered_below(n: u32, taken: &[u32]) -> u64 {
         .map(|&c| {
             1 + if taken.contains(&c) {
                 0
+            } else if redone.contains(&c) {
+                offered_within(c, DEFAULT_REDO_DEPTH, taken, redone)
             } else {
-                offered_below(c, taken)
+                offered_within(c, depth - 1, taken, redone)
             }
         })
         .sum()
@@ -231,7 +241,12 @@ fn outside_redo_mode_nothing_is_offered() {
 fn a_redone_root_uses_saved_results_and_computes_the_rest() {
     bounded(|| {
         for workers in [1, 2, 4] {
-            let s = Satin::builder().workers(workers).build().unwrap();
+            // Unbounded: the whole tree is redone.
+            let s = Satin::builder()
+                .workers(workers)
+                .redo_depth(usize::MAX)
+                .build()
+                .unwrap();
             let l = FakeLookup::new(&[(key_of(&Fib(15)), fib_output(MARK15))], Answer::Now);
             s.set_result_lookup(l.clone());
             s.set_redo_roots(true);
@@ -241,7 +256,11 @@ fn a_redone_root_uses_saved_results_and_computes_the_rest() {
             // taken; every other spawned job was offered once and ran.
             assert_eq!(l.offers_of(key_of(&Fib(15))), 8);
             assert_eq!(st.total.lookups_handed_over, 8, "{st}");
-            assert_eq!(st.total.lookups, offered_below(20, &[15]), "{st}");
+            assert_eq!(
+                st.total.lookups,
+                offered_within(20, usize::MAX, &[15], &[]),
+                "{st}"
+            );
             assert_eq!(l.offers() as u64, st.total.lookups);
             // No inlining in redo mode: every job got a record and an offer.
             assert_eq!(st.total.inlined, 0, "{st}");
@@ -304,11 +323,15 @@ fn a_lookup_that_gives_the_job_back_gets_it_computed_in_redo_mode() {
             let st = s.stats();
             assert_eq!(stop_completer(&l, completer), 8);
             // Each Fib(15) was offered once (not again once given back), and its
-            // subtree ran in redo mode: its children were offered too.
+            // subtree ran in redo mode as a redone job: its children were offered
+            // too, down to the redo depth below it (not below the root).
             assert_eq!(l.offers_of(key_of(&Fib(15))), 8);
-            assert_eq!(st.total.lookups, offered_below(20, &[]), "{st}");
+            assert_eq!(
+                st.total.lookups,
+                offered_within(20, DEFAULT_REDO_DEPTH, &[], &[15]),
+                "{st}"
+            );
             assert_eq!(st.total.lookups_handed_over, 8, "{st}");
-            assert_eq!(st.total.inlined, 0, "{st}");
             l.check();
         }
     })
@@ -400,7 +423,9 @@ fn a_job_stolen_from_a_redone_root_is_marked_and_offered_when_given_back() {
         let st = s.stats();
         assert_eq!(
             st.total.lookups,
-            2 + offered_below(18, &[15]) + offered_below(17, &[15]),
+            // Both at depth 1 below the redone root.
+            2 + offered_within(18, DEFAULT_REDO_DEPTH - 1, &[15], &[])
+                + offered_within(17, DEFAULT_REDO_DEPTH - 1, &[15], &[]),
             "{st}"
         );
         l.check();

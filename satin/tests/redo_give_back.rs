@@ -285,7 +285,13 @@ impl ResultLookup for Swapper {
 fn a_lookup_that_returns_another_job() {
     bounded(|| {
         for workers in [1, 2] {
-            let s = Satin::builder().workers(workers).build().unwrap();
+            // Unbounded, so that every job is offered (the depth of the jobs given
+            // back would otherwise decide how many).
+            let s = Satin::builder()
+                .workers(workers)
+                .redo_depth(usize::MAX)
+                .build()
+                .unwrap();
             let l = Arc::new(Swapper::default());
             s.set_result_lookup(l.clone());
             s.set_redo_roots(true);

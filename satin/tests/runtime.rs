@@ -321,3 +321,12 @@ fn many_runs_and_large_jobs() {
         }
     })
 }
+
+#[test]
+fn more_workers_than_a_record_can_name_is_a_config_error() {
+    match Satin::builder().workers(satin::MAX_WORKERS + 1).build() {
+        Err(satin::SatinError::Config(m)) => assert!(m.contains("workers"), "{m}"),
+        Err(e) => panic!("another error: {e}"),
+        Ok(_) => panic!("built with more than MAX_WORKERS workers"),
+    }
+}

@@ -3,10 +3,11 @@
 
 use super::frame::Frame;
 use super::record::{
-    owner_index, owner_redone, JobRef, Record, DONE, LOCAL, PANICKED, PUBLISHED, STOLEN,
+    owner_depth, owner_index, owner_redone, JobRef, Record, DONE, LOCAL, MAX_WORKERS, PANICKED,
+    PUBLISHED, STOLEN,
 };
 use super::record_pool::RecordPool;
-use crate::runtime::{Injected, ResultLookup, Shared};
+use crate::runtime::{Injected, Rerun, ResultLookup, Shared};
 use crate::stats::LocalStats;
 use crate::Job;
 use crossbeam_deque::{Steal, Worker};
@@ -35,11 +36,13 @@ pub struct Ctx {
     /// Whether another thread may steal from this worker (so one job is kept
     /// published); refreshed from `Shared` whenever the worker takes outside work.
     pub(super) thieves: bool,
-    /// Whether the job running now runs in redo mode (see [`super::redo`]). Constant
-    /// while a job runs its own code: every nested run that changes it restores it.
+    /// Whether the job running now runs in redo mode (see [`super::redo`]): its
+    /// spawns are marked. Constant while a job runs its own code: every nested run
+    /// that changes it restores it. Always `owner_redone(owner_tag)`.
     pub(super) redo: bool,
     /// The owner word spawns write into their records: the worker index, with
-    /// `REDO_BIT` in redo mode (so the mark costs a spawn nothing).
+    /// `REDO_BIT` and the children's depth in redo mode (so the mark costs a spawn
+    /// nothing; see `Ctx::tag_below`).
     pub(super) owner_tag: u32,
     /// Spawns run inline once this many private jobs wait.
     pub(super) inline_depth: usize,
@@ -66,9 +69,9 @@ pub struct Ctx {
 
 impl Ctx {
     pub(crate) fn new(worker: usize, deque: Worker<JobRef>, shared: Arc<Shared>) -> Ctx {
-        // The top bit of a record's owner word is the redo mark (a Vec of 2^31
-        // stealers could not be allocated anyway).
-        debug_assert!(owner_index(worker as u32) == worker);
+        // The upper bits of a record's owner word are the redo mark and depth; the
+        // builder allows at most MAX_WORKERS workers.
+        debug_assert!(worker < MAX_WORKERS && owner_index(worker as u32) == worker);
         Ctx {
             worker,
             deque,
@@ -260,7 +263,7 @@ impl Ctx {
                     match self.shared.stealers[v].steal() {
                         Steal::Success(j) => {
                             self.stats.steal_successes += 1;
-                            found = Some(Injected::Record(j));
+                            found = Some(Injected::Record(j, Rerun::AsMarked));
                             break 'victims;
                         }
                         Steal::Retry => continue,
@@ -297,13 +300,7 @@ impl Ctx {
             .map(|k| (first + k) % n)
             .filter(|&v| v != self.worker)
             .find_map(|v| self.shared.inboxes[v].take_oldest())
-            .map(|g| {
-                if g.redone {
-                    Injected::Redo(g.job)
-                } else {
-                    Injected::Record(g.job)
-                }
-            })
+            .map(|g| Injected::Record(g.job, g.rerun))
     }
 
     /// Takes a record of frame `frame` given back to this worker (by the result lookup
@@ -326,7 +323,7 @@ impl Ctx {
         };
         if run {
             self.set_hungry(false);
-            self.execute_stolen(g.job, g.redone);
+            self.execute_stolen(g.job, g.rerun);
         } else {
             // SAFETY: a record of our frame `frame`, live while the frame waits (I3);
             // given back through our inbox, whose lock ordered the giver's last access
@@ -356,13 +353,14 @@ impl Ctx {
     pub(crate) fn execute(&mut self, w: Injected) {
         self.thieves = self.shared.has_thieves();
         match w {
-            Injected::Record(j) => self.execute_stolen(j, false),
-            Injected::Redo(j) => self.execute_stolen(j, true),
+            Injected::Record(j, rerun) => self.execute_stolen(j, rerun),
             Injected::Task { run, redo } => {
                 if redo {
                     self.stats.redo_jobs += 1;
                 }
-                self.with_redo(redo, run);
+                // A redone root or wire job is at depth 0 of its redone subtree.
+                let tag = self.tag_below(redo.then_some(0));
+                self.with_tag(tag, run);
                 self.release_deferred();
             }
         }
@@ -389,22 +387,21 @@ impl Ctx {
     /// mark. (Whether it ran here does not matter: the waiting sync checks states.)
     pub(super) fn run_own_any(&mut self, j: JobRef) {
         // SAFETY: popped from our own stack or deque: live (I3); `owner` is immutable.
-        let marked = owner_redone(unsafe { (*j.0.as_ptr()).owner });
-        self.with_redo(marked, |ctx| {
-            if marked {
-                ctx.run_local_redo(j);
-            } else {
-                ctx.run_local(j);
-            }
-        })
+        if owner_redone(unsafe { (*j.0.as_ptr()).owner }) {
+            // Offered, then run in the mode of its depth.
+            self.run_local_redo(j);
+        } else {
+            self.with_tag(self.worker as u32, |ctx| ctx.run_local(j));
+        }
     }
 
     /// Runs a record that was stolen from another worker or given back by the
     /// external stealer or the result lookup; a panic is caught and handed to the
-    /// parent. It runs in redo mode if it carries the redo mark or `redone` (given back
-    /// to be redone); a marked record that is not `redone` is first offered to the
-    /// result lookup, which may take it.
-    pub(crate) fn execute_stolen(&mut self, j: JobRef, redone: bool) {
+    /// parent. It runs in redo mode at the depth of its mark if it carries one, or at
+    /// depth 0 (a redone job) if `rerun` says it was given back to be redone; a marked
+    /// record is first offered to the result lookup unless `rerun` says it was
+    /// offered already or is redone.
+    pub(crate) fn execute_stolen(&mut self, j: JobRef, rerun: Rerun) {
         let r = j.0;
         // (A record given back by the external stealer may be picked up by its own
         // worker while its frame is suspended below on this stack: that is fine.)
@@ -417,13 +414,19 @@ impl Ctx {
         let word = unsafe { (*r.as_ptr()).owner };
         let owner = owner_index(word);
         let marked = owner_redone(word);
-        let redo = redone || marked;
-        let was = self.redo;
-        if redo != was {
-            self.set_redo(redo);
+        let (offer, depth) = match rerun {
+            Rerun::AsMarked => (marked, marked.then(|| owner_depth(word))),
+            Rerun::Offered => (false, marked.then(|| owner_depth(word))),
+            Rerun::Redone => (false, Some(0)),
+        };
+        let redo = depth.is_some();
+        let tag = self.tag_below(depth);
+        let was = self.owner_tag;
+        if tag != was {
+            self.set_tag(tag);
         }
         let res = panic::catch_unwind(AssertUnwindSafe(|| {
-            if marked && !redone {
+            if offer {
                 // SAFETY: we hold the slot (I2) of the live, unrun record.
                 if unsafe { self.offer(j) }.is_none() {
                     return false;
@@ -436,8 +439,8 @@ impl Ctx {
             unsafe { run(r, self) };
             true
         }));
-        if redo != was {
-            self.set_redo(was);
+        if tag != was {
+            self.set_tag(was);
         }
         self.release_deferred();
         let done = match res {

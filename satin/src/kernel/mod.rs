@@ -32,8 +32,9 @@
 //!   on one thread, and a frame never returns (not even by unwinding) while one of its
 //!   children is still running elsewhere, so a thief's pointer stays valid.
 //! - Redo mode (fault tolerance): a worker that runs a redone job does not inline, marks
-//!   the records it spawns, and offers each marked record to the installed result
-//!   lookup before running it; a record the lookup takes is held like a job the
+//!   the records it spawns (down to the redo depth below the redone job; the depth is
+//!   in the mark), and offers each marked record to the installed result lookup before
+//!   running it; a record the lookup takes is held like a job the
 //!   external stealer took. A job given back goes to its owner's inbox, where the
 //!   frame waiting for it takes it first (also when the frame unwinds). Outside redo mode the only cost is one test of a flag of
 //!   the context per sync that has children ([`redo`]).
@@ -89,5 +90,5 @@ mod stolen;
 pub use ctx::Ctx;
 pub use frame::{Frame, Spawned, Synced};
 pub(crate) use record::JobRef;
-pub use record::INLINE_BYTES;
+pub use record::{INLINE_BYTES, MAX_REDO_DEPTH, MAX_WORKERS};
 pub use stolen::StolenJob;

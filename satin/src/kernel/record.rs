@@ -52,13 +52,33 @@ pub(super) struct VTable {
 }
 
 /// The bit of [`Record::owner`] that marks a record spawned by a job running in redo
-/// mode (see [`super::redo`]); the other bits are the owner's worker index.
+/// mode (see [`super::redo`]). Below it: the record's depth in its redone subtree
+/// ([`DEPTH_SHIFT`]), then the owner's worker index ([`WORKER_BITS`] bits).
 pub(super) const REDO_BIT: u32 = 1 << 31;
+
+/// Bits of the owner word that hold the owner's worker index (the low ones).
+pub(super) const WORKER_BITS: u32 = 16;
+
+/// The most workers one Satin instance may have: worker indices fit in
+/// [`WORKER_BITS`] bits of the owner word.
+pub const MAX_WORKERS: usize = 1 << WORKER_BITS;
+
+/// Where the depth of a marked record starts in its owner word (the bits between the
+/// worker index and [`REDO_BIT`]).
+const DEPTH_SHIFT: u32 = WORKER_BITS;
+
+/// The largest depth a marked record carries; deeper records carry it too (it only
+/// matters when the redo depth is unbounded, see [`MAX_REDO_DEPTH`]).
+pub(super) const MAX_DEPTH: u32 = (REDO_BIT >> DEPTH_SHIFT) - 1;
+
+/// [`SatinBuilder::redo_depth`](crate::SatinBuilder::redo_depth)s from this one up
+/// mean "unbounded" (the depth in an owner word saturates there).
+pub const MAX_REDO_DEPTH: usize = MAX_DEPTH as usize;
 
 /// The worker index in a record's owner word.
 #[inline(always)]
 pub(super) const fn owner_index(owner: u32) -> usize {
-    (owner & !REDO_BIT) as usize
+    (owner & (MAX_WORKERS as u32 - 1)) as usize
 }
 
 /// Whether a record's owner word carries the redo mark.
@@ -67,14 +87,30 @@ pub(super) const fn owner_redone(owner: u32) -> bool {
     owner & REDO_BIT != 0
 }
 
+/// The depth of a marked record below its redone job (1 for the redone job's
+/// children), from its owner word; 0 for an unmarked record.
+#[inline(always)]
+pub(super) const fn owner_depth(owner: u32) -> u32 {
+    (owner & !REDO_BIT) >> DEPTH_SHIFT
+}
+
+/// The owner word of a record that worker `worker` spawns at `depth` (at least 1,
+/// saturated at [`MAX_DEPTH`]) of a redone subtree.
+#[inline(always)]
+pub(super) const fn marked_owner(worker: usize, depth: u32) -> u32 {
+    let d = if depth > MAX_DEPTH { MAX_DEPTH } else { depth };
+    REDO_BIT | (d << DEPTH_SHIFT) | worker as u32
+}
+
 /// An invocation record (Satin's term): one spawned job, its result slot and state.
 #[repr(C)]
 pub(crate) struct Record {
     pub(super) state: AtomicU32,
-    /// Index of the worker whose frame spawned it (whose thread waits for it), with
-    /// [`REDO_BIT`] set if that frame's job ran in redo mode. Written at spawn (the
-    /// spawning worker's `Ctx::owner_tag`, one load as before the mark existed) and
-    /// immutable after.
+    /// Index of the worker whose frame spawned it (whose thread waits for it) in the
+    /// low [`WORKER_BITS`]; if that frame's job ran in redo mode and the record is at
+    /// most the redo depth below its redone job, also [`REDO_BIT`] and that depth
+    /// (see [`marked_owner`]). Written at spawn (the spawning worker's
+    /// `Ctx::owner_tag`, one load as before the mark existed) and immutable after.
     pub(super) owner: u32,
     /// Id of the spawning frame, unique per worker.
     pub(super) frame_id: u64,
@@ -266,4 +302,27 @@ impl<J: Job> VTableOf<J> {
         complete_wire: vt_complete_wire::<J>,
         name: vt_name::<J>,
     };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_owner_word_holds_worker_mark_and_depth_apart() {
+        let last = MAX_WORKERS - 1;
+        for (worker, depth) in [(0, 1), (last, 1), (7, 12), (last, MAX_DEPTH)] {
+            let w = marked_owner(worker, depth);
+            assert_eq!(owner_index(w), worker);
+            assert!(owner_redone(w));
+            assert_eq!(owner_depth(w), depth);
+        }
+        // Deeper than MAX_DEPTH saturates; the worker index is untouched.
+        let w = marked_owner(last, MAX_DEPTH + 5);
+        assert_eq!((owner_index(w), owner_depth(w)), (last, MAX_DEPTH));
+        // An unmarked word is the worker index alone.
+        assert_eq!(owner_index(last as u32), last);
+        assert!(!owner_redone(last as u32));
+        assert_eq!(owner_depth(last as u32), 0);
+    }
 }

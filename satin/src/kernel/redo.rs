@@ -3,19 +3,29 @@
 //!
 //! A worker is in redo mode while it runs a job that must be redone after a failure:
 //! a record given back with [`StolenJob::give_back_redo`], a wire job run with
-//! `redone`, a root job while `Satin::set_redo_roots` is on, or a record that carries
-//! the redo mark. The mode is a flag of [`Ctx`], constant while a job runs its own
-//! code: every nested run that needs another mode switches it and restores it after,
-//! also when the nested run unwinds.
+//! `redone`, a root job while `Satin::set_redo_roots` is on (these are the redone
+//! jobs, at depth 0), or a record that carries the redo mark (at the depth in the
+//! mark). The mode is the owner word of [`Ctx`] (`Ctx::owner_tag`, with the flag
+//! `Ctx::redo` beside it), constant while a job runs its own code: every nested run
+//! that needs another mode or depth switches it and restores it after, also when the
+//! nested run unwinds (`Ctx::with_tag`, or the explicit restore of
+//! `Ctx::execute_stolen`, which catches the unwinding).
+//!
+//! The depth bound: a job at depth `d` of a redone subtree runs in redo mode only if
+//! its children, at `d + 1`, are at most `SatinBuilder::redo_depth` deep
+//! (`Ctx::tag_below`); otherwise it runs in normal mode, and so does everything below
+//! it. A job at the bound was marked and offered itself, but spawns like any job.
 //!
 //! In redo mode:
 //! - spawns are never inlined (`inline_at` is `usize::MAX`), so every child gets a
 //!   record and a lookup; `Frame::spawn` is unchanged;
-//! - spawns write the redo mark into their records (the top bit of the owner word,
-//!   taken from `Ctx::owner_tag`, so a spawn does not test the mode), so that whoever
-//!   runs a record knows its mode: the owner at its sync, a local thief, or the
-//!   external stealer ([`StolenJob::is_redone`]), which sends the mark with the job so
-//!   that a thief in another process runs it in redo mode too;
+//! - spawns write the redo mark and their depth into their records (the top bit and
+//!   the 15 bits below it of the owner word, precomputed in `Ctx::owner_tag` when
+//!   the job started, so a spawn does not test the mode), so that whoever runs a
+//!   record knows its mode and depth: the owner at its sync, a local thief, or the
+//!   external stealer ([`StolenJob::is_redone`]), which sends the mark with the job
+//!   so that a thief in another process runs it in redo mode too (from depth 0
+//!   there: the depth is not sent);
 //! - before a marked record runs (popped by its frame's sync, or stolen by another
 //!   worker), the worker computes its key and asks the lookup (only if a lookup is
 //!   installed and `active()`, and the job type is remote-capable). A lookup that
@@ -32,10 +42,11 @@
 //!   `Satin::set_result_lookup` changed it (a generation counter).
 //!
 //! Outside redo mode none of this runs: the fault-free path pays one test of the
-//! mode flag per sync that has children, and nothing per spawn.
+//! mode flag per sync that has children, and nothing per spawn (the owner word it
+//! writes is the worker index, as without redo mode).
 
 use super::ctx::Ctx;
-use super::record::{JobRef, LOCAL, REDO_BIT};
+use super::record::{marked_owner, owner_depth, owner_redone, JobRef, LOCAL};
 use super::stolen::{OfferToken, StolenJob};
 use satin_core::JobKey;
 use std::panic::{self, AssertUnwindSafe};
@@ -43,16 +54,34 @@ use std::sync::atomic::Ordering;
 
 impl Ctx {
     /// Whether the job running now runs in redo mode (see
-    /// [`ResultLookup`](crate::ResultLookup)).
+    /// [`ResultLookup`](crate::ResultLookup)): the jobs it spawns are marked, get
+    /// records (no inlining) and are offered to the result lookup before they run.
+    /// `false` outside a redone subtree, and for a job of one that is
+    /// [`SatinBuilder::redo_depth`](crate::SatinBuilder::redo_depth) below its redone
+    /// job (it was offered itself, but its children are beyond the depth).
     pub fn in_redo_mode(&self) -> bool {
         self.redo
     }
 
-    /// Switches the mode; adaptive inlining is off in redo mode.
-    pub(super) fn set_redo(&mut self, on: bool) {
-        self.redo = on;
-        self.owner_tag = self.worker as u32 | if on { REDO_BIT } else { 0 };
-        self.inline_depth = if on {
+    /// The owner word for the children of a job that runs at `depth` of a redone
+    /// subtree (0: the redone job itself), or outside one (`None`): marked with
+    /// their depth while that is at most the redo depth, else the plain worker index
+    /// (normal mode).
+    #[inline]
+    pub(super) fn tag_below(&self, depth: Option<u32>) -> u32 {
+        match depth {
+            // `redo_depth` is u32::MAX when unbounded: greater than any depth.
+            Some(d) if d < self.shared.redo_depth => marked_owner(self.worker, d + 1),
+            _ => self.worker as u32,
+        }
+    }
+
+    /// Switches the mode to the one whose spawns write owner word `tag` (see
+    /// [`Ctx::tag_below`]): redo mode, with adaptive inlining off, if it is marked.
+    pub(super) fn set_tag(&mut self, tag: u32) {
+        self.owner_tag = tag;
+        self.redo = owner_redone(tag);
+        self.inline_depth = if self.redo {
             usize::MAX
         } else {
             self.shared.inline_depth
@@ -61,22 +90,23 @@ impl Ctx {
         self.set_private_base(self.private_base);
     }
 
-    /// Runs `f` in redo mode `on`, then restores the mode (also when `f` unwinds).
+    /// Runs `f` in the mode of owner word `tag` (see [`Ctx::set_tag`]), then restores
+    /// the mode (also when `f` unwinds).
     #[inline]
-    pub(crate) fn with_redo<R>(&mut self, on: bool, f: impl FnOnce(&mut Ctx) -> R) -> R {
-        if self.redo == on {
+    pub(crate) fn with_tag<R>(&mut self, tag: u32, f: impl FnOnce(&mut Ctx) -> R) -> R {
+        if self.owner_tag == tag {
             return f(self);
         }
-        self.with_redo_switched(on, f)
+        self.with_tag_switched(tag, f)
     }
 
     #[cold]
     #[inline(never)]
-    fn with_redo_switched<R>(&mut self, on: bool, f: impl FnOnce(&mut Ctx) -> R) -> R {
-        let was = self.redo;
-        self.set_redo(on);
+    fn with_tag_switched<R>(&mut self, tag: u32, f: impl FnOnce(&mut Ctx) -> R) -> R {
+        let was = self.owner_tag;
+        self.set_tag(tag);
         let r = panic::catch_unwind(AssertUnwindSafe(|| f(self)));
-        self.set_redo(was);
+        self.set_tag(was);
         r.unwrap_or_else(|p| panic::resume_unwind(p))
     }
 
@@ -98,10 +128,18 @@ impl Ctx {
         unsafe { (*j.0.as_ptr()).state.store(LOCAL, Ordering::Relaxed) };
         self.stats.redo_jobs += 1;
         let r = j.0;
-        // SAFETY: live (I3); the vtable is immutable.
-        let run = unsafe { (*r.as_ptr()).vtable.run };
-        // SAFETY: we hold the slot (I2); the vtable is the record's own (I5).
-        unsafe { run(r, self) };
+        // SAFETY: live (I3); the vtable and owner word are immutable, and a shared
+        // reference is sound (the slot is an `UnsafeCell`, the state atomic); it is
+        // not used once the job runs.
+        let rec = unsafe { &*r.as_ptr() };
+        let (run, word) = (rec.vtable.run, rec.owner);
+        // It runs one level deeper than its parent: its own children are marked
+        // only while within the redo depth.
+        let tag = self.tag_below(Some(owner_depth(word)));
+        self.with_tag(tag, |ctx| {
+            // SAFETY: we hold the slot (I2); the vtable is the record's own (I5).
+            unsafe { run(r, ctx) }
+        });
         true
     }
 

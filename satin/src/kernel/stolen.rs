@@ -5,7 +5,7 @@
 
 use super::record::{owner_index, owner_redone, JobRef, Record, DONE, PANICKED, STOLEN};
 use crate::error::SatinError;
-use crate::runtime::{GivenBack, Shared};
+use crate::runtime::{GivenBack, Rerun, Shared};
 use satin_core::JobKey;
 use std::ptr::NonNull;
 use std::sync::atomic::Ordering;
@@ -103,7 +103,9 @@ impl StolenJob {
     }
 
     /// Whether the job belongs to a redone subtree: it was spawned by a job running in
-    /// redo mode (see [`ResultLookup`](crate::ResultLookup)). A job sent to another
+    /// redo mode (see [`ResultLookup`](crate::ResultLookup)), at most
+    /// [`SatinBuilder::redo_depth`](crate::SatinBuilder::redo_depth) levels below the
+    /// redone job (deeper jobs are not marked). A job sent to another
     /// process must carry this mark, and run there in redo mode
     /// ([`Satin::execute_wire_job`](crate::Satin::execute_wire_job) with `redone`).
     pub fn is_redone(&self) -> bool {
@@ -172,9 +174,11 @@ impl StolenJob {
     }
 
     /// Returns the job to the pool to be redone: a local worker runs it in redo mode,
-    /// so every job it spawns is first offered to the result lookup (the job itself is
-    /// not). For a job given to a process that died, and for a job a result lookup
-    /// took and cannot complete.
+    /// as the redone job of a new redone subtree (depth 0), so every job it spawns down
+    /// to [`SatinBuilder::redo_depth`](crate::SatinBuilder::redo_depth) levels below
+    /// it is first offered to the result lookup (the job itself is not). For a job
+    /// given to a process that died, and for a job a result lookup took and cannot
+    /// complete.
     pub fn give_back_redo(mut self) {
         self.push_back(true);
     }
@@ -192,7 +196,13 @@ impl StolenJob {
             let g = GivenBack {
                 job: j,
                 frame,
-                redone: redo || self.offer.is_some(),
+                rerun: if redo {
+                    Rerun::Redone
+                } else if self.offer.is_some() {
+                    Rerun::Offered
+                } else {
+                    Rerun::AsMarked
+                },
             };
             self.shared.give_back_to(owner_index(owner), g);
         }

@@ -7,7 +7,7 @@ use super::worker::worker_main;
 use super::Satin;
 use crate::dist::DistConfig;
 use crate::error::SatinError;
-use crate::kernel::Ctx;
+use crate::kernel::{Ctx, MAX_WORKERS};
 use crate::wire::JobRegistry;
 use crate::Job;
 use satin_core::Policy;
@@ -16,12 +16,27 @@ use std::time::Duration;
 /// The default of [`SatinBuilder::inline_depth`].
 pub const DEFAULT_INLINE_DEPTH: usize = 4;
 
+/// The default of [`SatinBuilder::redo_depth`]: 12 levels below a redone job.
+///
+/// Saved results are only ever results of jobs that crossed processes (stolen jobs
+/// and orphans), and thieves take their victims' oldest, i.e. shallowest, jobs, so
+/// those results sit a few levels below the redone job: the splits of a binary
+/// divide-and-conquer tree among the pool happen in its top `log2(workers)` levels
+/// plus a few for later steals, and 12 levels hold 4096 subtrees. A bound of 12 keeps
+/// the cost of a redo to at most 2^13 - 2 = 8190 lookups below a binary redone job
+/// (satin-bench's `satin.redo.*` figures), where an unbounded redo of a fine-grained
+/// program offers every call (millions of lookups). A saved result deeper than the
+/// bound is recomputed: the bound costs reuse, never correctness.
+pub const DEFAULT_REDO_DEPTH: usize = 12;
+
 /// Every setting of a Satin instance, resolved: the defaults, with the environment
 /// layer and the builder's settings applied on top.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Config {
     /// See [`SatinBuilder::inline_depth`].
     pub(crate) inline_depth: usize,
+    /// See [`SatinBuilder::redo_depth`].
+    pub(crate) redo_depth: usize,
     /// The settings of the distributed layer.
     pub(crate) dist: DistConfig,
 }
@@ -30,6 +45,7 @@ impl Default for Config {
     fn default() -> Self {
         Config {
             inline_depth: DEFAULT_INLINE_DEPTH,
+            redo_depth: DEFAULT_REDO_DEPTH,
             dist: DistConfig::default(),
         }
     }
@@ -37,14 +53,15 @@ impl Default for Config {
 
 /// Configures and starts a [`Satin`] instance.
 ///
-/// Settings that the environment may also give (`SATIN_INLINE_DEPTH`, `SATIN_POLICY`,
-/// `SATIN_STEAL_BACKOFF_US`, see [`crate::env`]) are taken from the builder when set
+/// Settings that the environment may also give (`SATIN_INLINE_DEPTH`,
+/// `SATIN_REDO_DEPTH`, `SATIN_POLICY`, `SATIN_STEAL_BACKOFF_US`, see [`crate::env`]) are taken from the builder when set
 /// here, else from the environment, else from their defaults;
 /// [`SatinBuilder::use_env`]`(false)` ignores the environment.
 #[derive(Debug)]
 pub struct SatinBuilder {
     workers: Option<usize>,
     inline_depth: Option<usize>,
+    redo_depth: Option<usize>,
     policy: Option<Policy>,
     steal_backoff: Option<Duration>,
     join_timeout: Option<Duration>,
@@ -63,6 +80,7 @@ impl Default for SatinBuilder {
         SatinBuilder {
             workers: None,
             inline_depth: None,
+            redo_depth: None,
             policy: None,
             steal_backoff: None,
             join_timeout: None,
@@ -79,7 +97,9 @@ impl Default for SatinBuilder {
 }
 
 impl SatinBuilder {
-    /// Number of worker threads (default: `std::thread::available_parallelism`).
+    /// Number of worker threads (default: `std::thread::available_parallelism`), at
+    /// most [`MAX_WORKERS`](crate::MAX_WORKERS) (more is a [`SatinError::Config`] when
+    /// the instance is built).
     pub fn workers(mut self, n: usize) -> Self {
         self.workers = Some(n.max(1));
         self
@@ -93,6 +113,22 @@ impl SatinBuilder {
     /// [`DEFAULT_INLINE_DEPTH`] (environment: `SATIN_INLINE_DEPTH`).
     pub fn inline_depth(mut self, depth: usize) -> Self {
         self.inline_depth = Some(depth);
+        self
+    }
+
+    /// Bounds redo mode by depth (fault tolerance, see
+    /// [`ResultLookup`](crate::ResultLookup)): the jobs spawned in a redone subtree
+    /// down to `depth` levels below the redone job (its children are at depth 1) are
+    /// marked, get records and are offered to the result lookup before they run;
+    /// deeper jobs run in normal mode (adaptive inlining on, no offers), so a saved
+    /// result deeper than that is recomputed. The redone job is a root restarted by a
+    /// new master, a job given back to be redone, or a redone job that came from
+    /// another process (whose depth starts at 0 again there). `0` offers nothing;
+    /// [`MAX_REDO_DEPTH`](crate::MAX_REDO_DEPTH) or more (`usize::MAX`) means no bound.
+    /// Default: [`DEFAULT_REDO_DEPTH`], which says why (environment:
+    /// `SATIN_REDO_DEPTH`).
+    pub fn redo_depth(mut self, depth: usize) -> Self {
+        self.redo_depth = Some(depth);
         self
     }
 
@@ -194,6 +230,9 @@ impl SatinBuilder {
         if let Some(d) = self.inline_depth {
             c.inline_depth = d;
         }
+        if let Some(d) = self.redo_depth {
+            c.redo_depth = d;
+        }
         if let Some(p) = self.policy {
             c.dist.policy = p;
         }
@@ -237,8 +276,13 @@ impl SatinBuilder {
                 .map(|n| n.get())
                 .unwrap_or(1)
         });
+        if n > MAX_WORKERS {
+            return Err(SatinError::Config(format!(
+                "{n} workers: at most {MAX_WORKERS} (worker indices fill 16 bits of a job record)"
+            )));
+        }
         let registry = self.registry.unwrap_or_else(JobRegistry::from_inventory);
-        let (shared, deques) = Shared::new(n, registry, config.inline_depth);
+        let (shared, deques) = Shared::new(n, registry, config.inline_depth, config.redo_depth);
         let mut handles = Vec::with_capacity(n);
         for (i, d) in deques.into_iter().enumerate() {
             let sh = shared.clone();

@@ -21,9 +21,23 @@ pub(crate) struct GivenBack {
     pub(crate) job: JobRef,
     /// The id of the record's frame (unique per worker).
     pub(crate) frame: u64,
-    /// Whether it runs in redo mode without being offered to the result lookup
-    /// (given back to be redone, or given back by the lookup it was offered to).
-    pub(crate) redone: bool,
+    /// How it runs once taken.
+    pub(crate) rerun: Rerun,
+}
+
+/// How a record taken from an inbox (or stolen) runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Rerun {
+    /// As its mark says: in normal mode if unmarked; if marked, offered to the result
+    /// lookup first, then run in redo mode at the depth of its mark (a stolen record,
+    /// or one the external stealer gave back unsent).
+    AsMarked,
+    /// In the mode of its mark, not offered again (the result lookup was offered it
+    /// and gave it back with [`StolenJob::give_back`](crate::StolenJob::give_back)).
+    Offered,
+    /// In redo mode as a redone job, at depth 0 of a new redone subtree, not offered
+    /// ([`StolenJob::give_back_redo`](crate::StolenJob::give_back_redo)).
+    Redone,
 }
 
 /// The records given back to one worker.

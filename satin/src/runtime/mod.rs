@@ -11,8 +11,8 @@ mod stealer;
 mod worker;
 
 pub(crate) use builder::Config;
-pub use builder::{SatinBuilder, DEFAULT_INLINE_DEPTH};
-pub(crate) use inbox::GivenBack;
+pub use builder::{SatinBuilder, DEFAULT_INLINE_DEPTH, DEFAULT_REDO_DEPTH};
+pub(crate) use inbox::{GivenBack, Rerun};
 pub use lookup::ResultLookup;
 pub(crate) use shared::{Injected, Shared};
 pub use stealer::ExternalStealer;

@@ -20,15 +20,10 @@ type Panic = Box<dyn Any + Send>;
 
 /// Work that enters a worker from outside its own deque.
 pub(crate) enum Injected {
-    /// A record stolen from a deque, or given back unrun by the external stealer
-    /// (taken from an inbox); it runs in redo mode if it carries the redo mark (and is
-    /// offered to the result lookup first).
-    Record(JobRef),
-    /// A record given back to run in redo mode (taken from an inbox:
-    /// [`StolenJob::give_back_redo`](crate::StolenJob::give_back_redo), or a record
-    /// the result lookup was offered and gave back): it runs in redo mode without
-    /// being offered to the lookup (again).
-    Redo(JobRef),
+    /// A record stolen from a deque (`Rerun::AsMarked`), or taken from an inbox
+    /// (given back by the external stealer or the result lookup), run as `Rerun`
+    /// says.
+    Record(JobRef, super::Rerun),
     /// A root job or a job that came from the wire, run in redo mode if `redo`.
     Task {
         run: Box<dyn FnOnce(&mut Ctx) + Send>,
@@ -60,6 +55,10 @@ pub(crate) struct Shared {
     pub(super) idle_hook: OnceLock<IdleHook>,
     /// Spawns run inline once a worker holds this many unstarted jobs.
     pub(crate) inline_depth: usize,
+    /// Jobs of a redone subtree down to this depth below the redone job are marked
+    /// and offered to the result lookup (`u32::MAX`: unbounded; see
+    /// [`crate::SatinBuilder::redo_depth`]).
+    pub(crate) redo_depth: u32,
     /// Whether anyone may steal: several workers, or an external stealer exists.
     /// Workers keep one job published on their deque only then.
     pub(super) thieves: AtomicBool,
@@ -78,6 +77,7 @@ impl Shared {
         workers: usize,
         registry: JobRegistry,
         inline_depth: usize,
+        redo_depth: usize,
     ) -> (Arc<Shared>, Vec<Worker<JobRef>>) {
         let deques: Vec<Worker<JobRef>> = (0..workers).map(|_| Worker::new_lifo()).collect();
         let shared = Arc::new(Shared {
@@ -97,6 +97,12 @@ impl Shared {
             idle_hook: OnceLock::new(),
             thieves: AtomicBool::new(workers > 1),
             inline_depth,
+            // Depths in owner words saturate at MAX_REDO_DEPTH: from there on, no bound.
+            redo_depth: if redo_depth >= crate::kernel::MAX_REDO_DEPTH {
+                u32::MAX
+            } else {
+                redo_depth as u32
+            },
             lookup: RwLock::new(None),
             lookup_gen: AtomicU64::new(0),
             redo_roots: AtomicBool::new(false),

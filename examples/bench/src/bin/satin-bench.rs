@@ -2,7 +2,7 @@
 //! against `rayon::join` measured in the same run, with the same loop shapes.
 //!
 //! ```text
-//! satin-bench [--iters N] [--fib N] [--repeat R]
+//! satin-bench [--iters N] [--fib N] [--redo-fib N] [--repeat R]
 //! ```
 //!
 //! Everything runs on ONE worker thread (a Satin pool with `workers(1)`, a rayon pool
@@ -29,14 +29,25 @@
 //!   `ibis_apps::fib::Fib`'s small inlinable `run` that tests the base case before
 //!   calling the spawning part: the price of that layout, which the compiler does not
 //!   find by itself (it saves six registers in every call, leaves included).
+//! - `satin.redo.fib<N>.*` (N = `--redo-fib`): the cost of a redo after a crash. The
+//!   root fib(N) runs redone (`set_redo_roots(true)`) with a result lookup that is
+//!   active but never hits, so every job the redo offers costs its serialization,
+//!   key (SHA-256) and lookup and then runs anyway: `ratio` with the default
+//!   `redo_depth` (offers down to 12 levels below the root), `unbounded_ratio` with
+//!   `redo_depth(usize::MAX)` (every call offered, inlining off), both over the same
+//!   fib(N) run normally on the same kind of instance, alternating in each
+//!   repetition (medians of the per-repetition ratios); `lookups` and
+//!   `unbounded_lookups` are the offers of one run.
 
 #![forbid(unsafe_code)]
 
 use clap::Parser;
 use ibis_apps::fib::{fib_seq, Fib};
 use ibis_bench::{report, Figure};
-use satin::{Ctx, Job, Satin};
+use satin::satin_core::JobKey;
+use satin::{Ctx, Job, ResultLookup, Satin, StolenJob};
 use std::hint::black_box;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 struct Triv(u64);
@@ -107,6 +118,9 @@ struct Cli {
     /// The fib argument.
     #[arg(long = "fib", value_name = "N", default_value_t = 32)]
     fib: u32,
+    /// The fib argument of the redo figures (`satin.redo.fib<N>.*`).
+    #[arg(long = "redo-fib", value_name = "N", default_value_t = 30, value_parser = clap::value_parser!(u32).range(2..=40))]
+    redo_fib: u32,
     /// Repetitions (best of for the loops, median for the fib ratios).
     #[arg(long, value_name = "R", default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..))]
     repeat: u64,
@@ -130,11 +144,119 @@ impl Job for FibPlain {
     }
 }
 
+/// A result lookup that is active but never holds a result: each offer costs the
+/// job's key and a call, then the job runs where it was offered.
+struct NeverHits;
+impl ResultLookup for NeverHits {
+    fn active(&self) -> bool {
+        true
+    }
+    fn lookup(&self, key: JobKey, job: StolenJob) -> Result<(), StolenJob> {
+        black_box(key);
+        Err(job)
+    }
+}
+
+/// One worker that runs every root redone with a [`NeverHits`] lookup, offering jobs
+/// down to `depth` levels below the root.
+fn redoing(depth: usize) -> Satin {
+    let s = Satin::builder()
+        .workers(1)
+        .redo_depth(depth)
+        .build()
+        .expect("satin");
+    s.set_result_lookup(Arc::new(NeverHits));
+    s.set_redo_roots(true);
+    s
+}
+
+/// The `satin.redo.fib<rn>.*` figures (see the module doc): fib(rn) on `satin` (not
+/// redone), redone with the default depth, and redone unbounded, alternating within
+/// each repetition.
+#[inline(never)]
+fn redo_figures(satin: &Satin, rn: u32, repeat: usize) -> Vec<Figure> {
+    let (redo_default, redo_all) = (redoing(satin::DEFAULT_REDO_DEPTH), redoing(usize::MAX));
+    let fib_redo = |s: &Satin| {
+        s.run(Fib {
+            n: black_box(rn),
+            threshold: 0,
+        })
+    };
+    let mut redo_reps: Vec<[f64; 3]> = Vec::with_capacity(repeat);
+    for _ in 0..repeat.max(1) {
+        redo_reps.push([
+            best(1, || fib_redo(satin)).as_secs_f64(),
+            best(1, || fib_redo(&redo_default)).as_secs_f64(),
+            best(1, || fib_redo(&redo_all)).as_secs_f64(),
+        ]);
+    }
+    let redo_med = |f: &dyn Fn(&[f64; 3]) -> f64| {
+        let mut v: Vec<f64> = redo_reps.iter().map(f).collect();
+        v.sort_by(|a, b| a.total_cmp(b));
+        v[v.len() / 2]
+    };
+    let lookups_per_run = |s: &Satin| {
+        s.reset_stats();
+        assert_eq!(fib_redo(s), fib_seq(rn));
+        s.stats().total.lookups as f64
+    };
+    let (redo_lookups, redo_all_lookups) =
+        (lookups_per_run(&redo_default), lookups_per_run(&redo_all));
+    vec![
+        Figure {
+            name: format!("satin.redo.fib{rn}.normal_ms"),
+            value: redo_med(&|r| r[0]) * 1e3,
+            unit: "ms",
+            what: format!("satin fib({rn}), all spawn, 1 worker, not redone"),
+        },
+        Figure {
+            name: format!("satin.redo.fib{rn}.ms"),
+            value: redo_med(&|r| r[1]) * 1e3,
+            unit: "ms",
+            what: format!(
+                "fib({rn}) redone, lookup never hits, redo_depth {}",
+                satin::DEFAULT_REDO_DEPTH
+            ),
+        },
+        Figure {
+            name: format!("satin.redo.fib{rn}.ratio"),
+            value: redo_med(&|r| r[1] / r[0]),
+            unit: "x",
+            what: "redone (default redo_depth) / not redone".into(),
+        },
+        Figure {
+            name: format!("satin.redo.fib{rn}.lookups"),
+            value: redo_lookups,
+            unit: "jobs",
+            what: "offers to the lookup per redone run (default redo_depth)".into(),
+        },
+        Figure {
+            name: format!("satin.redo.fib{rn}.unbounded_ms"),
+            value: redo_med(&|r| r[2]) * 1e3,
+            unit: "ms",
+            what: format!("fib({rn}) redone, lookup never hits, redo_depth unbounded"),
+        },
+        Figure {
+            name: format!("satin.redo.fib{rn}.unbounded_ratio"),
+            value: redo_med(&|r| r[2] / r[0]),
+            unit: "x",
+            what: "redone (unbounded) / not redone".into(),
+        },
+        Figure {
+            name: format!("satin.redo.fib{rn}.unbounded_lookups"),
+            value: redo_all_lookups,
+            unit: "jobs",
+            what: "offers to the lookup per redone run (unbounded)".into(),
+        },
+    ]
+}
+
 fn main() {
     ipl_tools::init_tracing("warn");
     let Cli {
         iters,
         fib: n,
+        redo_fib: rn,
         repeat,
     } = Cli::parse();
     let repeat = usize::try_from(repeat).unwrap_or(usize::MAX);
@@ -202,12 +324,14 @@ fn main() {
         med(&|r| r[4] / r[0]),
         med(&|r| r[5] / r[0]),
     );
+    let redo_figs = redo_figures(&satin, rn, repeat);
+
     assert_eq!(satin.run(Fib { n, threshold: 0 }), fib_seq(n));
     assert_eq!(satin.run(FibPlain(n)), fib_seq(n));
     assert_eq!(queued.run(Fib { n, threshold: 0 }), fib_seq(n));
 
     let ns = |d: Duration| d.as_secs_f64() * 1e9 / iters as f64;
-    let figs = vec![
+    let mut figs = vec![
         Figure {
             name: "satin.spawn_sync_ns".into(),
             value: ns(t1),
@@ -287,6 +411,7 @@ fn main() {
             what: "satin fib overhead / rayon fib overhead".into(),
         },
     ];
+    figs.extend(redo_figs);
     report(
         &format!("satin-bench: 1 worker, {iters} iterations, fib({n}), best of {repeat}"),
         &figs,
