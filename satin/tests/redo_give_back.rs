@@ -454,3 +454,58 @@ fn a_redone_wire_job_runs_in_redo_mode_and_offers_its_children() {
         assert_eq!(s.run(Probe), (false, fib(10)));
     })
 }
+
+/// Completes each offered job with bytes that do not decode as its result (or, for
+/// one key, with its right result); counts the results refused.
+struct BadBytes {
+    good: (JobKey, Vec<u8>),
+    refused: AtomicUsize,
+    completed: AtomicUsize,
+}
+impl ResultLookup for BadBytes {
+    fn active(&self) -> bool {
+        true
+    }
+    fn lookup(&self, key: JobKey, job: StolenJob) -> Result<(), StolenJob> {
+        // A varint cut short: no `u64` decodes from it.
+        let bytes: &[u8] = if key == self.good.0 {
+            &self.good.1
+        } else {
+            &[0xff]
+        };
+        match job.try_complete_from_wire(bytes) {
+            Ok(()) => {
+                self.completed.fetch_add(1, Ordering::SeqCst);
+            }
+            Err((job, e)) => {
+                assert!(job.key() == Some(key), "handed back another job: {e}");
+                self.refused.fetch_add(1, Ordering::SeqCst);
+                job.give_back_redo();
+            }
+        }
+        Ok(())
+    }
+}
+
+#[test]
+fn a_result_that_does_not_decode_hands_the_job_back_for_a_redo() {
+    bounded(|| {
+        for workers in [1, 2] {
+            let s = Satin::builder().workers(workers).build().unwrap();
+            let good = postcard::to_allocvec(&fib(8)).unwrap();
+            let l = Arc::new(BadBytes {
+                good: (key_of(&Fib(8)), good),
+                refused: AtomicUsize::new(0),
+                completed: AtomicUsize::new(0),
+            });
+            s.set_result_lookup(l.clone());
+            s.set_redo_roots(true);
+            assert_eq!(s.run(Fib(12)), fib(12), "workers {workers}");
+            // Every bad result was refused and its job redone; Fib(8) (spawned
+            // once below Fib(12) on each path: fib(12-8+1) times) completed.
+            let completed = l.completed.load(Ordering::SeqCst) as u64;
+            assert_eq!(completed, fib(5), "workers {workers}");
+            assert!(l.refused.load(Ordering::SeqCst) > 0);
+        }
+    })
+}

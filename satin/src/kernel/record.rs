@@ -273,6 +273,9 @@ unsafe fn vt_to_wire<J: Job>(rec: NonNull<Record>) -> WireResult {
 /// # Safety
 /// The completer holds the slot until it stores DONE (I2) and the record was made for
 /// `J` (I5).
+///
+/// Decodes before it touches the slot: on an error the slot still holds the unrun job
+/// (`StolenJob::try_complete_from_wire` relies on it).
 unsafe fn vt_complete_wire<J: Job>(rec: NonNull<Record>, bytes: &[u8]) -> Result<(), SatinError> {
     let remote = J::REMOTE.ok_or(SatinError::NotRemote)?;
     let out = (remote.decode_output)(bytes)?;

@@ -14,8 +14,8 @@ use std::sync::Arc;
 /// A job taken from a worker's deque (FIFO end) by a thread outside the worker pool,
 /// such as the network thread of the distributed layer.
 ///
-/// It must be finished exactly once: [`StolenJob::complete_from_wire`],
-/// [`StolenJob::fail`], [`StolenJob::give_back`] or [`StolenJob::give_back_redo`].
+/// It must be finished exactly once: [`StolenJob::complete_from_wire`] (or a
+/// successful [`StolenJob::try_complete_from_wire`]), [`StolenJob::fail`], [`StolenJob::give_back`] or [`StolenJob::give_back_redo`].
 /// Dropping it gives it back. A [`ResultLookup`](crate::ResultLookup) receives the
 /// jobs it is offered as `StolenJob`s too.
 pub struct StolenJob {
@@ -154,6 +154,29 @@ impl StolenJob {
             }
         }
         res
+    }
+
+    /// Finishes the job with a result that came back as bytes, if they decode: else
+    /// the job is handed back untouched (still taken, unfinished) with the decoding
+    /// error, so the caller can finish it otherwise, e.g. redo it with
+    /// [`StolenJob::give_back_redo`]. For results that may be stale or foreign (saved
+    /// results fetched, looked up or restored from a checkpoint): a bad one costs a
+    /// recomputation, never the run.
+    pub fn try_complete_from_wire(mut self, bytes: &[u8]) -> Result<(), (StolenJob, SatinError)> {
+        let r = self.rec();
+        // SAFETY: the record is live while stolen and unfinished (I3); the vtable is
+        // immutable.
+        let complete = unsafe { (*r.as_ptr()).vtable.complete_wire };
+        // SAFETY: we hold the slot until DONE (I2) and the vtable is the record's own
+        // (I5). `complete_wire` decodes before it writes the slot: on an error the
+        // slot still holds the unrun job, so the record may be given back and run.
+        match unsafe { complete(r, bytes) } {
+            Ok(()) => {
+                self.finish(DONE);
+                Ok(())
+            }
+            Err(e) => Err((self, e)),
+        }
     }
 
     /// Finishes the job with an error: the parent's sync unwinds with it, and
