@@ -7,14 +7,21 @@
 //! is not recomputed. The driver writes and reads the files; this module only
 //! turns entries into bytes and back.
 //!
-//! # Format (version 1)
+//! A result is only valid for the program that computed it: a job's key covers
+//! its type name and parameters, not the code of its `run` nor the program's
+//! input. So every file carries a [`Fingerprint`] of what wrote it (the driver
+//! hashes the executable, its arguments and an optional tag, see
+//! [`FingerprintHasher`]), and a reader uses only files with its own.
+//!
+//! # Format (version 2)
 //!
 //! All integers little-endian.
 //!
 //! | field | size | content |
 //! |---|---|---|
 //! | magic | 8 | `SATINCKP` |
-//! | version | 4 | `1` |
+//! | version | 4 | `2` |
+//! | fingerprint | 32 | what wrote the file ([`Fingerprint`]) |
 //! | count | 8 | number of entries |
 //! | entries | | `count` times: key (16 bytes), length (8), result (length bytes) |
 //! | digest | 32 | SHA-256 of everything before it |
@@ -25,12 +32,17 @@
 //! corruption (a typed [`CheckpointError`]).
 //!
 //! ```
-//! use satin_core::checkpoint::{decode, encode, CheckpointError};
+//! use satin_core::checkpoint::{decode, encode, fingerprint_of, CheckpointError, FingerprintHasher};
 //! use satin_core::JobKey;
 //!
+//! let mut h = FingerprintHasher::new();
+//! h.part(b"the program's arguments");
+//! let fp = h.finish();
 //! let key = JobKey::of("fib", &[30]);
-//! let file = encode([(key, b"832040".as_slice())]);
-//! assert_eq!(decode(&file).unwrap(), vec![(key, b"832040".to_vec())]);
+//! let file = encode(&fp, [(key, b"832040".as_slice())]);
+//! let read = decode(&file).unwrap();
+//! assert_eq!((read.fingerprint, read.entries), (fp, vec![(key, b"832040".to_vec())]));
+//! assert_eq!(fingerprint_of(&file[..60]), Ok(fp));
 //! assert!(matches!(decode(&file[..file.len() - 1]), Err(CheckpointError::Corrupt)));
 //! ```
 //!
@@ -44,11 +56,84 @@ use crate::key::JobKey;
 /// The first bytes of every checkpoint file.
 pub const MAGIC: [u8; 8] = *b"SATINCKP";
 /// The format version [`encode`] writes and [`decode`] reads.
-pub const VERSION: u32 = 1;
+pub const VERSION: u32 = 2;
 
-const HEADER: usize = 8 + 4 + 8;
+/// The length of the header: magic, version, fingerprint and count (the
+/// bytes [`fingerprint_of`] needs).
+pub const HEADER_LEN: usize = HEADER;
+
+const HEADER: usize = 8 + 4 + 32 + 8;
+const COUNT_AT: usize = 8 + 4 + 32;
 const DIGEST: usize = 32;
 const ENTRY_HEADER: usize = 16 + 8;
+
+/// What wrote a checkpoint: a SHA-256 digest of the program (its executable),
+/// its input (arguments) and an optional user tag, made by [`FingerprintHasher`].
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Fingerprint(pub [u8; 32]);
+
+impl Fingerprint {
+    /// The first 4 bytes in hex (8 characters), for file names.
+    pub fn short(&self) -> String {
+        hex(&self.0[..4])
+    }
+}
+
+impl std::fmt::Display for Fingerprint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&hex(&self.0))
+    }
+}
+
+impl std::fmt::Debug for Fingerprint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Fingerprint({})", self.short())
+    }
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+/// Computes a [`Fingerprint`] from parts (each length-prefixed, so parts never
+/// run into each other) and streamed bytes.
+#[derive(Clone, Default)]
+pub struct FingerprintHasher(Sha256);
+
+impl FingerprintHasher {
+    /// A hasher with nothing hashed yet (but the format's domain).
+    pub fn new() -> Self {
+        let mut h = Sha256::new();
+        h.update(b"satin checkpoint fingerprint v1\0");
+        FingerprintHasher(h)
+    }
+
+    /// Hashes one part: its length, then its bytes.
+    pub fn part(&mut self, bytes: &[u8]) {
+        self.0.update((bytes.len() as u64).to_le_bytes());
+        self.0.update(bytes);
+    }
+
+    /// Hashes bytes as they come (a large part streamed in pieces); end the part
+    /// with a [`FingerprintHasher::part`] of its length or any separator.
+    pub fn stream(&mut self, bytes: &[u8]) {
+        self.0.update(bytes);
+    }
+
+    /// The fingerprint of everything hashed.
+    pub fn finish(self) -> Fingerprint {
+        Fingerprint(self.0.finalize().into())
+    }
+}
+
+/// A decoded checkpoint file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Checkpoint {
+    /// What wrote it.
+    pub fingerprint: Fingerprint,
+    /// The saved results, in file order.
+    pub entries: Vec<(JobKey, Vec<u8>)>,
+}
 
 /// Why bytes are not a checkpoint [`decode`] can read.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -71,11 +156,15 @@ pub enum CheckpointError {
     Malformed(&'static str),
 }
 
-/// Encodes `entries` as a checkpoint file's bytes.
-pub fn encode<B: AsRef<[u8]>>(entries: impl IntoIterator<Item = (JobKey, B)>) -> Vec<u8> {
+/// Encodes `entries` as the bytes of a checkpoint file written by `fingerprint`.
+pub fn encode<B: AsRef<[u8]>>(
+    fingerprint: &Fingerprint,
+    entries: impl IntoIterator<Item = (JobKey, B)>,
+) -> Vec<u8> {
     let mut out = Vec::with_capacity(HEADER + DIGEST);
     out.extend_from_slice(&MAGIC);
     out.extend_from_slice(&VERSION.to_le_bytes());
+    out.extend_from_slice(&fingerprint.0);
     out.extend_from_slice(&0u64.to_le_bytes());
     let mut count = 0u64;
     for (key, bytes) in entries {
@@ -85,29 +174,40 @@ pub fn encode<B: AsRef<[u8]>>(entries: impl IntoIterator<Item = (JobKey, B)>) ->
         out.extend_from_slice(bytes);
         count += 1;
     }
-    out[12..20].copy_from_slice(&count.to_le_bytes());
+    out[COUNT_AT..HEADER].copy_from_slice(&count.to_le_bytes());
     let digest = Sha256::digest(&out);
     out.extend_from_slice(&digest);
     out
 }
 
-/// Decodes a checkpoint file's bytes into its entries, in file order.
-pub fn decode(file: &[u8]) -> Result<Vec<(JobKey, Vec<u8>)>, CheckpointError> {
-    if file.len() < HEADER + DIGEST {
-        return Err(CheckpointError::TooShort(file.len()));
+/// The fingerprint of the file that starts with `head` (at least
+/// [`HEADER_LEN`] bytes of it), without reading the rest: to skip another
+/// program's files unread. Not checked against the digest ([`decode`] does).
+pub fn fingerprint_of(head: &[u8]) -> Result<Fingerprint, CheckpointError> {
+    if head.len() < HEADER {
+        return Err(CheckpointError::TooShort(head.len()));
     }
-    if file[..8] != MAGIC {
+    if head[..8] != MAGIC {
         return Err(CheckpointError::BadMagic);
     }
-    let version = u32::from_le_bytes(array(&file[8..12]));
+    let version = u32::from_le_bytes(array(&head[8..12]));
     if version != VERSION {
         return Err(CheckpointError::UnsupportedVersion(version));
     }
+    Ok(Fingerprint(array(&head[12..COUNT_AT])))
+}
+
+/// Decodes a checkpoint file's bytes: what wrote it and its entries.
+pub fn decode(file: &[u8]) -> Result<Checkpoint, CheckpointError> {
+    if file.len() < HEADER + DIGEST {
+        return Err(CheckpointError::TooShort(file.len()));
+    }
+    let fingerprint = fingerprint_of(file)?;
     let (body, digest) = file.split_at(file.len() - DIGEST);
     if Sha256::digest(body).as_slice() != digest {
         return Err(CheckpointError::Corrupt);
     }
-    let count = u64::from_le_bytes(array(&body[12..20]));
+    let count = u64::from_le_bytes(array(&body[COUNT_AT..HEADER]));
     let mut rest = &body[HEADER..];
     // Each entry takes at least ENTRY_HEADER bytes: never reserve more than fit.
     let fit = (rest.len() / ENTRY_HEADER) as u64;
@@ -134,7 +234,10 @@ pub fn decode(file: &[u8]) -> Result<Vec<(JobKey, Vec<u8>)>, CheckpointError> {
     if !rest.is_empty() {
         return Err(CheckpointError::Malformed("bytes after the last entry"));
     }
-    Ok(entries)
+    Ok(Checkpoint {
+        fingerprint,
+        entries,
+    })
 }
 
 /// The first `N` bytes of `s`, which the caller has checked are there.
@@ -155,30 +258,44 @@ mod tests {
         body
     }
 
+    const FP: Fingerprint = Fingerprint([3; 32]);
+
     fn header(count: u64) -> Vec<u8> {
         let mut b = MAGIC.to_vec();
         b.extend_from_slice(&VERSION.to_le_bytes());
+        b.extend_from_slice(&FP.0);
         b.extend_from_slice(&count.to_le_bytes());
         b
     }
 
     #[test]
     fn empty_checkpoint_round_trips() {
-        let file = encode(std::iter::empty::<(JobKey, Vec<u8>)>());
+        let file = encode(&FP, std::iter::empty::<(JobKey, Vec<u8>)>());
         assert_eq!(file.len(), HEADER + DIGEST);
-        assert_eq!(decode(&file), Ok(vec![]));
+        assert_eq!(
+            decode(&file),
+            Ok(Checkpoint {
+                fingerprint: FP,
+                entries: vec![]
+            })
+        );
     }
 
     #[test]
     fn header_errors_are_typed() {
-        let file = encode([(JobKey([1; 16]), vec![1, 2, 3])]);
+        let file = encode(&FP, [(JobKey([1; 16]), vec![1, 2, 3])]);
         assert_eq!(decode(&file[..10]), Err(CheckpointError::TooShort(10)));
+        assert_eq!(
+            fingerprint_of(&file[..10]),
+            Err(CheckpointError::TooShort(10))
+        );
+        assert_eq!(fingerprint_of(&file[..HEADER_LEN]), Ok(FP));
         let mut bad = file.clone();
         bad[0] ^= 1;
         assert_eq!(decode(&bad), Err(CheckpointError::BadMagic));
         let mut bad = file.clone();
-        bad[8] = 2;
-        assert_eq!(decode(&bad), Err(CheckpointError::UnsupportedVersion(2)));
+        bad[8] = 1;
+        assert_eq!(decode(&bad), Err(CheckpointError::UnsupportedVersion(1)));
     }
 
     #[test]
@@ -203,5 +320,33 @@ mod tests {
             decode(&sealed(body)),
             Err(CheckpointError::Malformed("bytes after the last entry"))
         );
+    }
+
+    #[test]
+    fn the_fingerprint_is_read_back_and_covered_by_the_digest() {
+        let other = Fingerprint([4; 32]);
+        let file = encode(&other, [(JobKey([1; 16]), b"x".as_slice())]);
+        assert_eq!(decode(&file).unwrap().fingerprint, other);
+        assert_ne!(decode(&file).unwrap().fingerprint, FP);
+        // Rewriting the fingerprint of a file breaks its digest.
+        let mut forged = file.clone();
+        forged[12..COUNT_AT].copy_from_slice(&FP.0);
+        assert_eq!(decode(&forged), Err(CheckpointError::Corrupt));
+    }
+
+    #[test]
+    fn fingerprints_differ_by_every_part_and_by_how_parts_are_cut() {
+        let fp = |parts: &[&[u8]]| {
+            let mut h = FingerprintHasher::new();
+            for p in parts {
+                h.part(p);
+            }
+            h.finish()
+        };
+        assert_eq!(fp(&[b"prog", b"25"]), fp(&[b"prog", b"25"]));
+        assert_ne!(fp(&[b"prog", b"25"]), fp(&[b"prog", b"26"]));
+        assert_ne!(fp(&[b"prog", b"25"]), fp(&[b"prog2", b"5"]));
+        assert_ne!(fp(&[b"prog", b"25"]), fp(&[b"prog", b"25", b""]));
+        assert_eq!(fp(&[b"prog"]).short().len(), 8);
     }
 }

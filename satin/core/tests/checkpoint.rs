@@ -2,8 +2,10 @@
 //! always gives a typed error when it is not a valid file.
 
 use proptest::prelude::*;
-use satin_core::checkpoint::{decode, encode, CheckpointError};
+use satin_core::checkpoint::{decode, encode, CheckpointError, Fingerprint, VERSION};
 use satin_core::JobKey;
+
+const FP: Fingerprint = Fingerprint([5; 32]);
 
 fn entries() -> impl Strategy<Value = Vec<(JobKey, Vec<u8>)>> {
     proptest::collection::vec(
@@ -20,8 +22,10 @@ proptest! {
 
     #[test]
     fn encoded_entries_decode_to_the_same_entries(e in entries()) {
-        let file = encode(e.iter().map(|(k, b)| (*k, b.as_slice())));
-        prop_assert_eq!(decode(&file), Ok(e));
+        let file = encode(&FP, e.iter().map(|(k, b)| (*k, b.as_slice())));
+        let read = decode(&file).unwrap();
+        prop_assert_eq!(read.fingerprint, FP);
+        prop_assert_eq!(read.entries, e);
     }
 
     #[test]
@@ -35,7 +39,8 @@ proptest! {
         rest in proptest::collection::vec(any::<u8>(), 0..256),
     ) {
         let mut bytes = b"SATINCKP".to_vec();
-        bytes.extend_from_slice(&1u32.to_le_bytes());
+        bytes.extend_from_slice(&VERSION.to_le_bytes());
+        bytes.extend_from_slice(&FP.0);
         bytes.extend_from_slice(&count.to_le_bytes());
         bytes.extend_from_slice(&rest);
         prop_assert!(decode(&bytes).is_err());
@@ -43,14 +48,14 @@ proptest! {
 
     #[test]
     fn a_truncated_file_is_an_error(e in entries(), cut in any::<prop::sample::Index>()) {
-        let file = encode(e.iter().map(|(k, b)| (*k, b.as_slice())));
+        let file = encode(&FP, e.iter().map(|(k, b)| (*k, b.as_slice())));
         let len = cut.index(file.len());
         prop_assert!(decode(&file[..len]).is_err());
     }
 
     #[test]
     fn a_flipped_bit_is_an_error(e in entries(), at in any::<prop::sample::Index>(), bit in 0u8..8) {
-        let mut file = encode(e.iter().map(|(k, b)| (*k, b.as_slice())));
+        let mut file = encode(&FP, e.iter().map(|(k, b)| (*k, b.as_slice())));
         let i = at.index(file.len());
         file[i] ^= 1 << bit;
         let err = decode(&file);

@@ -664,8 +664,13 @@ fn a_checkpoint_written_by_one_member_restores_into_another() {
         a.stolen_job_started(JobRef(h), n(2), k(key));
         a.stolen_job_finished(JobRef(h), value(k(key)));
     }
-    let file = checkpoint::encode(a.checkpoint_entries());
-    let entries = checkpoint::decode(&file).unwrap();
+    let fp = checkpoint::Fingerprint([9; 32]);
+    let file = checkpoint::encode(&fp, a.checkpoint_entries());
+    let snapshot = checkpoint::encode(&fp, a.checkpoint_snapshot());
+    assert_eq!(file, snapshot, "a snapshot encodes as the entries do");
+    let read = checkpoint::decode(&file).unwrap();
+    assert_eq!(read.fingerprint, fp);
+    let entries = read.entries;
     assert_eq!(entries.len(), 3);
 
     // A new run: member 0 alone at first, then 1 joins.

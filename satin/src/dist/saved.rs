@@ -140,13 +140,14 @@ impl Shared {
             .collect()
     }
 
-    /// The store's results encoded as a checkpoint file, and how many results were
-    /// stored so far (to skip writing an unchanged store).
-    pub(crate) fn checkpoint(&self) -> (Vec<u8>, u64) {
+    /// A snapshot of the store's results for a checkpoint (shared bytes, no copy:
+    /// cheap under the lock; the writer thread encodes it), and how many results
+    /// were stored so far (to skip writing an unchanged store).
+    pub(crate) fn checkpoint(&self) -> (super::checkpoint::Snapshot, u64) {
         let g = self.inner.lock();
         let stored = g.recovery.stats().results_stored;
         (
-            satin_core::checkpoint::encode(g.recovery.checkpoint_entries()),
+            super::checkpoint::Snapshot(g.recovery.checkpoint_snapshot()),
             stored,
         )
     }

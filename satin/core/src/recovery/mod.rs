@@ -773,7 +773,7 @@ impl Recovery {
         }
         if let Some(e) = self.store.get(&key) {
             self.stats.hits_local += 1;
-            return Lookup::Local(e.bytes.clone());
+            return Lookup::Local(e.bytes.to_vec());
         }
         if self.orphan_running(&key) {
             self.lookups.insert(
@@ -850,7 +850,7 @@ impl Recovery {
             return;
         }
         if let Some(e) = self.store.get(&key) {
-            let bytes = e.bytes.clone();
+            let bytes = e.bytes.to_vec();
             self.stats.fetches_answered += 1;
             self.stats.bytes_served += bytes.len() as u64;
             self.push(Action::SendFetched {
@@ -920,6 +920,13 @@ impl Recovery {
     /// (see [`crate::checkpoint::encode`]).
     pub fn checkpoint_entries(&self) -> impl Iterator<Item = (JobKey, &[u8])> + '_ {
         self.store.iter()
+    }
+
+    /// The store's results as `(key, shared bytes)`, oldest first, for a
+    /// checkpoint written elsewhere: costs a reference count per result, no copy
+    /// (cheap under a lock; encode it after the lock is released).
+    pub fn checkpoint_snapshot(&self) -> Vec<(JobKey, std::sync::Arc<[u8]>)> {
+        self.store.snapshot()
     }
 
     /// Puts results read from a checkpoint into the store, so lookups find them,

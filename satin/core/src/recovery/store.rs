@@ -8,6 +8,7 @@
 //! evicted key is answered "not found" and the asker then runs the job itself.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use crate::key::JobKey;
 use crate::topology::NodeId;
@@ -24,8 +25,8 @@ fn cost(len: usize) -> usize {
 /// One stored result.
 #[derive(Debug, Clone)]
 pub(crate) struct Entry {
-    /// The serialized result.
-    pub(crate) bytes: Vec<u8>,
+    /// The serialized result (shared, so a checkpoint snapshot costs no copy).
+    pub(crate) bytes: Arc<[u8]>,
     /// The live owners the result was sent to; when one of them dies the key is
     /// announced (the owner's redo will need it). Sorted, without duplicates, and
     /// at most one per member.
@@ -114,7 +115,7 @@ impl Store {
         self.entries.insert(
             key,
             Entry {
-                bytes,
+                bytes: bytes.into(),
                 returned_to: returned_to.into_iter().collect(),
                 announced,
                 seq,
@@ -156,7 +157,18 @@ impl Store {
     pub(crate) fn iter(&self) -> impl Iterator<Item = (JobKey, &[u8])> + '_ {
         self.order
             .values()
-            .filter_map(|k| self.entries.get(k).map(|e| (*k, e.bytes.as_slice())))
+            .filter_map(|k| self.entries.get(k).map(|e| (*k, &e.bytes[..])))
+    }
+
+    /// All entries as `(key, shared bytes)`, oldest first: no result is copied.
+    pub(crate) fn snapshot(&self) -> Vec<(JobKey, Arc<[u8]>)> {
+        self.iter_shared().collect()
+    }
+
+    fn iter_shared(&self) -> impl Iterator<Item = (JobKey, Arc<[u8]>)> + '_ {
+        self.order
+            .values()
+            .filter_map(|k| self.entries.get(k).map(|e| (*k, e.bytes.clone())))
     }
 
     /// Empties the store, returning its entries oldest first.
@@ -166,7 +178,7 @@ impl Store {
         self.bytes = 0;
         order
             .into_values()
-            .filter_map(|k| entries.remove(&k).map(|e| (k, e.bytes)))
+            .filter_map(|k| entries.remove(&k).map(|e| (k, e.bytes.to_vec())))
             .collect()
     }
 
