@@ -40,13 +40,25 @@ pub struct Pool {
 
 impl Pool {
     pub fn start(n: usize, args: &[&str], env: &[(&str, &str)]) -> Pool {
+        Self::start_reporting_to(n, args, env, scratch("report"))
+    }
+
+    /// Like [`Pool::start`] with the report file given: a run started again with
+    /// the same arguments (a checkpoint is reused only with the same arguments).
+    #[allow(dead_code, reason = "not every test file restarts a run")]
+    pub fn start_reporting_to(
+        n: usize,
+        args: &[&str],
+        env: &[(&str, &str)],
+        report: PathBuf,
+    ) -> Pool {
+        let _ = std::fs::remove_file(&report);
         let secret = PoolSecret::generate().expect("a secret");
         let server = RegistryServer::bind("127.0.0.1:0", secret.clone())
             .expect("bind the registry")
             .run_in_background()
             .expect("run the registry");
         let pool = unique_pool_name();
-        let report = scratch("report");
         let mut children = Vec::new();
         let mut logs = Vec::new();
         for i in 0..n {

@@ -89,8 +89,17 @@ impl Rng {
 /// Starts four members and waits until they formed the pool; returns the pool, the
 /// moment it formed and the master's rank.
 fn formed(app: &App, env: &[(&str, &str)]) -> (Pool, Instant, Instant, usize) {
+    formed_reporting_to(app, env, satin_pool::scratch("report"))
+}
+
+/// [`formed`] with the report file given (the same arguments in every run).
+fn formed_reporting_to(
+    app: &App,
+    env: &[(&str, &str)],
+    report: PathBuf,
+) -> (Pool, Instant, Instant, usize) {
     let start = Instant::now();
-    let pool = Pool::start(4, app.args, env);
+    let pool = Pool::start_reporting_to(4, app.args, env, report);
     let master = pool
         .master_rank(FORMING)
         .unwrap_or_else(|| panic!("no master was elected:\n{}", pool.logs()));
@@ -375,7 +384,9 @@ fn checkpoints(dir: &Path) -> Vec<PathBuf> {
 /// A run that checkpoints every 50 ms is killed whole (all four members) in its
 /// second half, once a checkpoint exists; started again on the same directory it
 /// restores and reuses the saved results: the right answer with fewer spawns than a
-/// run from scratch, and its files are removed at its end.
+/// run from scratch, and its files are removed at its end. Both runs have the same
+/// arguments (report file included): a checkpoint is reused only by the same
+/// program with the same arguments.
 #[test]
 fn a_run_killed_whole_resumes_from_its_checkpoints() {
     let app = &FIB;
@@ -387,9 +398,10 @@ fn a_run_killed_whole_resumes_from_its_checkpoints() {
         ("SATIN_CHECKPOINT_DIR", dir_s.as_str()),
         ("SATIN_CHECKPOINT_INTERVAL_MS", "50"),
     ];
+    let report = satin_pool::scratch("checkpoints-report");
     for _attempt in 0..5 {
         let _ = std::fs::remove_dir_all(&dir);
-        let (mut pool, _, running, master) = formed(app, &env);
+        let (mut pool, _, running, master) = formed_reporting_to(app, &env, report.clone());
         let at = duration.mul_f64(0.5 + 0.4 * rng.unit());
         until_moment(&mut pool, running, at, master);
         // A checkpoint must exist before the kill (bounded: the master's end).
@@ -404,7 +416,7 @@ fn a_run_killed_whole_resumes_from_its_checkpoints() {
         if !mid_run || saved.is_empty() {
             continue;
         }
-        let (mut again, start, _, _) = formed(app, &env);
+        let (mut again, start, _, _) = formed_reporting_to(app, &env, report.clone());
         again.assert_result(start, app.result);
         eprintln!(
             "resumed from {} checkpoint files: {} (from scratch: {scratch_spawns} spawns)",
@@ -428,4 +440,42 @@ fn a_run_killed_whole_resumes_from_its_checkpoints() {
     }
     let _ = std::fs::remove_dir_all(&dir);
     panic!("no run of 5 was killed mid-run after writing a checkpoint");
+}
+
+/// A checkpoint file of another program (or another build, or other arguments) in
+/// the directory: a result for the same job key that is wrong for this program
+/// (Fib{24,10} -> 46369; fib(24) = 46368). The run skips it (its fingerprint is not
+/// this program's), gives the right answer, restores nothing and leaves the file.
+#[test]
+fn a_checkpoint_of_another_program_is_not_restored() {
+    let dir = satin_pool::scratch("foreign-ckpt");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let job = ibis_apps::fib::Fib {
+        n: 24,
+        threshold: 10,
+    };
+    let (name, bytes) = satin::to_wire(&job).unwrap();
+    let key = satin::satin_core::JobKey::of(name, &bytes);
+    let wrong = postcard::to_allocvec(&(46368u64 + 1)).unwrap();
+    let other = satin::satin_core::checkpoint::Fingerprint([7; 32]);
+    let foreign = dir.join(format!("{}-member-7.ckpt", other.short()));
+    std::fs::write(
+        &foreign,
+        satin::satin_core::checkpoint::encode(&other, [(key, wrong.as_slice())]),
+    )
+    .unwrap();
+    let dir_s = dir.to_string_lossy().into_owned();
+    let start = Instant::now();
+    let mut pool = Pool::start(
+        2,
+        &["fib", "25", "--threshold", "10"],
+        &[("SATIN_CHECKPOINT_DIR", dir_s.as_str())],
+    );
+    // fib(25) = 75025; with the foreign result: 75026.
+    pool.assert_result(start, "75025");
+    let kv = pool.report().unwrap_or_default();
+    assert_eq!(pool.report_number("restored"), 0.0, "{kv:?}");
+    assert!(foreign.exists(), "another program's file is left alone");
+    let _ = std::fs::remove_dir_all(&dir);
 }
