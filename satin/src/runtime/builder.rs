@@ -170,11 +170,16 @@ impl SatinBuilder {
     }
 
     /// A directory where every member of a pool checkpoints its saved results
-    /// (`<member name>.ckpt`, written atomically every
+    /// (`<fingerprint>-<member name>.ckpt`, written atomically every
     /// [`SatinBuilder::checkpoint_interval`]) and where the master of a later run
     /// finds them, so that a run killed whole resumes with the work it had done
     /// (environment: `SATIN_CHECKPOINT_DIR`; default none). A successful run removes
     /// the files. Needs [`SatinBuilder::save_results`].
+    ///
+    /// Checkpoints are reused only by the same executable run with the same
+    /// arguments and the same `SATIN_CHECKPOINT_TAG` (the fingerprint in every file):
+    /// a job's result must depend only on its serialized parameters and the
+    /// program's arguments.
     pub fn checkpoint_dir(mut self, dir: impl Into<std::path::PathBuf>) -> Self {
         self.checkpoint_dir = Some(dir.into());
         self
