@@ -710,6 +710,12 @@ impl Driver {
     /// it and the orphans it left are announced (with `save_results`), and if it was
     /// the master a new one is elected.
     fn gone(&mut self, n: u32) -> Result<(), SatinError> {
+        self.gone_as(n, false)
+    }
+
+    /// [`Driver::gone`]; `graceful`: node `n` ended its graceful leave (it owes
+    /// nothing: the results kept for it are not announced).
+    pub(super) fn gone_as(&mut self, n: u32, graceful: bool) -> Result<(), SatinError> {
         if n == self.me || !self.alive[n as usize] {
             return Ok(());
         }
@@ -756,7 +762,11 @@ impl Driver {
                 }
             }
         }
-        self.saved.with(|r| r.node_died(NodeId(n), now));
+        if graceful {
+            self.saved.with(|r| r.node_left_gracefully(NodeId(n), now));
+        } else {
+            self.saved.with(|r| r.node_died(NodeId(n), now));
+        }
         self.recovery_actions();
         self.recovery_nanos += t0.elapsed().as_nanos() as u64;
         match self.failure.take() {

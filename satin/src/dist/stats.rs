@@ -78,7 +78,8 @@ pub struct MemberStats {
     pub fetches_failed: u64,
     /// Result bytes fetched from other members.
     pub bytes_fetched: u64,
-    /// Results kept in the store of saved results.
+    /// Results put in the store of saved results (some may have been evicted since,
+    /// to stay within its byte budget).
     pub results_stored: u64,
     /// Results restored from checkpoint files at the start.
     pub restored: u64,

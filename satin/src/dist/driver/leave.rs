@@ -187,7 +187,7 @@ impl Driver {
             LeaveMsg::Done => {
                 self.leave.others.remove(&from);
                 tracing::debug!(member = %self.who(from), "a member left gracefully");
-                let _ = self.gone(from);
+                let _ = self.gone_as(from, true);
             }
         }
     }
