@@ -27,6 +27,10 @@ use satin_pool::{scratch, BOUND};
 /// (debug build), long enough for a member to join and take work.
 const QUEENS: &str = "14";
 const SOLUTIONS: &str = "365596";
+/// `nqueens 15` (2279184 solutions) runs long enough for members to leave and others
+/// to join after them.
+const LONG_QUEENS: &str = "15";
+const LONG_SOLUTIONS: &str = "2279184";
 
 /// What the driver logs when a member starts its first job stolen from another one.
 const TOOK_WORK: &str = "running a job stolen from another member";
@@ -52,6 +56,8 @@ struct Malleable {
     args: Vec<String>,
     report: PathBuf,
     members: Vec<Member>,
+    /// The right result.
+    solutions: &'static str,
 }
 
 impl Malleable {
@@ -70,6 +76,11 @@ impl Malleable {
             args: args.iter().map(|a| a.to_string()).collect(),
             report: scratch("report"),
             members: Vec::new(),
+            solutions: if args.contains(&LONG_QUEENS) {
+                LONG_SOLUTIONS
+            } else {
+                SOLUTIONS
+            },
         };
         for rank in 0..initial {
             pool.add(rank);
@@ -164,6 +175,36 @@ impl Malleable {
         }
     }
 
+    /// Waits (bounded by `within`) until member `rank`'s log says `needle`, whether
+    /// or not other members ended meanwhile.
+    fn wait_for_log_only(&mut self, rank: usize, needle: &str, within: Duration) -> bool {
+        let until = Instant::now() + within;
+        while Instant::now() < until {
+            if self.log(rank).contains(needle) {
+                return true;
+            }
+            // Bounded poll of a log file: nothing to be notified by.
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        self.log(rank).contains(needle)
+    }
+
+    /// Waits (bounded by `within`) until `count` members have ended.
+    fn wait_exits(&mut self, count: usize, within: Duration) -> bool {
+        let until = Instant::now() + within;
+        loop {
+            self.any_ended();
+            if self.members.iter().filter(|m| m.end.is_some()).count() >= count {
+                return true;
+            }
+            if Instant::now() >= until {
+                return false;
+            }
+            // Bounded poll of the children: nothing to be notified by.
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     /// The rank of the master (the election's winner), bounded by `within`.
     fn master_rank(&mut self, within: Duration) -> Option<usize> {
         let until = Instant::now() + within;
@@ -232,7 +273,7 @@ impl Malleable {
         let report = std::fs::read_to_string(&self.report)
             .unwrap_or_else(|_| panic!("the master wrote no report:\n{logs}"));
         assert!(
-            report.contains(&format!("result = {SOLUTIONS}\n")),
+            report.contains(&format!("result = {}\n", self.solutions)),
             "{report}\n{logs}"
         );
         self.log(master)
@@ -370,4 +411,39 @@ fn migration_is_a_join_plus_a_graceful_leave() {
     let (_, executed) = remote_work(&master_log, 2)
         .unwrap_or_else(|| panic!("member-2 did not report to the master:\n{logs}"));
     assert!(executed > 0, "member-2 ran no job:\n{logs}");
+}
+
+/// Node numbers are IPL member ids, with gaps where members left: two members leave
+/// gracefully (ids 1 and 2 when member-0 is the master), then two join (ids 3 and 4).
+/// The last one must count member 3 alive: before the fix its crash-recovery
+/// bookkeeping took the members `0..3` for the live ones, so a job it stole from
+/// member 3 counted as an orphan, its result never went home, and the run hung.
+#[test]
+fn members_that_join_after_others_left_take_work_and_the_run_ends() {
+    let start = Instant::now();
+    let mut pool = Malleable::start(3, &["nqueens", LONG_QUEENS]);
+    let (master, _) = running(&mut pool, &[0, 1, 2]);
+    for r in (0..3).filter(|r| *r != master) {
+        pool.terminate(r);
+    }
+    assert!(
+        pool.wait_exits(2, Duration::from_secs(60)),
+        "the two members did not leave:\n{}",
+        pool.logs()
+    );
+    for rank in [3, 4] {
+        pool.add(rank);
+        assert!(
+            pool.wait_for_log_only(rank, TOOK_WORK, Duration::from_secs(30)),
+            "member-{rank} joined but took no work:\n{}",
+            pool.logs()
+        );
+    }
+    let master_log = pool.assert_right(start, master);
+    let logs = pool.logs();
+    for rank in [3, 4] {
+        let (_, executed) = remote_work(&master_log, rank)
+            .unwrap_or_else(|| panic!("member-{rank} did not report to the master:\n{logs}"));
+        assert!(executed > 0, "member-{rank} ran no job:\n{logs}");
+    }
 }

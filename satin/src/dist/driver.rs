@@ -32,8 +32,15 @@ const POLL: Duration = Duration::from_micros(500);
 const REGISTRY_CHECK: Duration = Duration::from_millis(200);
 
 /// How long a member that lost its link to the master waits for the registry to
-/// report the master dead (then a new master is elected) before it gives up.
-const MASTER_CONFIRM: Duration = Duration::from_secs(5);
+/// report the master dead (then a new master is elected) before it gives up: the
+/// registry server's probe of a suspect takes up to its probe timeout
+/// (`ipl_registry::DEFAULT_PROBE_TIMEOUT`, 5 s) before it declares it dead, so this
+/// waits that long plus a margin for the `Died` event to arrive.
+const MASTER_CONFIRM: Duration = Duration::from_secs(8);
+
+/// How long a member waits before it asks the registry again for a master it cannot
+/// use yet (a member that joined and that this member is not connected to yet).
+const ELECTION_PAUSE: Duration = Duration::from_millis(250);
 
 /// Elections that name a member this one already knows dead are asked again at
 /// most this many times (the registry clears a dead winner's election before it
@@ -122,8 +129,33 @@ pub(crate) enum Input {
     Adapt(adapt::Outcome),
 }
 
-/// Decodes one message of the `satin` port (header, then payload bytes).
+/// Decodes one message of the `satin` port (header, then payload bytes), and checks
+/// its sender: node numbers are IPL member ids, so the header's `from` must be the
+/// member id of the send port the message came from (the connection's origin, which
+/// the IPL knows from the connection, not from the message). A message whose header
+/// names another member is dropped: no member can speak for another (end the run as
+/// the master, return a result of a job it was not given).
 pub(crate) fn read_message(m: &mut ReadMessage) -> Option<Input> {
+    let origin = m.origin().ibis.id().get();
+    let (h, payload) = decode_message(m)?;
+    if u64::from(h.from) != origin {
+        tracing::warn!(
+            origin,
+            claimed = h.from,
+            "a message claims another sender than its connection's: dropped"
+        );
+        return None;
+    }
+    Some(Input::Net {
+        from: h.from,
+        msg: h.msg,
+        payload,
+    })
+}
+
+/// Decodes one message of the `satin` port: the header, then the payload it
+/// announces (bounded by the message's own length).
+pub(crate) fn decode_message(m: &mut ReadMessage) -> Option<(Header, Vec<u8>)> {
     let h: Header = m.read_object().ok()?;
     let len = match &h.msg {
         Msg::StealReply { job: Some(j), .. } => j.len,
@@ -139,11 +171,7 @@ pub(crate) fn read_message(m: &mut ReadMessage) -> Option<Input> {
     } else {
         Vec::new()
     };
-    Some(Input::Net {
-        from: h.from,
-        msg: h.msg,
-        payload,
-    })
+    Some((h, payload))
 }
 
 /// Everything the driver needs, assembled by `Pool::join`.
@@ -184,6 +212,19 @@ enum Phase {
     Running,
     /// The root job returned (master) or `Done` arrived (member): no more stealing.
     Ending,
+    /// This member leaves gracefully (see `leave`): no more stealing, but the run goes
+    /// on (a master that dies meanwhile is replaced, and the leave carries on).
+    Leaving,
+}
+
+/// An end-of-run message (`Done`, or `Exit`) from a member that is not the master
+/// this member knows: the new master's, come before the registry's word that the
+/// old one died. Held (one per sender: `Exit` supersedes `Done`) until the sender is
+/// elected, dropped when it departs.
+#[derive(PartialEq, Eq, PartialOrd, Ord, Clone, Copy, Debug)]
+enum HeldEnd {
+    Done,
+    Exit,
 }
 
 pub(crate) struct Driver {
@@ -238,6 +279,10 @@ pub(crate) struct Driver {
     /// When the master's death was noticed (until the root restarts somewhere).
     master_died_at: Option<Instant>,
     elections_left: u32,
+    /// Ask the registry for the master again then (its winner could not be used yet).
+    elect_again: Option<Instant>,
+    /// End-of-run messages from members that are not (yet) the master, by sender.
+    held_end: HashMap<u32, HeldEnd>,
     /// A failure found while carrying out recovery actions (an election failed).
     failure: Option<SatinError>,
     recovery_nanos: u64,
@@ -317,6 +362,8 @@ impl Driver {
             master_suspect: None,
             master_died_at: None,
             elections_left: ELECTION_RETRIES,
+            elect_again: None,
+            held_end: HashMap::new(),
             failure: None,
             recovery_nanos: 0,
             restart_nanos: 0,
@@ -445,6 +492,14 @@ impl Driver {
         while let Some(n) = self.broken.pop() {
             self.link_lost(n, true)?;
         }
+        if self.elect_again.is_some_and(|t| Instant::now() >= t) {
+            self.elect_again = None;
+            self.elect_master();
+            self.recovery_actions();
+            if let Some(e) = self.failure.take() {
+                return Err(e);
+            }
+        }
         if let Some(d) = self.master_suspect {
             if Instant::now() >= d && self.alive[self.master as usize] {
                 return Err(SatinError::Pool(format!(
@@ -488,8 +543,8 @@ impl Driver {
         if n == self.me || !self.alive.get(n as usize).copied().unwrap_or(false) {
             return Ok(());
         }
-        if self.phase == Phase::Ending && !lost {
-            // Members close their ports when the run ends.
+        if self.phase != Phase::Running && !lost {
+            // Members close their ports when the run ends (and leave).
             return Ok(());
         }
         if !lost && self.leaver_closed(n) {
@@ -518,7 +573,7 @@ impl Driver {
                 }
             }
         }
-        if n == self.master && self.phase == Phase::Running {
+        if n == self.master && self.phase != Phase::Ending {
             // The master may have crashed: if the registry confirms it (`Died`), a new
             // master is elected; if not within a bound, this member gives up.
             if let Some(p) = self.ports.get_mut(n as usize) {
@@ -626,6 +681,11 @@ impl Driver {
         self.forget_joining(member);
         if let Some(n) = self.members.iter().position(|m| m.0 == member) {
             let n = n as u32;
+            if n == self.master && !died && self.phase == Phase::Leaving {
+                // The master left: the run is over, there is nothing to hand over.
+                self.exit = true;
+                return Ok(());
+            }
             if n == self.master && !died && self.phase == Phase::Running && !self.exit {
                 // A master leaves only once its run is over: there is nothing
                 // to take over (only a dead master is replaced).
@@ -650,11 +710,18 @@ impl Driver {
     /// it and the orphans it left are announced (with `save_results`), and if it was
     /// the master a new one is elected.
     fn gone(&mut self, n: u32) -> Result<(), SatinError> {
+        self.gone_as(n, false)
+    }
+
+    /// [`Driver::gone`]; `graceful`: node `n` ended its graceful leave (it owes
+    /// nothing: the results kept for it are not announced).
+    pub(super) fn gone_as(&mut self, n: u32, graceful: bool) -> Result<(), SatinError> {
         if n == self.me || !self.alive[n as usize] {
             return Ok(());
         }
         let t0 = Instant::now();
         self.alive[n as usize] = false;
+        self.held_end.remove(&n);
         self.adapt_gone(n);
         if let Some(p) = self.ports.get_mut(n as usize) {
             *p = None;
@@ -671,6 +738,8 @@ impl Driver {
                 self.exit = true;
                 return Ok(());
             }
+            // Running, or leaving: a leaver carries its leave on (the jobs it runs for
+            // others, its hand-over and its statistics go to the new master).
             tracing::warn!(master = %self.who(n), "the master is gone: electing a new one");
             self.master_died_at = Some(t0);
         }
@@ -693,7 +762,11 @@ impl Driver {
                 }
             }
         }
-        self.saved.with(|r| r.node_died(NodeId(n), now));
+        if graceful {
+            self.saved.with(|r| r.node_left_gracefully(NodeId(n), now));
+        } else {
+            self.saved.with(|r| r.node_died(NodeId(n), now));
+        }
         self.recovery_actions();
         self.recovery_nanos += t0.elapsed().as_nanos() as u64;
         match self.failure.take() {
@@ -829,6 +902,7 @@ impl Driver {
         if self.exit || self.phase == Phase::Ending {
             return;
         }
+        self.elect_again = None;
         if self.elections_left == 0 {
             self.failure = Some(SatinError::Pool(
                 "no live master could be elected after the master died".into(),
@@ -845,7 +919,17 @@ impl Driver {
                 return;
             }
         };
-        let Some(n) = self.members.iter().position(|m| m.0 == winner.id().get()) else {
+        let id = winner.id().get();
+        let known = self.members.iter().position(|m| m.0 == id);
+        let Some(n) = known.filter(|n| self.was_member(*n as u32)) else {
+            if id < MAX_NODE && !self.joins.has_departed(id) {
+                // A member that joined and that this member is not connected to yet:
+                // asked again a little later (bounded by the retries), while the
+                // connection completes.
+                tracing::debug!(master = %winner, "the new master is not connected yet");
+                self.elect_again = Some(Instant::now() + ELECTION_PAUSE);
+                return;
+            }
             self.failure = Some(SatinError::Pool(format!(
                 "the new master, {winner}, is not a member of this run"
             )));
@@ -860,6 +944,37 @@ impl Driver {
             tracing::info!(master = %self.who(n), "new master elected");
         }
         self.saved.with(|r| r.master_elected(NodeId(n)));
+        if n == self.master {
+            if let Some(held) = self.held_end.remove(&n) {
+                // The new master's end of the run came before the old one's death.
+                self.end_message(n, held);
+            }
+        }
+    }
+
+    /// `Done` or `Exit` from node `from`: acted on if it is the master, held if it may
+    /// become the master (the registry has not yet said that the old one died).
+    fn end_message(&mut self, from: u32, m: HeldEnd) {
+        if from != self.master {
+            if self.alive.get(from as usize) == Some(&true) && self.phase == Phase::Running {
+                let held = self.held_end.entry(from).or_insert(m);
+                *held = (*held).max(m);
+            }
+            return;
+        }
+        match m {
+            HeldEnd::Done => {
+                // Only the current master ends the run (a `Done` of a master that
+                // died and was replaced meanwhile is stale).
+                if self.phase == Phase::Running {
+                    self.phase = Phase::Ending;
+                    self.deadline = Some(Instant::now() + self.config.end_timeout);
+                    let stats = Box::new(self.member_stats());
+                    self.send(self.master, Msg::Stats(stats), &[]);
+                }
+            }
+            HeldEnd::Exit => self.exit = true,
+        }
     }
 
     /// Writes a checkpoint of the saved results when one is due.
@@ -920,6 +1035,15 @@ impl Driver {
                 }
             }
             Msg::Result { job, outcome } => {
+                // Only the thief the job was given to returns its result.
+                if self.given.get(&job).map(|(thief, _)| *thief) != Some(from) {
+                    tracing::debug!(
+                        member = %self.who(from),
+                        job,
+                        "a result of a job not given to its sender: dropped"
+                    );
+                    return;
+                }
                 if self.save {
                     self.saved.with(|r| r.result_received(JobRef(job)));
                 }
@@ -934,24 +1058,11 @@ impl Driver {
                     }
                 }
             }
-            Msg::Done => {
-                // Only the current master ends the run (a `Done` of a master that
-                // died and was replaced meanwhile is stale).
-                if self.phase == Phase::Running && from == self.master {
-                    self.phase = Phase::Ending;
-                    self.deadline = Some(Instant::now() + self.config.end_timeout);
-                    let stats = Box::new(self.member_stats());
-                    self.send(self.master, Msg::Stats(stats), &[]);
-                }
-            }
+            Msg::Done => self.end_message(from, HeldEnd::Done),
             Msg::Stats(s) => {
                 self.reports.insert(from, *s);
             }
-            Msg::Exit => {
-                if from == self.master {
-                    self.exit = true;
-                }
-            }
+            Msg::Exit => self.end_message(from, HeldEnd::Exit),
             Msg::Have { entries } => {
                 if self.save {
                     let entries: Vec<Announcement> = entries

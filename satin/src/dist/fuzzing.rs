@@ -3,16 +3,26 @@
 
 use ipl::{MessageWriter, ReadMessage};
 
-use super::driver::{read_message as decode, Input};
+use super::driver::{decode_message, read_message as checked};
 use super::protocol::{Header, Msg, WireJob};
 use super::stats::MemberStats;
 
 /// Decodes one message of a member's `satin` port as the receive upcall does: the
 /// header, then the payload it announces. `Some((sender, payload length))` when it
 /// decoded.
+/// (The sender is not compared with the connection's origin here: a detached
+/// message has none; [`read_checked`] does it as the receive upcall.)
 pub fn read_message(m: &mut ReadMessage) -> Option<(u32, usize)> {
-    match decode(m)? {
-        Input::Net { from, payload, .. } => Some((from, payload.len())),
+    let (h, payload) = decode_message(m)?;
+    Some((h.from, payload.len()))
+}
+
+/// Decodes one message exactly as the receive upcall does, with the check of its
+/// sender against the connection's origin. `Some((sender, payload length))` when it
+/// decoded and its header names its origin.
+pub fn read_checked(m: &mut ReadMessage) -> Option<(u32, usize)> {
+    match checked(m)? {
+        super::driver::Input::Net { from, payload, .. } => Some((from, payload.len())),
         _ => None,
     }
 }
@@ -121,7 +131,7 @@ mod tests {
     #[test]
     fn the_samples_decode_with_their_payloads() {
         let samples = sample_messages("x::Job", b"job bytes", b"out");
-        assert_eq!(samples.len(), 12);
+        assert_eq!(samples.len(), 15);
         let port = super::super::port_type().unwrap();
         let got: Vec<_> = samples
             .into_iter()
@@ -131,5 +141,31 @@ mod tests {
         assert_eq!(got[3], Some((1, 3)));
         assert_eq!(got[10], Some((1, 3)));
         assert!(got.iter().all(Option::is_some));
+    }
+
+    /// A member cannot speak for another: the header's sender must be the member the
+    /// message came from (a detached message comes from member 0).
+    #[test]
+    fn a_message_whose_header_names_another_sender_is_dropped() {
+        let port = super::super::port_type().unwrap();
+        let write = |from: u32, msg: Msg| {
+            let mut w = MessageWriter::new();
+            w.write_object(&Header { from, msg }).unwrap();
+            w.to_vec()
+        };
+        let spoofed = write(1, Msg::Done);
+        assert_eq!(
+            read_message(&mut ReadMessage::detached(port, spoofed.clone())),
+            Some((1, 0))
+        );
+        assert_eq!(
+            read_checked(&mut ReadMessage::detached(port, spoofed)),
+            None
+        );
+        let own = write(0, Msg::Exit);
+        assert_eq!(
+            read_checked(&mut ReadMessage::detached(port, own)),
+            Some((0, 0))
+        );
     }
 }

@@ -640,7 +640,9 @@ impl Pool {
         let ibis = Arc::new(ibis);
         let recovery = Recovery::new(
             NodeId(node),
-            (0..members.len() as u32).map(NodeId),
+            // Node numbers are IPL member ids, with gaps where members left: the live
+            // set is the members' numbers, not 0..n.
+            members.iter().map(|m| NodeId(m.id().get() as u32)),
             NodeId(master),
             me.id().get() ^ 0x5EED_0000_0000_0021,
         );

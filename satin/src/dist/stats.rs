@@ -78,11 +78,14 @@ pub struct MemberStats {
     pub fetches_failed: u64,
     /// Result bytes fetched from other members.
     pub bytes_fetched: u64,
-    /// Results kept in the store of saved results.
+    /// Results put in the store of saved results (some may have been evicted since,
+    /// to stay within its byte budget).
     pub results_stored: u64,
     /// Results restored from checkpoint files at the start.
     pub restored: u64,
-    /// Master elections this member asked for (the master died).
+    /// Master elections this member asked for (the master died; a winner that could
+    /// not be used yet is asked for again). Every survivor asks once per death of the
+    /// master: the total is the most any member asked for, not the sum.
     pub elections: u64,
     /// Time spent recovering from deaths (ns): from a death being noticed to the redone jobs being back in the queue and the saved results announced.
     pub recovery_nanos: u64,
@@ -100,55 +103,73 @@ pub struct MemberStats {
 impl MemberStats {
     /// Successful steals from other processes (intra + inter cluster).
     pub fn remote_steal_successes(&self) -> u64 {
-        self.intra_steal_successes + self.inter_steal_successes
+        self.intra_steal_successes
+            .saturating_add(self.inter_steal_successes)
     }
 
     /// Steal requests sent to other processes (intra + inter cluster).
     pub fn remote_steal_attempts(&self) -> u64 {
-        self.intra_steal_attempts + self.inter_steal_attempts
+        self.intra_steal_attempts
+            .saturating_add(self.inter_steal_attempts)
     }
 
+    /// Adds `o` to this total. The values come from other members over the network:
+    /// sums saturate instead of overflowing.
     fn add(&mut self, o: &MemberStats) {
-        self.workers += o.workers;
-        self.spawns += o.spawns;
-        self.syncs += o.syncs;
-        self.local_steal_attempts += o.local_steal_attempts;
-        self.local_steal_successes += o.local_steal_successes;
-        self.local_steal_nanos += o.local_steal_nanos;
-        self.intra_steal_attempts += o.intra_steal_attempts;
-        self.intra_steal_successes += o.intra_steal_successes;
-        self.inter_steal_attempts += o.inter_steal_attempts;
-        self.inter_steal_successes += o.inter_steal_successes;
-        self.requests_served += o.requests_served;
-        self.jobs_given += o.jobs_given;
-        self.remote_jobs_executed += o.remote_jobs_executed;
-        self.intra_messages += o.intra_messages;
-        self.intra_bytes += o.intra_bytes;
-        self.inter_messages += o.inter_messages;
-        self.inter_bytes += o.inter_bytes;
-        self.sync_steal_nanos += o.sync_steal_nanos;
-        self.async_steal_nanos += o.async_steal_nanos;
-        self.idle_nanos += o.idle_nanos;
-        self.serialize_nanos += o.serialize_nanos;
-        self.deserialize_nanos += o.deserialize_nanos;
-        self.jobs_redone += o.jobs_redone;
-        self.work_lost_nanos += o.work_lost_nanos;
-        self.orphans_kept += o.orphans_kept;
-        self.results_announced += o.results_announced;
-        self.announce_messages += o.announce_messages;
-        self.lookups += o.lookups;
-        self.results_reused += o.results_reused;
-        self.lookup_misses += o.lookup_misses;
-        self.fetches_failed += o.fetches_failed;
-        self.bytes_fetched += o.bytes_fetched;
-        self.results_stored += o.results_stored;
-        self.restored += o.restored;
-        self.elections += o.elections;
-        self.recovery_nanos += o.recovery_nanos;
-        self.restart_nanos += o.restart_nanos;
-        self.redo_jobs += o.redo_jobs;
-        self.adapt_added += o.adapt_added;
-        self.adapt_removed += o.adapt_removed;
+        self.workers = self.workers.saturating_add(o.workers);
+        self.spawns = self.spawns.saturating_add(o.spawns);
+        self.syncs = self.syncs.saturating_add(o.syncs);
+        self.local_steal_attempts = self
+            .local_steal_attempts
+            .saturating_add(o.local_steal_attempts);
+        self.local_steal_successes = self
+            .local_steal_successes
+            .saturating_add(o.local_steal_successes);
+        self.local_steal_nanos = self.local_steal_nanos.saturating_add(o.local_steal_nanos);
+        self.intra_steal_attempts = self
+            .intra_steal_attempts
+            .saturating_add(o.intra_steal_attempts);
+        self.intra_steal_successes = self
+            .intra_steal_successes
+            .saturating_add(o.intra_steal_successes);
+        self.inter_steal_attempts = self
+            .inter_steal_attempts
+            .saturating_add(o.inter_steal_attempts);
+        self.inter_steal_successes = self
+            .inter_steal_successes
+            .saturating_add(o.inter_steal_successes);
+        self.requests_served = self.requests_served.saturating_add(o.requests_served);
+        self.jobs_given = self.jobs_given.saturating_add(o.jobs_given);
+        self.remote_jobs_executed = self
+            .remote_jobs_executed
+            .saturating_add(o.remote_jobs_executed);
+        self.intra_messages = self.intra_messages.saturating_add(o.intra_messages);
+        self.intra_bytes = self.intra_bytes.saturating_add(o.intra_bytes);
+        self.inter_messages = self.inter_messages.saturating_add(o.inter_messages);
+        self.inter_bytes = self.inter_bytes.saturating_add(o.inter_bytes);
+        self.sync_steal_nanos = self.sync_steal_nanos.saturating_add(o.sync_steal_nanos);
+        self.async_steal_nanos = self.async_steal_nanos.saturating_add(o.async_steal_nanos);
+        self.idle_nanos = self.idle_nanos.saturating_add(o.idle_nanos);
+        self.serialize_nanos = self.serialize_nanos.saturating_add(o.serialize_nanos);
+        self.deserialize_nanos = self.deserialize_nanos.saturating_add(o.deserialize_nanos);
+        self.jobs_redone = self.jobs_redone.saturating_add(o.jobs_redone);
+        self.work_lost_nanos = self.work_lost_nanos.saturating_add(o.work_lost_nanos);
+        self.orphans_kept = self.orphans_kept.saturating_add(o.orphans_kept);
+        self.results_announced = self.results_announced.saturating_add(o.results_announced);
+        self.announce_messages = self.announce_messages.saturating_add(o.announce_messages);
+        self.lookups = self.lookups.saturating_add(o.lookups);
+        self.results_reused = self.results_reused.saturating_add(o.results_reused);
+        self.lookup_misses = self.lookup_misses.saturating_add(o.lookup_misses);
+        self.fetches_failed = self.fetches_failed.saturating_add(o.fetches_failed);
+        self.bytes_fetched = self.bytes_fetched.saturating_add(o.bytes_fetched);
+        self.results_stored = self.results_stored.saturating_add(o.results_stored);
+        self.restored = self.restored.saturating_add(o.restored);
+        self.elections = self.elections.saturating_add(o.elections);
+        self.recovery_nanos = self.recovery_nanos.saturating_add(o.recovery_nanos);
+        self.restart_nanos = self.restart_nanos.saturating_add(o.restart_nanos);
+        self.redo_jobs = self.redo_jobs.saturating_add(o.redo_jobs);
+        self.adapt_added = self.adapt_added.saturating_add(o.adapt_added);
+        self.adapt_removed = self.adapt_removed.saturating_add(o.adapt_removed);
     }
 
     /// Whether anything of crash recovery happened (the `RECOVERY` line is printed
@@ -295,6 +316,9 @@ impl PoolStats {
         for m in &members {
             total.add(m);
         }
+        // Every survivor counts each election: the pool had as many as the member
+        // that saw the most.
+        total.elections = members.iter().map(|m| m.elections).max().unwrap_or(0);
         PoolStats {
             members,
             total,
@@ -355,6 +379,36 @@ mod tests {
             text.contains("SATIN 'total': ADAPT: added = 2 removed = 1"),
             "{text}"
         );
+    }
+
+    /// Statistics come from other members over the network: huge values saturate
+    /// the total instead of overflowing (a panic in a debug build before).
+    #[test]
+    fn totals_of_huge_values_saturate() {
+        let m = MemberStats {
+            spawns: u64::MAX,
+            inter_bytes: u64::MAX - 1,
+            intra_steal_successes: u64::MAX,
+            inter_steal_successes: 1,
+            ..MemberStats::default()
+        };
+        let stats = PoolStats::from_members(vec![m.clone(), m], vec![]);
+        assert_eq!(stats.total.spawns, u64::MAX);
+        assert_eq!(stats.total.inter_bytes, u64::MAX);
+        assert_eq!(stats.total.remote_steal_successes(), u64::MAX);
+    }
+
+    /// Each survivor of a master's death counts the election: the total is the most
+    /// any member counted, not the sum.
+    #[test]
+    fn elections_are_counted_once_in_the_total() {
+        let m = |node, elections| MemberStats {
+            node,
+            elections,
+            ..MemberStats::default()
+        };
+        let stats = PoolStats::from_members(vec![m(1, 1), m(2, 1), m(3, 2)], vec![]);
+        assert_eq!(stats.total.elections, 2);
     }
 
     /// Node 0 is the first to join; launched with rank 2 it is `member-2`, the number

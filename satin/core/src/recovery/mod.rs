@@ -607,6 +607,19 @@ impl Recovery {
     /// Member `dead` crashed, or left without handing over. Idempotent: a
     /// member not alive is ignored. `now` measures the work lost.
     pub fn node_died(&mut self, dead: NodeId, now: u64) {
+        self.node_gone(dead, now, false);
+    }
+
+    /// Member `gone` left gracefully: it handed its saved results over and owes
+    /// nothing, so the results kept for it are not announced (nobody redoes its
+    /// jobs: no lookup needs them). Anything it left unfinished after all (a leave
+    /// cut short by its bound) is handled as after a death: jobs it stole are redone
+    /// here, its jobs running here become orphans.
+    pub fn node_left_gracefully(&mut self, gone: NodeId, now: u64) {
+        self.node_gone(gone, now, true);
+    }
+
+    fn node_gone(&mut self, dead: NodeId, now: u64, graceful: bool) {
         if !self.live.remove(&dead) {
             self.ignore("node_died: not alive");
             // A master the driver never listed as a member still gets replaced.
@@ -656,11 +669,16 @@ impl Recovery {
         });
         self.requests_waiting -= dropped;
         self.directory.forget_holder(dead);
-        // 4. Results kept for it, and its jobs running here (orphans now), are
-        //    announced in one message to each survivor.
-        let mut entries: Vec<Announcement> = self
-            .store
-            .owner_died(dead)
+        // 4. Results kept for it (unless it left gracefully: nobody redoes its
+        //    jobs), and its jobs running here (orphans now), are announced in one
+        //    message to each survivor.
+        let kept = if graceful {
+            self.store.owner_left(dead);
+            Vec::new()
+        } else {
+            self.store.owner_died(dead)
+        };
+        let mut entries: Vec<Announcement> = kept
             .into_iter()
             .map(|key| Announcement {
                 key,
@@ -913,6 +931,7 @@ impl Recovery {
         let n = entries.len() as u64;
         let announced = self.store_announced(entries);
         self.stats.handovers_received += n;
+        self.stats.results_announced += announced.len() as u64;
         self.announce(announced);
     }
 
@@ -936,6 +955,7 @@ impl Recovery {
         let n = entries.len() as u64;
         let announced = self.store_announced(entries);
         self.stats.restored += n;
+        self.stats.results_announced += announced.len() as u64;
         self.announce(announced);
     }
 
@@ -1023,5 +1043,59 @@ impl Recovery {
         let to: Vec<NodeId> = self.live.iter().copied().collect();
         self.stats.announce_messages += to.len() as u64;
         self.push(Action::Announce { to, entries });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(i: u8) -> JobKey {
+        JobKey([i; 16])
+    }
+
+    fn drain(r: &mut Recovery) -> Vec<Action> {
+        std::iter::from_fn(|| r.poll_action()).collect()
+    }
+
+    /// Member 1 of {0, 1, 2, 3}, master 0, holding the result of a job stolen from 2.
+    fn holding_a_result_for_2() -> Recovery {
+        let mut r = Recovery::new(NodeId(1), (0..4).map(NodeId), NodeId(0), 7);
+        r.stolen_job_started(JobRef(1), NodeId(2), key(1));
+        r.stolen_job_finished(JobRef(1), vec![1, 2, 3]);
+        drain(&mut r);
+        r
+    }
+
+    #[test]
+    fn a_graceful_leave_announces_nothing_of_the_results_kept_for_the_leaver() {
+        let mut r = holding_a_result_for_2();
+        r.node_left_gracefully(NodeId(2), 10);
+        assert!(drain(&mut r).is_empty(), "nothing to announce or redo");
+        assert!(!r.is_live(NodeId(2)));
+        assert_eq!(r.stats().results_announced, 0);
+        assert_eq!(r.store_len(), 1, "kept: a lookup may still use it");
+        // A death of the same member later changes nothing.
+        r.node_died(NodeId(2), 20);
+        assert!(drain(&mut r).is_empty());
+    }
+
+    #[test]
+    fn a_death_announces_the_results_kept_for_the_dead_member() {
+        let mut r = holding_a_result_for_2();
+        r.node_died(NodeId(2), 10);
+        assert!(matches!(
+            drain(&mut r).as_slice(),
+            [Action::Announce { .. }]
+        ));
+        assert_eq!(r.stats().results_announced, 1);
+    }
+
+    #[test]
+    fn handed_over_and_restored_results_count_as_announced() {
+        let mut r = Recovery::new(NodeId(1), (0..4).map(NodeId), NodeId(0), 7);
+        r.handover_received(NodeId(2), vec![(key(1), vec![1]), (key(2), vec![2])]);
+        r.restore(vec![(key(3), vec![3])]);
+        assert_eq!(r.stats().results_announced, 3);
     }
 }

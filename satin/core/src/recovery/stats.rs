@@ -20,7 +20,8 @@ pub struct RecoveryStats {
     pub orphans_kept: u64,
     /// Orphans that finished and were announced done.
     pub orphan_results_announced: u64,
-    /// Stored results announced because the owner they were returned to died.
+    /// Stored results announced: because the owner they were returned to died,
+    /// or received in a hand-over, or restored from a checkpoint.
     pub results_announced: u64,
     /// Announcement messages (one per addressee of each
     /// [`Action::Announce`](super::Action::Announce)).

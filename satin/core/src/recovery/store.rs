@@ -145,6 +145,16 @@ impl Store {
         keys
     }
 
+    /// `gone` left gracefully: it is no longer an owner of any result (nothing is
+    /// announced: it will redo nothing).
+    pub(crate) fn owner_left(&mut self, gone: NodeId) {
+        for e in self.entries.values_mut() {
+            if let Ok(i) = e.returned_to.binary_search(&gone) {
+                e.returned_to.remove(i);
+            }
+        }
+    }
+
     /// The keys other members were told about (in key order).
     pub(crate) fn announced_keys(&self) -> impl Iterator<Item = JobKey> + '_ {
         self.entries

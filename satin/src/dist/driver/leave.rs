@@ -3,7 +3,7 @@
 //! redoing any of its work.
 //!
 //! The leaver L:
-//! 1. stops stealing and answers steal requests with "no job" (phase `Ending`), and
+//! 1. stops stealing and answers steal requests with "no job" (phase `Leaving`), and
 //!    sends [`LeaveMsg::Leaving`] to every member;
 //! 2. finishes the jobs it runs for others (their results go home as usual, including
 //!    jobs that arrive in steal replies sent before the others heard `Leaving`), and
@@ -63,6 +63,7 @@ impl Driver {
     /// Called once per round of the event loop: starts and ends this member's leave,
     /// and forgets leavers whose `Done` did not come in time.
     pub(super) fn leave_tick(&mut self) {
+        self.expire_held();
         if !self.leave.others.is_empty() {
             let bound = self.config.end_timeout;
             let late: Vec<u32> = self
@@ -143,7 +144,7 @@ impl Driver {
             return; // the run ends anyway
         }
         tracing::info!("leaving the run gracefully: finishing the jobs running here");
-        self.phase = Phase::Ending;
+        self.phase = Phase::Leaving;
         let now = Instant::now();
         self.leave.started = Some((now, now + self.config.end_timeout));
         self.tell_all(LeaveMsg::Leaving);
@@ -186,7 +187,7 @@ impl Driver {
             LeaveMsg::Done => {
                 self.leave.others.remove(&from);
                 tracing::debug!(member = %self.who(from), "a member left gracefully");
-                let _ = self.gone(from);
+                let _ = self.gone_as(from, true);
             }
         }
     }

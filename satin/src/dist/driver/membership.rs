@@ -28,6 +28,15 @@ pub(crate) const MAX_NODE: u64 = 1 << 16;
 
 /// Messages held from members being connected to, at most (all of them together).
 const MAX_HELD: usize = 4096;
+/// Messages held from one member being connected to, at most. A member that joins
+/// sends only a few before it gets answers (a steal request waits for its reply).
+const MAX_HELD_PER_SENDER: usize = 64;
+/// Payload bytes held, at most: all together, and from one member.
+const MAX_HELD_BYTES: usize = 16 << 20;
+const MAX_HELD_BYTES_PER_SENDER: usize = 1 << 20;
+/// Steal requests that could not be held, remembered (their ids) per member to be
+/// answered "no job" once connected, at most.
+const MAX_UNANSWERED_PER_SENDER: usize = 64;
 
 /// A change of membership, from the registry's event thread or a connecting thread.
 pub(crate) enum Change {
@@ -51,8 +60,36 @@ pub(crate) struct Joins {
     /// Members that departed: a late `Connected` for them is dropped.
     departed: HashSet<u64>,
     /// Messages from members this member has no port to yet, by sender, in order.
-    held: HashMap<u64, Vec<(Msg, Vec<u8>)>>,
+    held: HashMap<u64, Held>,
     held_count: usize,
+    held_bytes: usize,
+}
+
+/// What one member that joins sent before this member connected to it.
+pub(crate) struct Held {
+    /// When the first of them came: dropped after the join timeout if the member
+    /// never turns out to be a member this member connects to.
+    since: Instant,
+    messages: Vec<(Msg, Vec<u8>)>,
+    bytes: usize,
+    /// Ids of steal requests that could not be held (answered "no job" once
+    /// connected, so the thief is not left waiting).
+    unanswered: Vec<u64>,
+}
+
+impl Joins {
+    /// Removes what member `id` sent before it was connected to.
+    fn take_held(&mut self, id: u64) -> Option<Held> {
+        let h = self.held.remove(&id)?;
+        self.held_count -= h.messages.len();
+        self.held_bytes -= h.bytes;
+        Some(h)
+    }
+
+    /// Whether member `id` departed before this member connected to it.
+    pub(super) fn has_departed(&self, id: u64) -> bool {
+        self.departed.contains(&id)
+    }
 }
 
 impl Driver {
@@ -81,8 +118,26 @@ impl Driver {
     pub(super) fn forget_joining(&mut self, member: u64) {
         self.joins.departed.insert(member);
         self.joins.connecting.remove(&member);
-        if let Some(h) = self.joins.held.remove(&member) {
-            self.joins.held_count -= h.len();
+        self.joins.take_held(member);
+    }
+
+    /// Drops what members sent that did not turn out to be members this member
+    /// connects to within the join timeout.
+    pub(super) fn expire_held(&mut self) {
+        if self.joins.held.is_empty() {
+            return;
+        }
+        let bound = self.config.join_timeout;
+        let stale: Vec<u64> = self
+            .joins
+            .held
+            .iter()
+            .filter(|(id, h)| !self.joins.connecting.contains(id) && h.since.elapsed() >= bound)
+            .map(|(id, _)| *id)
+            .collect();
+        for id in stale {
+            tracing::debug!(node = id, "messages of a member that never joined: dropped");
+            self.joins.take_held(id);
         }
     }
 
@@ -99,8 +154,10 @@ impl Driver {
         {
             return;
         }
-        if self.phase != Phase::Running && !self.is_master() {
-            return; // the run ends here: no new victims or thieves
+        if self.phase == Phase::Ending && !self.is_master() {
+            // The run ends here: no new victims or thieves. (A member that leaves
+            // still connects: the newcomer must hear `Leaving` and get its answers.)
+            return;
         }
         let t = match super::super::port_type() {
             Ok(t) => t,
@@ -135,8 +192,7 @@ impl Driver {
         if !self.joins.connecting.remove(&id) {
             return; // departed meanwhile: the port is dropped
         }
-        let held = self.joins.held.remove(&id).unwrap_or_default();
-        self.joins.held_count -= held.len();
+        let held = self.joins.take_held(id);
         let port = match port {
             Ok(p) => p,
             Err(e) => {
@@ -179,8 +235,14 @@ impl Driver {
             self.recovery_actions();
         }
         self.joined_while_leaving(n as u32);
-        for (msg, payload) in held {
-            self.message(n as u32, msg, payload);
+        if let Some(held) = held {
+            for id in held.unanswered {
+                self.requests_served += 1;
+                self.send(n as u32, Msg::StealReply { id, job: None }, &[]);
+            }
+            for (msg, payload) in held.messages {
+                self.message(n as u32, msg, payload);
+            }
         }
     }
 
@@ -218,16 +280,42 @@ impl Driver {
         {
             return Some((msg, payload));
         }
-        // Joining: being connected to, or its `Joined` event has not arrived yet.
-        if self.joins.held_count >= MAX_HELD {
+        // Joining: being connected to, or its `Joined` event has not arrived yet (a
+        // number above every member this member knows). Anything else (a hole: a
+        // number that never was a member here) is dropped.
+        if !self.joins.connecting.contains(&id) && (from as usize) < self.members.len() {
+            return None;
+        }
+        let j = &mut self.joins;
+        let h = j.held.entry(id).or_insert_with(|| Held {
+            since: Instant::now(),
+            messages: Vec::new(),
+            bytes: 0,
+            unanswered: Vec::new(),
+        });
+        if j.held_count >= MAX_HELD
+            || h.messages.len() >= MAX_HELD_PER_SENDER
+            || j.held_bytes.saturating_add(payload.len()) > MAX_HELD_BYTES
+            || h.bytes.saturating_add(payload.len()) > MAX_HELD_BYTES_PER_SENDER
+        {
+            if let Msg::StealRequest { id: steal, .. } = msg {
+                if h.unanswered.len() < MAX_UNANSWERED_PER_SENDER {
+                    // Answered "no job" once connected: the thief must not wait
+                    // forever for it.
+                    h.unanswered.push(steal);
+                    return None;
+                }
+            }
             tracing::warn!(
                 node = from,
-                "too many messages from joining members: dropped"
+                "too many messages from a joining member: dropped"
             );
             return None;
         }
-        self.joins.held_count += 1;
-        self.joins.held.entry(id).or_default().push((msg, payload));
+        j.held_count += 1;
+        j.held_bytes += payload.len();
+        h.bytes += payload.len();
+        h.messages.push((msg, payload));
         None
     }
 }
