@@ -177,12 +177,9 @@ impl Checkpoints {
         }
     }
 
-    /// Files larger than `max` bytes are not read (default [`MAX_FILE`]; a store
-    /// budget larger than the default needs a larger bound).
-    #[allow(
-        dead_code,
-        reason = "for a store budget other than the default (mod.rs)"
-    )]
+    /// Files larger than `max` bytes are not read (default [`MAX_FILE`], the store's
+    /// fixed budget and a margin; the tests use a small bound).
+    #[cfg(test)]
     pub(crate) fn max_file(mut self, max: u64) -> Checkpoints {
         self.max_file = max;
         self

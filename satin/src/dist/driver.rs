@@ -846,7 +846,7 @@ impl Driver {
             RecoveryAction::Complete { bytes, .. } => {
                 if let Some(job) = job {
                     let t0 = Instant::now();
-                    let _ = job.complete_from_wire(&bytes);
+                    saved::complete_or_redo(job, &bytes);
                     self.add_deser(t0);
                 }
             }

@@ -235,10 +235,6 @@ impl Shared {
 /// member's store or restored from a checkpoint); if the bytes do not decode as the
 /// job's result (a stale or foreign result), warns and redoes the job here instead:
 /// a bad saved result costs a recomputation, never the run.
-#[allow(
-    dead_code,
-    reason = "the driver's RecoveryAction::Complete arm (driver.rs) is to call it"
-)]
 pub(crate) fn complete_or_redo(job: StolenJob, bytes: &[u8]) {
     if let Err((job, e)) = job.try_complete_from_wire(bytes) {
         tracing::warn!(job = ?job.name(), error = %e, "a saved result did not decode: the job is redone");
