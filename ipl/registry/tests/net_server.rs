@@ -247,6 +247,65 @@ fn a_frozen_member_is_reported_died_within_the_heartbeat_bound() {
     drop(raw);
 }
 
+/// A suspect whose connection closes while the server probes it is dead at once: the
+/// member that asked (`maybe_dead`) does not wait out the probe's timeout. Before the
+/// fix it waited the whole timeout (60 s here; the test's bound is 30 s), which held up
+/// Satin's recovery from a killed member by the default 5 s.
+#[test]
+fn a_suspect_whose_connection_closes_during_the_probe_is_dead_at_once() {
+    let secret = PoolSecret::generate().unwrap();
+    let srv = RegistryServer::bind("127.0.0.1:0", secret.clone())
+        .unwrap()
+        .with_probe_timeout(Duration::from_secs(60))
+        .run_in_background()
+        .unwrap();
+    let open = PoolConfig::open_world();
+    let a = member(srv.local_addr(), &secret, "p", open);
+    let (mut raw, _) = raw_client(srv.local_addr(), &secret);
+    let join = ClientMsg::Request {
+        id: 1,
+        op: Request::Join {
+            pool: "p".into(),
+            config: open,
+            request: JoinRequest::new("suspect"),
+        },
+    };
+    protocol::write_msg(&mut raw, &join).unwrap();
+    let suspect = loop {
+        if let ServerMsg::Response { id: 1, result } =
+            protocol::read_msg::<ServerMsg>(&mut raw, MAX_FRAME).unwrap()
+        {
+            match result.unwrap() {
+                Reply::Joined(me) => break me,
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+    };
+    let (done_tx, done_rx) = mpsc::channel();
+    let asker = thread::spawn(move || {
+        let r = a.maybe_dead(&suspect);
+        let _ = done_tx.send(r.map_err(|e| e.to_string()));
+        a
+    });
+    // The probe is in flight once the ping arrives (reads bounded by T); then the
+    // suspect vanishes without answering.
+    loop {
+        if let ServerMsg::Ping { .. } =
+            protocol::read_msg::<ServerMsg>(&mut raw, MAX_FRAME).unwrap()
+        {
+            break;
+        }
+    }
+    drop(raw);
+    let r = done_rx
+        .recv_timeout(Duration::from_secs(30))
+        .expect("maybe_dead waited out the probe's timeout");
+    assert_eq!(r, Ok(()));
+    let a = asker.join().unwrap();
+    assert_eq!(a.members().unwrap(), vec![a.identifier().clone()]);
+    a.leave().unwrap();
+}
+
 /// A fake registry: accepts one connection, completes the handshake with the
 /// given heartbeat settings, answers a join if `answer_join`, then freezes
 /// (holds the connection without reading or writing) until `release` fires.

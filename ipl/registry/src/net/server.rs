@@ -623,6 +623,13 @@ fn serve_connection_inner(
         }
     }
     drop(st);
+    // Probes of members on this connection can never be answered now: end them at
+    // once (their waiters see the sender dropped and declare the suspect dead) instead
+    // of letting the members that asked wait out the probe timeout.
+    shared
+        .probes
+        .lock()
+        .retain(|_, (target, _)| *target != conn_id);
     let _ = stream.shutdown(Shutdown::Both);
     Ok(())
 }
