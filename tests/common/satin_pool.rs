@@ -16,6 +16,18 @@ use ipl_auth::PoolSecret;
 use ipl_registry::{RegistryServer, ServerHandle};
 use ipl_tools::launcher::{unique_pool_name, PoolEnv};
 
+/// The launcher rank of the winner of `pool`'s master election, if there is one now
+/// (members are named `member-R`).
+pub fn winner_rank(server: &ServerHandle, pool: &str) -> Option<usize> {
+    let name = server.with_core(|c| {
+        c.election_result(pool, "satin-master")
+            .ok()
+            .flatten()
+            .map(|w| w.name().to_string())
+    })?;
+    name.strip_prefix("member-")?.parse().ok()
+}
+
 /// Every run ends within this (a hang fails the test).
 pub const BOUND: Duration = Duration::from_secs(90);
 
@@ -95,17 +107,10 @@ impl Pool {
     /// The launcher rank of the member that won the master election, once there is
     /// one (bounded by `within`): members are named `member-R`.
     pub fn master_rank(&self, within: Duration) -> Option<usize> {
+        let server = self.server.as_ref()?;
         let until = Instant::now() + within;
         loop {
-            let winner = self.server.as_ref().and_then(|s| {
-                s.with_core(|c| {
-                    c.election_result(&self.pool, "satin-master")
-                        .ok()
-                        .flatten()
-                        .map(|w| w.name().to_string())
-                })
-            });
-            if let Some(rank) = winner.and_then(|n| n.strip_prefix("member-")?.parse().ok()) {
+            if let Some(rank) = winner_rank(server, &self.pool) {
                 return Some(rank);
             }
             if Instant::now() >= until || self.ends_any() {

@@ -21,7 +21,7 @@ use ipl_tools::launcher::{unique_pool_name, PoolEnv};
 
 #[path = "../common/satin_pool.rs"]
 mod satin_pool;
-use satin_pool::{scratch, BOUND};
+use satin_pool::{scratch, winner_rank, BOUND};
 
 /// `nqueens 14` has 365596 solutions: a run of seconds on one worker per member
 /// (debug build), long enough for a member to join and take work.
@@ -209,15 +209,11 @@ impl Malleable {
     fn master_rank(&mut self, within: Duration) -> Option<usize> {
         let until = Instant::now() + within;
         loop {
-            let winner = self.server.as_ref().and_then(|s| {
-                s.with_core(|c| {
-                    c.election_result(&self.pool, "satin-master")
-                        .ok()
-                        .flatten()
-                        .map(|w| w.name().to_string())
-                })
-            });
-            if let Some(rank) = winner.and_then(|n| n.strip_prefix("member-")?.parse().ok()) {
+            if let Some(rank) = self
+                .server
+                .as_ref()
+                .and_then(|s| winner_rank(s, &self.pool))
+            {
                 return Some(rank);
             }
             if Instant::now() >= until || self.any_ended() {
