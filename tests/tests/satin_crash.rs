@@ -369,6 +369,45 @@ fn fib_survives_the_master_crashing() {
     assert!(reused > 0.0, "no saved result reused in {MASTER_RUNS} runs");
 }
 
+/// The master dies at the very end (`SATIN_TEST_MASTER_DIES_AT_END=1`): its root job
+/// returned and every member reported, but it dies before it tells them to exit and
+/// before it writes the result. The members, which had stopped stealing, go on: a new
+/// master restarts the root, reusing the results the members computed for the old
+/// one, and reports the right answer; all survivors end by themselves.
+#[test]
+fn a_master_dying_after_the_root_returned_is_replaced() {
+    let app = &FIB;
+    let (mut pool, start, _, master) = formed(app, &[("SATIN_TEST_MASTER_DIES_AT_END", "1")]);
+    pool.assert_result(start, app.result);
+    let logs = pool.logs();
+    let kv = pool.report().unwrap_or_default();
+    eprintln!("the master died at the end: {}", figures(&pool));
+    assert_ne!(
+        kv.get("master"),
+        Some(&format!("member-{master}")),
+        "{kv:?}\n{logs}"
+    );
+    assert_eq!(
+        kv.get("restarted").map(String::as_str),
+        Some("true"),
+        "{kv:?}\n{logs}"
+    );
+    for (rank, end) in pool.ends.iter().enumerate() {
+        let end = end.expect("assert_result waited for every process");
+        if rank == master {
+            assert_eq!(end.code(), Some(86), "the hook did not fire:\n{logs}");
+        } else {
+            assert!(end.success(), "survivor {rank} failed:\n{logs}");
+        }
+    }
+    // The old master's children were stolen (four members, fib 39): their results,
+    // kept by the thieves, are looked up by the restarted root.
+    assert!(
+        pool.report_number("results_reused") >= 1.0,
+        "{kv:?}\n{logs}"
+    );
+}
+
 /// Checkpoint files (`*.ckpt`) in `dir`.
 fn checkpoints(dir: &Path) -> Vec<PathBuf> {
     std::fs::read_dir(dir)

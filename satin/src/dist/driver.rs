@@ -60,6 +60,13 @@ pub(crate) const DROP_LINK_ENV: &str = "SATIN_TEST_DROP_LINK";
 /// and the jobs it had stolen are redone by their owners. Ignored when malformed.
 pub(crate) const DIE_AFTER_GIVING_ENV: &str = "SATIN_TEST_DIE_AFTER_GIVING";
 
+/// Fault-injection hook for tests: `1` makes the first master end its process at once
+/// (exit status 86, without leaving the pool) when every member has reported its
+/// statistics, just before it would tell them to exit: the root job returned, but the
+/// result is lost with the master. The survivors elect a new master, which restarts the
+/// root. A master elected later ignores it. Ignored unless `1`.
+pub(crate) const MASTER_DIES_AT_END_ENV: &str = "SATIN_TEST_MASTER_DIES_AT_END";
+
 /// The hook of [`DIE_AFTER_GIVING_ENV`] for node `me`.
 fn die_after_giving_hook(me: u32, master: u32, nodes: u32) -> Option<u64> {
     let n = std::env::var(DIE_AFTER_GIVING_ENV)
@@ -289,6 +296,11 @@ pub(crate) struct Driver {
     restart_nanos: u64,
     /// The test hook of [`DIE_AFTER_GIVING_ENV`]: exit after giving this many jobs.
     die_after_giving: Option<u64>,
+    /// The test hook of [`MASTER_DIES_AT_END_ENV`] (only on the first master).
+    master_dies_at_end: bool,
+    /// Steal requests the node asked for while the run was ending (not sent): failed
+    /// for the node if the run goes on (the master died before its end).
+    unsent_steals: Vec<(NodeId, StealId)>,
     /// Threads reporting suspects to the registry (joined at the end: they hold the
     /// IPL instance, which `Pool::finish` must own alone to leave).
     reporters: Vec<std::thread::JoinHandle<()>>,
@@ -369,6 +381,9 @@ impl Driver {
             restart_nanos: 0,
             reporters: Vec::new(),
             die_after_giving: die_after_giving_hook(init.me, init.master, n as u32),
+            master_dies_at_end: init.me == init.master
+                && std::env::var(MASTER_DIES_AT_END_ENV).is_ok_and(|v| v.trim() == "1"),
+            unsent_steals: Vec::new(),
             remote_jobs_started: 0,
             joins: membership::Joins::default(),
             leave: leave::Leave::new(init.leave),
@@ -451,6 +466,10 @@ impl Driver {
             }
         }
         let stats = if self.is_master() && self.phase == Phase::Ending {
+            if self.master_dies_at_end {
+                tracing::warn!("test hook: the master dies before the end of the run");
+                std::process::exit(86);
+            }
             for to in 0..self.ports.len() as u32 {
                 if to != self.me {
                     self.send(to, Msg::Exit, &[]);
@@ -502,6 +521,11 @@ impl Driver {
         }
         if let Some(d) = self.master_suspect {
             if Instant::now() >= d && self.alive[self.master as usize] {
+                if self.phase == Phase::Ending {
+                    tracing::debug!("lost the link to the master at the end of the run");
+                    self.exit = true;
+                    return Ok(());
+                }
                 return Err(SatinError::Pool(format!(
                     "lost the connection to the master, {}, during the run, and the \
                      registry does not report it dead; the master finishes without this \
@@ -573,9 +597,10 @@ impl Driver {
                 }
             }
         }
-        if n == self.master && self.phase != Phase::Ending {
+        if n == self.master {
             // The master may have crashed: if the registry confirms it (`Died`), a new
-            // master is elected; if not within a bound, this member gives up.
+            // master is elected; if not within a bound, this member gives up (or, once
+            // it has sent its statistics, ends: the master ends the run without it).
             if let Some(p) = self.ports.get_mut(n as usize) {
                 *p = None;
             }
@@ -681,8 +706,9 @@ impl Driver {
         self.forget_joining(member);
         if let Some(n) = self.members.iter().position(|m| m.0 == member) {
             let n = n as u32;
-            if n == self.master && !died && self.phase == Phase::Leaving {
-                // The master left: the run is over, there is nothing to hand over.
+            if n == self.master && !died && self.phase != Phase::Running {
+                // The master left (leaving is the last thing it does): the run is
+                // over, there is nothing to hand over.
                 self.exit = true;
                 return Ok(());
             }
@@ -734,9 +760,11 @@ impl Driver {
         if n == self.master && !self.exit {
             self.master_suspect = None;
             if self.phase == Phase::Ending {
-                // The master died or left after `Done`: as good as `Exit`.
-                self.exit = true;
-                return Ok(());
+                // The master died after `Done` but before `Exit`: the root returned,
+                // but its result may be lost with it (it is written after `Exit`).
+                // The run goes on: a new master restarts the root, cheaply (the
+                // saved results are looked up).
+                self.reopen();
             }
             // Running, or leaving: a leaver carries its leave on (the jobs it runs for
             // others, its hand-over and its statistics go to the new master).
@@ -772,6 +800,26 @@ impl Driver {
         match self.failure.take() {
             Some(e) => Err(e),
             None => Ok(()),
+        }
+    }
+
+    /// The master died after its `Done` and before its `Exit` (this member had stopped
+    /// stealing and sent its statistics): the run goes on until a new master ends it.
+    /// The steal requests the node asked for meanwhile fail, so it steals again.
+    fn reopen(&mut self) {
+        tracing::warn!(
+            "the master died at the end of the run, before its result was safe: going on"
+        );
+        self.phase = Phase::Running;
+        self.deadline = None;
+        let now = self.now();
+        for (from, id) in std::mem::take(&mut self.unsent_steals) {
+            self.node.handle(Event::StealReply {
+                from,
+                id,
+                job: None,
+                now,
+            });
         }
     }
 
@@ -956,7 +1004,9 @@ impl Driver {
     /// become the master (the registry has not yet said that the old one died).
     fn end_message(&mut self, from: u32, m: HeldEnd) {
         if from != self.master {
-            if self.alive.get(from as usize) == Some(&true) && self.phase == Phase::Running {
+            // Also while ending: the old master may die before its `Exit` (see
+            // `reopen`), and its successor's `Done` may come before the news.
+            if self.alive.get(from as usize) == Some(&true) && self.phase != Phase::Leaving {
                 let held = self.held_end.entry(from).or_insert(m);
                 *held = (*held).max(m);
             }
@@ -1139,7 +1189,9 @@ impl Driver {
                     synchronous,
                 } => {
                     if self.phase != Phase::Running {
-                        // The run is ending: steal no more (the node may keep waiting).
+                        // The run is ending: steal no more (the node keeps waiting,
+                        // until the run goes on after all: see `reopen`).
+                        self.unsent_steals.push((to, id));
                         continue;
                     }
                     let msg = Msg::StealRequest {

@@ -173,11 +173,13 @@
 //!   election of a dead winner); the winner calls the root closure of [`Pool::run`]
 //!   again, in redo mode, so the root's subtree reuses every saved result, and ends the
 //!   run as the master would have (it prints the result and the statistics of the
-//!   survivors). A member that loses its connection to the master waits up to 5 s for
+//!   survivors). A member that loses its connection to the master waits up to 8 s for
 //!   the registry to report the master dead; if the registry says it is alive, the
-//!   member stops with an error and the master redoes its work. A member that had
-//!   received `Done` when the master died just ends (the result died with the master
-//!   in that case).
+//!   member stops with an error and the master redoes its work. The master dying
+//!   after its root returned but before it told the members to exit (its `Done` came,
+//!   its `Exit` did not) is a master crash too: its result is written only after the
+//!   `Exit`s, so the members go back to stealing and a new master restarts the root
+//!   (`SATIN_TEST_MASTER_DIES_AT_END=1` makes the first master die there, for tests).
 //! - **Checkpoints** ([`SatinBuilder::checkpoint_dir`], `SATIN_CHECKPOINT_DIR`; interval
 //!   [`SatinBuilder::checkpoint_interval`], `SATIN_CHECKPOINT_INTERVAL_MS`, default
 //!   10 s): every member writes its saved results to `DIR/<member name>.ckpt` whenever
