@@ -228,10 +228,12 @@ fn members_crash(app: &App, kills: usize) {
 /// a thief and dies at once (`SATIN_TEST_DIE_AFTER_GIVING=1`): the thief keeps that
 /// sub-job as an orphan, finishes it and announces it; the owner of the job the dead
 /// member stole redoes it and fetches the orphan's result instead of recomputing it.
+/// A run in which nobody stole from it, or in which the thief was that owner itself
+/// (its redo does not wait for its own orphans), is tried again (at most 5 runs).
 #[test]
 fn a_redone_jobs_orphan_is_reused() {
     let app = &NQUEENS;
-    for _attempt in 0..3 {
+    for _attempt in 0..5 {
         let (mut pool, start, _, _) = formed(
             app,
             &[
@@ -249,6 +251,15 @@ fn a_redone_jobs_orphan_is_reused() {
             continue;
         }
         let kv = pool.report().unwrap_or_default();
+        if pool.report_number("results_reused") == 0.0
+            && pool.report_number("own_orphan_lookups") >= 1.0
+        {
+            // The thief of the sub-job was the owner of the dead member's job: the
+            // orphan ran where its parent is redone, maybe below it on the same
+            // stack, so the redo computed it again instead of waiting. Again.
+            eprintln!("the orphan ran on the member that redid its parent: again");
+            continue;
+        }
         // The sub-job was still running when its owner died (an orphan, kept) or had
         // just finished (its result, kept for the dead owner, announced): either way
         // the redo fetched it.
@@ -261,7 +272,7 @@ fn a_redone_jobs_orphan_is_reused() {
         );
         return;
     }
-    panic!("in 3 runs the member never gave a job away");
+    panic!("in 5 runs the member never gave a job away to a member other than its victim");
 }
 
 /// The master killed at random moments, until `MASTER_RUNS` runs had the crash

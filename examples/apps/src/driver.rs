@@ -51,7 +51,7 @@ pub struct Options {
     /// `seconds`, `spawns`; on a pool also `master` (the member that printed it),
     /// `restarted` (it became the master after the first one died), and crash
     /// recovery's counters: `jobs_redone`, `orphans_kept`, `results_announced`,
-    /// `lookups`, `results_reused`, `lookup_misses`, `bytes_fetched`, `restored`,
+    /// `lookups`, `results_reused`, `lookup_misses`, `lookups_awaited`, `own_orphan_lookups`, `bytes_fetched`, `restored`,
     /// `elections`, `redo_jobs`, `work_lost_ms`, `recovery_ms`, `restart_ms`;
     /// adaptivity's `adapt_added`, `adapt_removed`; and `executed_by`, the jobs
     /// stolen from others that each member ran: `member-0:12 member-1:30`), for
@@ -454,6 +454,8 @@ fn pool_report(
         ("lookups", t.lookups.to_string()),
         ("results_reused", t.results_reused.to_string()),
         ("lookup_misses", t.lookup_misses.to_string()),
+        ("lookups_awaited", t.lookups_awaited.to_string()),
+        ("own_orphan_lookups", t.own_orphan_lookups.to_string()),
         ("bytes_fetched", t.bytes_fetched.to_string()),
         ("restored", t.restored.to_string()),
         ("elections", t.elections.to_string()),

@@ -27,6 +27,23 @@ fn drain(r: &mut Recovery) -> Vec<Action> {
     std::iter::from_fn(|| r.poll_action()).collect()
 }
 
+/// [`drain`] without the empty accounts of deaths (tested on their own below).
+fn drain_work(r: &mut Recovery) -> Vec<Action> {
+    drain(r)
+        .into_iter()
+        .filter(|a| {
+            !matches!(a, Action::Announce { entries, death: Some(_), .. } if entries.is_empty())
+        })
+        .collect()
+}
+
+/// The survivors `from` send their accounts of `dead`'s death.
+fn accounts(r: &mut Recovery, dead: NodeId, from: &[u32]) {
+    for &f in from {
+        r.account_received(n(f), dead);
+    }
+}
+
 fn done(key: JobKey) -> Announcement {
     Announcement {
         key,
@@ -80,7 +97,7 @@ fn a_returned_result_forgets_the_given_job_so_the_thiefs_death_redoes_nothing() 
     assert!(r.result_received(JobRef(7)));
     assert!(!r.result_received(JobRef(7)), "a second result is unknown");
     r.node_died(n(2), 100);
-    assert!(drain(&mut r).is_empty());
+    assert!(drain_work(&mut r).is_empty());
     assert_eq!(r.stats().jobs_redone, 0);
 }
 
@@ -109,7 +126,7 @@ fn death_redoes_the_jobs_given_to_the_dead_and_measures_the_work_lost() {
     r.job_given(JobRef(3), n(2), k(3), 300);
     r.node_died(n(2), 1_000);
     assert_eq!(
-        drain(&mut r),
+        drain_work(&mut r),
         vec![
             Action::Redo { handle: JobRef(1) },
             Action::Redo { handle: JobRef(3) }
@@ -138,6 +155,7 @@ fn death_announces_results_kept_for_the_dead_and_its_orphans_in_one_message_per_
         vec![Action::Announce {
             to: vec![n(0), n(3)],
             entries: vec![done(k(1)), done(k(2)), pending(k(4))],
+            death: Some(n(2)),
         }]
     );
     let s = r.stats();
@@ -152,6 +170,7 @@ fn death_announces_results_kept_for_the_dead_and_its_orphans_in_one_message_per_
         vec![Action::Announce {
             to: vec![n(0), n(3)],
             entries: vec![done(k(4))],
+            death: None,
         }]
     );
     assert_eq!(r.stats().orphan_results_announced, 1);
@@ -172,7 +191,7 @@ fn death_is_idempotent_and_nothing_is_announced_twice() {
     assert_eq!(r.stats().jobs_redone, 1);
     // Another death does not re-announce k1 (returned to 2 only).
     r.node_died(n(3), 30);
-    assert!(drain(&mut r).is_empty());
+    assert!(drain_work(&mut r).is_empty());
 }
 
 #[test]
@@ -187,8 +206,9 @@ fn death_drops_the_dead_holders_entries_and_redoes_lookups_waiting_for_it() {
     };
     assert_eq!((*to, *key), (n(2), k(1)));
     r.node_died(n(2), 0);
-    assert_eq!(drain(&mut r), vec![Action::Redo { handle: JobRef(1) }]);
+    assert_eq!(drain_work(&mut r), vec![Action::Redo { handle: JobRef(1) }]);
     assert_eq!(r.lookups_waiting(), 0);
+    accounts(&mut r, n(2), &[0, 3]);
     // Its late answer is ignored; its other entry is gone; 3's entry stays.
     r.fetched(n(2), *id, Some(value(k(1))));
     assert!(drain(&mut r).is_empty());
@@ -226,6 +246,7 @@ fn death_forgets_the_dead_members_fetch_requests() {
 fn a_job_given_to_or_stolen_from_a_member_already_dead_is_redone_or_orphaned_at_once() {
     let mut r = member();
     r.node_died(n(2), 0);
+    drain(&mut r);
     r.job_given(JobRef(1), n(2), k(1), 0);
     assert_eq!(drain(&mut r), vec![Action::Redo { handle: JobRef(1) }]);
     r.job_given(JobRef(2), n(9), k(1), 0);
@@ -239,7 +260,8 @@ fn a_job_given_to_or_stolen_from_a_member_already_dead_is_redone_or_orphaned_at_
         drain(&mut r),
         vec![Action::Announce {
             to: vec![n(0), n(3)],
-            entries: vec![pending(k(3))]
+            entries: vec![pending(k(3))],
+            death: None,
         }]
     );
     assert_eq!(r.stats().orphans_kept, 1);
@@ -250,7 +272,7 @@ fn a_job_given_to_or_stolen_from_a_member_already_dead_is_redone_or_orphaned_at_
 fn the_masters_death_asks_for_an_election_and_the_new_master_restarts_the_root() {
     let mut r = member();
     r.node_died(n(0), 0);
-    assert_eq!(drain(&mut r), vec![Action::ElectMaster]);
+    assert_eq!(drain_work(&mut r), vec![Action::ElectMaster]);
     assert_eq!(r.master(), None);
     // The registry names a member that is dead too: ask again.
     r.master_elected(n(0));
@@ -261,7 +283,7 @@ fn the_masters_death_asks_for_an_election_and_the_new_master_restarts_the_root()
     assert_eq!(r.master(), Some(n(2)));
     // It dies too and this member wins: restart the root, once.
     r.node_died(n(2), 5);
-    assert_eq!(drain(&mut r), vec![Action::ElectMaster]);
+    assert_eq!(drain_work(&mut r), vec![Action::ElectMaster]);
     r.master_elected(n(1));
     r.master_elected(n(1));
     assert_eq!(drain(&mut r), vec![Action::RestartRoot]);
@@ -281,7 +303,7 @@ fn a_master_missing_from_the_member_list_is_still_replaced_when_it_dies() {
 fn the_death_of_a_member_that_is_not_the_master_elects_nobody() {
     let mut r = member();
     r.node_died(n(3), 0);
-    assert!(drain(&mut r).is_empty());
+    assert!(drain_work(&mut r).is_empty());
     assert_eq!(r.master(), Some(n(0)));
 }
 
@@ -297,6 +319,7 @@ fn a_finished_orphan_answers_remote_and_local_waiters_and_is_announced_done() {
     // A redone job of this member with the same key waits for the orphan too.
     assert_eq!(r.lookup(JobRef(50), k(1)), Lookup::Remote { holder: n(1) });
     assert!(drain(&mut r).is_empty(), "no fetch to oneself");
+    assert_eq!(r.stats().lookups_own_orphan, 1);
     r.stolen_job_finished(JobRef(1), value(k(1)));
     assert_eq!(
         drain(&mut r),
@@ -312,7 +335,8 @@ fn a_finished_orphan_answers_remote_and_local_waiters_and_is_announced_done() {
             },
             Action::Announce {
                 to: vec![n(2), n(3)],
-                entries: vec![done(k(1))]
+                entries: vec![done(k(1))],
+                death: None,
             },
         ]
     );
@@ -351,6 +375,8 @@ fn announcements_from_dead_members_are_ignored_and_done_replaces_pending() {
     drain(&mut r);
     r.announce_received(n(3), &[done(k(1))]);
     assert_eq!(r.directory_len(), 0);
+    assert!(r.active(), "the survivors' accounts of 3 may name results");
+    accounts(&mut r, n(3), &[0, 2]);
     assert!(!r.active());
     r.announce_received(n(2), &[pending(k(2))]);
     r.announce_received(n(0), &[done(k(2))]);
@@ -430,6 +456,110 @@ fn a_lookup_with_a_handle_in_use_runs_the_job_here() {
     assert_eq!(r.lookup(JobRef(4), k(2)), Lookup::Miss);
     assert!(drain(&mut r).is_empty());
     assert_eq!(r.lookups_waiting(), 0);
+}
+
+// ------------------------------------------------------------ rule 5b: accounts
+
+#[test]
+fn every_survivor_sends_its_account_of_a_death_even_when_it_has_nothing() {
+    let mut r = member();
+    r.node_died(n(3), 0);
+    assert_eq!(
+        drain(&mut r),
+        vec![Action::Announce {
+            to: vec![n(0), n(2)],
+            entries: vec![],
+            death: Some(n(3)),
+        }]
+    );
+    assert_eq!(r.stats().announce_messages, 2);
+    assert_eq!(r.accounts_awaited(), 1);
+    assert!(r.active(), "lookups wait for the accounts");
+}
+
+#[test]
+fn a_lookup_after_a_death_waits_for_the_accounts_and_fetches_what_one_names() {
+    let mut r = member();
+    r.node_died(n(2), 0);
+    drain(&mut r);
+    // Nothing known yet: the lookup waits instead of missing.
+    assert_eq!(r.lookup(JobRef(7), k(4)), Lookup::Awaiting);
+    assert_eq!(r.stats().lookups_awaited, 1);
+    assert_eq!(r.lookups_waiting(), 1);
+    assert!(drain(&mut r).is_empty());
+    // 0's account names the key: fetched at once, before 3's account.
+    r.announce_received(n(0), &[done(k(4))]);
+    r.account_received(n(0), n(2));
+    let a = drain(&mut r);
+    let [Action::Fetch { to, id, key }] = a.as_slice() else {
+        panic!("{a:?}")
+    };
+    assert_eq!((*to, *key), (n(0), k(4)));
+    r.fetched(n(0), *id, Some(value(k(4))));
+    assert_eq!(
+        drain(&mut r),
+        vec![Action::Complete {
+            handle: JobRef(7),
+            bytes: value(k(4))
+        }]
+    );
+    assert_eq!(r.stats().misses, 0);
+}
+
+#[test]
+fn a_lookup_waiting_for_accounts_is_redone_once_all_came_without_its_key() {
+    let mut r = member();
+    r.node_died(n(2), 0);
+    drain(&mut r);
+    assert_eq!(r.lookup(JobRef(7), k(4)), Lookup::Awaiting);
+    r.account_received(n(0), n(2));
+    r.account_received(n(0), n(2));
+    assert!(drain(&mut r).is_empty(), "3 still owes its account");
+    r.account_received(n(3), n(2));
+    assert_eq!(drain(&mut r), vec![Action::Redo { handle: JobRef(7) }]);
+    assert_eq!(r.lookups_waiting(), 0);
+    assert_eq!(r.stats().misses, 1);
+    // Afterwards lookups miss at once.
+    assert_eq!(r.lookup(JobRef(8), k(5)), Lookup::Miss);
+}
+
+#[test]
+fn an_account_that_comes_before_the_death_counts_and_a_dead_survivor_owes_nothing() {
+    let mut r = member();
+    // 3 heard of 2's death first.
+    r.account_received(n(3), n(2));
+    r.node_died(n(2), 0);
+    drain(&mut r);
+    assert_eq!(r.lookup(JobRef(7), k(4)), Lookup::Awaiting);
+    // 0, the last one owing, dies: its own death's account is owed by 3.
+    r.node_died(n(0), 1);
+    drain_work(&mut r);
+    assert_eq!(r.accounts_awaited(), 1);
+    assert!(r.lookups_waiting() == 1);
+    r.account_received(n(3), n(0));
+    let a = drain_work(&mut r);
+    assert_eq!(a, vec![Action::Redo { handle: JobRef(7) }]);
+    assert_eq!(r.accounts_awaited(), 0);
+    // Accounts of unknown deaths, from the dead or from oneself change nothing.
+    r.account_received(n(0), n(3));
+    r.account_received(n(1), n(3));
+    r.account_received(n(3), n(3));
+    assert_eq!(r.stats().ignored, 3);
+    assert_eq!(r.lookup(JobRef(8), k(4)), Lookup::Miss);
+}
+
+#[test]
+fn accounts_awaited_longer_than_the_patience_are_given_up() {
+    let mut r = member();
+    let patience = r.config().account_patience_ns;
+    r.node_died(n(2), 1_000);
+    drain(&mut r);
+    assert_eq!(r.lookup(JobRef(7), k(4)), Lookup::Awaiting);
+    r.tick(1_000 + patience - 1);
+    assert!(drain(&mut r).is_empty());
+    r.tick(1_000 + patience);
+    assert_eq!(drain(&mut r), vec![Action::Redo { handle: JobRef(7) }]);
+    assert_eq!(r.accounts_awaited(), 0);
 }
 
 // ------------------------------------------------------------ rule 6: fetch requests
@@ -607,7 +737,8 @@ fn handed_over_results_are_stored_as_own_and_announced() {
         drain(&mut r),
         vec![Action::Announce {
             to: vec![n(0), n(2), n(3)],
-            entries: vec![done(k(1)), done(k(2))]
+            entries: vec![done(k(1)), done(k(2))],
+            death: None,
         }]
     );
     assert_eq!(r.lookup(JobRef(1), k(2)), Lookup::Local(value(k(2))));
@@ -640,7 +771,8 @@ fn a_joiner_is_told_what_this_member_has_announced_and_nothing_else() {
         drain(&mut r),
         vec![Action::Announce {
             to: vec![n(6)],
-            entries: vec![done(k(1)), pending(k(3))]
+            entries: vec![done(k(1)), pending(k(3))],
+            death: None,
         }]
     );
     assert!(r.is_live(n(6)));
@@ -684,7 +816,8 @@ fn a_checkpoint_written_by_one_member_restores_into_another() {
         drain(&mut b),
         vec![Action::Announce {
             to: vec![n(1)],
-            entries: vec![done(k(1)), done(k(2)), done(k(3))]
+            entries: vec![done(k(1)), done(k(2)), done(k(3))],
+            death: None,
         }]
     );
 }
@@ -747,6 +880,11 @@ enum Op {
         keys: Vec<u8>,
     },
     Leave,
+    Account {
+        from: u32,
+        dead: u32,
+    },
+    Tick,
     Junk {
         which: u8,
         x: u64,
@@ -775,6 +913,8 @@ fn op() -> impl Strategy<Value = Op> {
             .prop_map(|(from, keys)| Op::HandOver { from, keys }),
         1 => proptest::collection::vec(key.clone(), 0..3).prop_map(|keys| Op::Restore { keys }),
         1 => Just(Op::Leave),
+        2 => (node.clone(), node.clone()).prop_map(|(from, dead)| Op::Account { from, dead }),
+        1 => Just(Op::Tick),
         1 => (0u8..4, any::<u64>()).prop_map(|(which, x)| Op::Junk { which, x }),
     ]
 }
@@ -806,6 +946,7 @@ impl World {
             store_budget: 40 + 2 * STORE_ENTRY_OVERHEAD,
             directory_capacity: 4,
             max_waiting_fetches: 3,
+            account_patience_ns: 1_000,
         };
         let live: BTreeSet<NodeId> = (1..=4).map(NodeId).collect();
         let members = live.iter().copied().chain([ME]);
@@ -933,6 +1074,10 @@ impl World {
                         prop_assert!(holder == ME || self.live.contains(&holder));
                         self.lookups.insert(h, k(key));
                     }
+                    Lookup::Awaiting => {
+                        prop_assert!(self.r.accounts_awaited() > 0);
+                        self.lookups.insert(h, k(key));
+                    }
                 }
             }
             Op::Answer {
@@ -969,6 +1114,9 @@ impl World {
                     .restore(keys.into_iter().map(|i| (k(i), value(k(i)))));
             }
             Op::Leave => self.r.leave(),
+            Op::Account { from, dead } => self.r.account_received(NodeId(from), NodeId(dead)),
+            // Past the patience of every account opened so far.
+            Op::Tick => self.r.tick(self.next_handle * 10 + 5 + 1_000),
             Op::Junk { which, x } => {
                 // Handles and ids the core never saw.
                 let h = JobRef((1 << 40) + x % 1000);
@@ -1003,8 +1151,9 @@ impl World {
                 | Action::Fetch { to, .. }
                 | Action::SendFetched { to, .. }
                 | Action::HandOver { to, .. } => vec![*to],
-                Action::Announce { to, entries } => {
-                    prop_assert!(!entries.is_empty());
+                Action::Announce { to, entries, death } => {
+                    // Empty only as a member's account of a death.
+                    prop_assert!(!entries.is_empty() || death.is_some());
                     to.clone()
                 }
                 _ => vec![],

@@ -827,6 +827,8 @@ impl Driver {
     /// whose lookups waited too long).
     fn recovery_actions(&mut self) {
         if self.save {
+            let now = self.now();
+            self.saved.with(|r| r.tick(now));
             for job in self.saved.impatient(Instant::now()) {
                 tracing::debug!("a lookup waited too long: redoing its job here");
                 job.give_back_redo();
@@ -898,12 +900,16 @@ impl Driver {
                     self.add_deser(t0);
                 }
             }
-            RecoveryAction::Announce { to, entries } => {
+            RecoveryAction::Announce { to, entries, death } => {
+                if !self.save {
+                    return; // nobody looks anything up
+                }
                 let entries: Vec<(JobKey, bool)> =
                     entries.iter().map(|a| (a.key, a.pending)).collect();
                 for n in to {
                     let msg = Msg::Have {
                         entries: entries.clone(),
+                        death: death.map(|d| d.0),
                     };
                     self.send(n.0, msg, &[]);
                 }
@@ -1113,14 +1119,18 @@ impl Driver {
                 self.reports.insert(from, *s);
             }
             Msg::Exit => self.end_message(from, HeldEnd::Exit),
-            Msg::Have { entries } => {
+            Msg::Have { entries, death } => {
                 if self.save {
                     let entries: Vec<Announcement> = entries
                         .into_iter()
                         .map(|(key, pending)| Announcement { key, pending })
                         .collect();
-                    self.saved
-                        .with(|r| r.announce_received(NodeId(from), &entries));
+                    self.saved.with(|r| {
+                        r.announce_received(NodeId(from), &entries);
+                        if let Some(d) = death {
+                            r.account_received(NodeId(from), NodeId(d));
+                        }
+                    });
                 }
             }
             Msg::Fetch { id, key } => {
@@ -1451,6 +1461,8 @@ impl Driver {
             lookups: rec.lookups,
             results_reused: rec.hits_local + rec.hits_remote,
             lookup_misses: rec.misses,
+            lookups_awaited: rec.lookups_awaited,
+            own_orphan_lookups: rec.lookups_own_orphan,
             fetches_failed: rec.fetches_failed,
             bytes_fetched: rec.bytes_fetched,
             results_stored: rec.results_stored,

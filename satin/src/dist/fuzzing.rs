@@ -85,6 +85,7 @@ pub fn sample_messages(name: &str, job: &[u8], output: &[u8]) -> Vec<Vec<u8>> {
                     (satin_core::JobKey::of(name, job), false),
                     (satin_core::JobKey::of(name, output), true),
                 ],
+                death: Some(2),
             },
             &[],
         ),

@@ -58,7 +58,7 @@
 //!   to master), then `Exit` (master to all): members stop stealing at `Done` and
 //!   leave at `Exit`. Every wait of this end-of-run handshake is bounded
 //!   ([`DistConfig::end_timeout`]).
-//! - `Have { entries }`, `Fetch { id, key }`, `Fetched { id, len }` (crash
+//! - `Have { entries, death }`, `Fetch { id, key }`, `Fetched { id, len }` (crash
 //!   recovery, below): announcements of saved results, and fetching one (its bytes
 //!   follow `Fetched` as payload). A `WireJob` carries `redone`: the thief runs it in
 //!   redo mode.
@@ -164,10 +164,14 @@
 //!   their results are never sent to the dead owner). A worker running a redone job
 //!   (and everything it spawns, also on thieves) is in *redo mode*: before running a
 //!   job it looks its key up; a job whose result is announced somewhere is fetched
-//!   from there instead of recomputed. A lookup never waits for an orphan of its own
-//!   member, and waits at most half a second for another member's (then the job is
-//!   redone here): a wait in a sync runs other jobs on top of the stack, so waits
-//!   could otherwise close a cycle.
+//!   from there instead of recomputed. Every survivor sends its announcement of a
+//!   death even when it is empty (its *account*), and a lookup that finds nothing
+//!   while some account is still on its way waits for it: the redo starts the moment
+//!   the death is known and would otherwise race the announcements. A lookup never
+//!   waits for an orphan of its own member (counted as `own_orphan_lookups`), and
+//!   waits at most half a second for another member's or for the accounts (then the
+//!   job is redone here): a wait in a sync runs other jobs on top of the stack, so
+//!   waits could otherwise close a cycle.
 //! - **The master dies** (registry `Died`; a master that *leaves* has ended its run,
 //!   and a member still running then stops with an error). The survivors elect a new master (the registry clears the
 //!   election of a dead winner); the winner calls the root closure of [`Pool::run`]

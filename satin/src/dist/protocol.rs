@@ -52,11 +52,14 @@ pub(crate) enum Msg {
     Exit,
     /// Crash recovery: the sender holds the results of these keys, or still
     /// computes them (`true`: pending, an orphan). Sent when a member dies (the
-    /// results kept for it, the orphans it left), when an orphan finishes, and for
-    /// results restored from a checkpoint.
+    /// results kept for it, the orphans it left: the sender's whole account of the
+    /// death, sent even when empty), when an orphan finishes, and for results
+    /// restored from a checkpoint.
     Have {
         /// `(key, pending)` pairs.
         entries: Vec<(JobKey, bool)>,
+        /// `Some(node)`: this is the sender's account of `node`'s death or leave.
+        death: Option<u32>,
     },
     /// Crash recovery: "send me the result of `key`" (to a member that announced
     /// it), answered by [`Msg::Fetched`] with the same `id`; a pending key is

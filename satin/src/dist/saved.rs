@@ -220,7 +220,9 @@ impl Shared {
                 g.abandoned += 1;
                 Err(job)
             }
-            Lookup::Remote { .. } => {
+            Lookup::Remote { .. } | Lookup::Awaiting => {
+                // Held until a fetch ends, or the survivors' accounts of a death
+                // came (at most `LOOKUP_PATIENCE`).
                 g.lookups.insert(handle, (job, Instant::now()));
                 drop(g);
                 // The driver sends the fetch.

@@ -74,6 +74,12 @@ pub struct MemberStats {
     pub results_reused: u64,
     /// Lookups that found nothing (the job ran).
     pub lookup_misses: u64,
+    /// Lookups that waited for the survivors' accounts of a death before they
+    /// found the result or nothing.
+    pub lookups_awaited: u64,
+    /// Lookups of a result this member's own orphan was computing: the job ran
+    /// again (the orphan may be below it on the same worker's stack).
+    pub own_orphan_lookups: u64,
     /// Fetches of saved results that found nothing after all (the job was redone here).
     pub fetches_failed: u64,
     /// Result bytes fetched from other members.
@@ -160,6 +166,8 @@ impl MemberStats {
         self.lookups = self.lookups.saturating_add(o.lookups);
         self.results_reused = self.results_reused.saturating_add(o.results_reused);
         self.lookup_misses = self.lookup_misses.saturating_add(o.lookup_misses);
+        self.lookups_awaited = self.lookups_awaited.saturating_add(o.lookups_awaited);
+        self.own_orphan_lookups = self.own_orphan_lookups.saturating_add(o.own_orphan_lookups);
         self.fetches_failed = self.fetches_failed.saturating_add(o.fetches_failed);
         self.bytes_fetched = self.bytes_fetched.saturating_add(o.bytes_fetched);
         self.results_stored = self.results_stored.saturating_add(o.results_stored);
@@ -264,11 +272,12 @@ impl MemberStats {
             )?;
             writeln!(
                 f,
-                "SATIN '{who}': REUSE: lookups = {} reused = {} misses = {} fetch failed = {} \
-                 fetched = {} bytes redo jobs = {}",
+                "SATIN '{who}': REUSE: lookups = {} reused = {} misses = {} awaited accounts = {} \
+                 fetch failed = {} fetched = {} bytes redo jobs = {}",
                 self.lookups,
                 self.results_reused,
                 self.lookup_misses,
+                self.lookups_awaited,
                 self.fetches_failed,
                 self.bytes_fetched,
                 self.redo_jobs

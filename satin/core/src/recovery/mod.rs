@@ -37,10 +37,12 @@
 //! | it started a stolen job | [`stolen_job_started`](Recovery::stolen_job_started) | [`Action::Announce`] (pending) if the owner is dead |
 //! | a stolen job finished | [`stolen_job_finished`](Recovery::stolen_job_finished) | [`Action::SendResult`]; for an orphan [`Action::SendFetched`], [`Action::Complete`], [`Action::Announce`] (done) |
 //! | a stolen job failed | [`stolen_job_failed`](Recovery::stolen_job_failed) | [`Action::SendFailure`]; for an orphan [`Action::SendFetched`] (none), [`Action::Redo`] |
-//! | a member died or left without hand-over | [`node_died`](Recovery::node_died) | [`Action::Redo`], [`Action::Announce`], [`Action::ElectMaster`] |
+//! | a member died or left without hand-over | [`node_died`](Recovery::node_died) | [`Action::Redo`], [`Action::Announce`] (the account), [`Action::ElectMaster`] |
 //! | the registry elected a master | [`master_elected`](Recovery::master_elected) | [`Action::RestartRoot`] if it is this member |
 //! | a member joined | [`node_joined`](Recovery::node_joined) | [`Action::Announce`] of what this member holds, to the joiner |
-//! | an announcement arrived | [`announce_received`](Recovery::announce_received) | — |
+//! | an announcement arrived | [`announce_received`](Recovery::announce_received) | [`Action::Fetch`] for lookups awaiting accounts |
+//! | it was an account of a death | [`account_received`](Recovery::account_received) | [`Action::Redo`] of lookups once no account is awaited |
+//! | time passed | [`tick`](Recovery::tick) | [`Action::Redo`] of lookups whose accounts waited too long |
 //! | a worker in redo mode asks for a job's result | [`lookup`](Recovery::lookup) (returns a [`Lookup`]) | [`Action::Fetch`] |
 //! | a fetch answer arrived | [`fetched`](Recovery::fetched) | [`Action::Complete`] or [`Action::Redo`] |
 //! | a fetch request arrived | [`fetch_requested`](Recovery::fetch_requested) | [`Action::SendFetched`] now, or when our orphan finishes |
@@ -59,9 +61,10 @@
 //! 2. **A member D dies** (idempotent): jobs given to D are redone here
 //!    ([`Action::Redo`]); the keys of results kept for D, and of the jobs stolen
 //!    from D still running here (now orphans, *pending*), are announced in one
-//!    [`Action::Announce`] to every live member; D's directory entries are dropped;
-//!    lookups waiting for D are redone; D's fetch requests are forgotten. If D was
-//!    the master: [`Action::ElectMaster`].
+//!    [`Action::Announce`] to every live member, sent even when empty: this
+//!    member's *account* of D's death (`death: Some(D)`); D's directory entries are
+//!    dropped; lookups waiting for D are redone; D's fetch requests are forgotten.
+//!    If D was the master: [`Action::ElectMaster`].
 //! 3. **An orphan finishes**: its result is stored, fetch requests waiting for it
 //!    are answered, and it is announced done.
 //! 4. **Announcements** update the directory: entries from members not alive are
@@ -69,9 +72,14 @@
 //!    wins at lookup time.
 //! 5. **Lookups**: own store ([`Lookup::Local`]), then own running orphans (wait,
 //!    [`Lookup::Remote`] with `holder` = this member), then the directory
-//!    ([`Lookup::Remote`] and an [`Action::Fetch`]), else [`Lookup::Miss`]. A
-//!    handed-over lookup ends exactly once, in [`Action::Complete`] or
-//!    [`Action::Redo`].
+//!    ([`Lookup::Remote`] and an [`Action::Fetch`]), else, while some survivor's
+//!    account of a death is awaited, [`Lookup::Awaiting`] (fetched as soon as an
+//!    announcement names the key, redone when every account came, the survivors
+//!    that owe one died, or [`Config::account_patience_ns`] passed), else
+//!    [`Lookup::Miss`]. The wait matters: a redo starts the moment the death is
+//!    known, while the survivors' announcements are still on their way, and
+//!    would otherwise recompute what they name. A handed-over lookup ends exactly
+//!    once, in [`Action::Complete`] or [`Action::Redo`].
 //! 6. **Fetch requests** are answered at once from the store, queued while the key
 //!    is one of our pending orphans, and answered "not found" otherwise (never
 //!    queued for an unknown key).
@@ -130,13 +138,15 @@
 //!     Some(Action::Announce {
 //!         to: vec![NodeId(2)],
 //!         entries: vec![Announcement { key, pending: false }],
+//!         death: Some(NodeId(0)),
 //!     })
 //! );
 //! assert_eq!(r.poll_action(), Some(Action::ElectMaster));
 //! r.master_elected(NodeId(1));
 //! assert_eq!(r.poll_action(), Some(Action::RestartRoot));
 //!
-//! // Then 2 dies: the job given to it is redone here.
+//! // Then 2 dies: the job given to it is redone here (2 was the last other
+//! // member: nobody to send an account to).
 //! r.node_died(NodeId(2), 9_000);
 //! assert_eq!(r.poll_action(), Some(Action::Redo { handle: JobRef(9) }));
 //! assert_eq!(r.stats().work_lost_ns, 8_000);
@@ -145,6 +155,7 @@
 //! assert_eq!(r.lookup(JobRef(11), key), Lookup::Local(b"832040".to_vec()));
 //! ```
 
+mod accounts;
 mod directory;
 mod stats;
 mod store;
@@ -159,6 +170,7 @@ use crate::node::JobRef;
 use crate::rng::SplitMix64;
 use crate::topology::NodeId;
 
+use accounts::Accounts;
 use directory::Directory;
 pub use stats::RecoveryStats;
 pub use store::ENTRY_OVERHEAD as STORE_ENTRY_OVERHEAD;
@@ -177,6 +189,10 @@ pub struct Config {
     /// Fetch requests of other members waiting for our pending orphans, at most
     /// (default 64 Ki); further ones are answered "not found" at once.
     pub max_waiting_fetches: usize,
+    /// How long lookups wait, at most, for the survivors' accounts of a death
+    /// before they give up on them (default 500 ms, in the driver's clock: the
+    /// `now` arguments). See [`Lookup::Awaiting`].
+    pub account_patience_ns: u64,
 }
 
 impl Default for Config {
@@ -185,6 +201,7 @@ impl Default for Config {
             store_budget: 256 << 20,
             directory_capacity: 1 << 20,
             max_waiting_fetches: 1 << 16,
+            account_patience_ns: 500_000_000,
         }
     }
 }
@@ -246,8 +263,12 @@ pub enum Action {
     Announce {
         /// The addressees: live members, never this one.
         to: Vec<NodeId>,
-        /// The keys announced.
+        /// The keys announced (empty only in an account, see `death`).
         entries: Vec<Announcement>,
+        /// `Some(d)`: this is this member's whole account of `d`'s death (or
+        /// leave), sent even when `entries` is empty; the receiver passes it to
+        /// [`Recovery::account_received`].
+        death: Option<NodeId>,
     },
     /// Ask `to` for the result of `key`; the answer comes back through
     /// [`Recovery::fetched`] with the same `id`.
@@ -299,6 +320,13 @@ pub enum Lookup {
         /// Where the result is.
         holder: NodeId,
     },
+    /// Nothing known yet, but a member died recently and some survivors have not
+    /// sent their account of it (what they kept for it, the orphans it left): the
+    /// driver keeps the job, as for [`Lookup::Remote`]; it ends exactly once in
+    /// [`Action::Complete`] or [`Action::Redo`] (or is fetched, if an account names
+    /// its key), when the accounts came or waited
+    /// [`Config::account_patience_ns`] ([`Recovery::tick`]).
+    Awaiting,
 }
 
 /// A job given to a thief.
@@ -322,8 +350,9 @@ struct Running {
 #[derive(Debug, Clone, Copy)]
 struct Waiting {
     key: JobKey,
-    /// Where the result comes from (this member: one of its orphans).
-    holder: NodeId,
+    /// Where the result comes from (this member: one of its orphans), or `None`
+    /// while it waits for the survivors' accounts ([`Lookup::Awaiting`]).
+    holder: Option<NodeId>,
     /// The fetch sent to `holder` (none when waiting for an own orphan).
     fetch: Option<FetchId>,
 }
@@ -348,6 +377,8 @@ pub struct Recovery {
     /// Fetch requests of others waiting for our pending orphans.
     requests: BTreeMap<JobKey, Vec<(NodeId, FetchId)>>,
     requests_waiting: usize,
+    /// Deaths whose survivors' accounts are awaited.
+    accounts: Accounts,
 
     actions: VecDeque<Action>,
     stats: RecoveryStats,
@@ -389,6 +420,7 @@ impl Recovery {
             next_fetch: 0,
             requests: BTreeMap::new(),
             requests_waiting: 0,
+            accounts: Accounts::default(),
             actions: VecDeque::new(),
             stats: RecoveryStats::default(),
         }
@@ -422,7 +454,13 @@ impl Recovery {
     pub fn active(&self) -> bool {
         !self.store.is_empty()
             || !self.directory.is_empty()
+            || self.accounts.is_open()
             || self.running.values().any(|r| r.orphan)
+    }
+
+    /// Deaths (or leaves) whose survivors' accounts are still awaited.
+    pub fn accounts_awaited(&self) -> usize {
+        self.accounts.awaited()
     }
 
     /// Statistics so far.
@@ -647,7 +685,7 @@ impl Recovery {
         let stuck: Vec<JobRef> = self
             .lookups
             .iter()
-            .filter(|(_, w)| w.holder == dead)
+            .filter(|(_, w)| w.holder == Some(dead))
             .map(|(h, _)| *h)
             .collect();
         for handle in stuck {
@@ -696,7 +734,12 @@ impl Recovery {
                 });
             }
         }
-        self.announce(entries);
+        // 5. This is this member's whole account of the death, sent even when empty;
+        //    the others' accounts are awaited by lookups that find nothing.
+        self.account(entries, dead);
+        let survivors = self.live.clone();
+        self.accounts.died(dead, &survivors, now);
+        self.resolve_awaiting();
         // 0. The master is elected again.
         if self.master == Some(dead) {
             self.elect();
@@ -760,6 +803,7 @@ impl Recovery {
             self.push(Action::Announce {
                 to: vec![n],
                 entries,
+                death: None,
             });
         }
     }
@@ -774,6 +818,32 @@ impl Recovery {
             if !self.directory.learn(a.key, from, a.pending) {
                 self.ignore("announce_received: directory full");
             }
+        }
+        if !entries.is_empty() {
+            self.resolve_awaiting();
+        }
+    }
+
+    /// `from` sent its whole account of `dead`'s death (the announcement that
+    /// came with it was passed to [`announce_received`](Recovery::announce_received)
+    /// first). An account of a death this member has not heard of yet counts when
+    /// it does.
+    pub fn account_received(&mut self, from: NodeId, dead: NodeId) {
+        if from == self.me || !self.live.contains(&from) || dead == self.me || dead == from {
+            self.ignore("account_received: sender not alive");
+            return;
+        }
+        let known = !self.live.contains(&dead);
+        self.accounts.received(from, dead, known);
+        self.resolve_awaiting();
+    }
+
+    /// Time passed: accounts awaited longer than
+    /// [`Config::account_patience_ns`] are given up, and the lookups that waited
+    /// for them end (in a fetch, if an account named the key, or a redo).
+    pub fn tick(&mut self, now: u64) {
+        if self.accounts.expire(now, self.config.account_patience_ns) {
+            self.resolve_awaiting();
         }
     }
 
@@ -794,37 +864,87 @@ impl Recovery {
             return Lookup::Local(e.bytes.to_vec());
         }
         if self.orphan_running(&key) {
+            self.stats.lookups_own_orphan += 1;
             self.lookups.insert(
                 handle,
                 Waiting {
                     key,
-                    holder: self.me,
+                    holder: Some(self.me),
                     fetch: None,
                 },
             );
             return Lookup::Remote { holder: self.me };
         }
-        if let Some(loc) = self.directory.get(&key) {
-            let id = FetchId(self.next_fetch);
-            self.next_fetch += 1;
-            self.fetch_ids.insert(id, handle);
+        if let Some(holder) = self.fetch_from_directory(handle, key) {
+            return Lookup::Remote { holder };
+        }
+        if self.accounts.is_open() {
+            self.stats.lookups_awaited += 1;
             self.lookups.insert(
                 handle,
                 Waiting {
                     key,
-                    holder: loc.holder,
-                    fetch: Some(id),
+                    holder: None,
+                    fetch: None,
                 },
             );
-            self.push(Action::Fetch {
-                to: loc.holder,
-                id,
-                key,
-            });
-            return Lookup::Remote { holder: loc.holder };
+            return Lookup::Awaiting;
         }
         self.stats.misses += 1;
         Lookup::Miss
+    }
+
+    /// If the directory knows who holds `key`: the lookup `handle` waits for a
+    /// fetch from there ([`Action::Fetch`]); returns the holder.
+    fn fetch_from_directory(&mut self, handle: JobRef, key: JobKey) -> Option<NodeId> {
+        let loc = self.directory.get(&key)?;
+        let id = FetchId(self.next_fetch);
+        self.next_fetch += 1;
+        self.fetch_ids.insert(id, handle);
+        self.lookups.insert(
+            handle,
+            Waiting {
+                key,
+                holder: Some(loc.holder),
+                fetch: Some(id),
+            },
+        );
+        self.push(Action::Fetch {
+            to: loc.holder,
+            id,
+            key,
+        });
+        Some(loc.holder)
+    }
+
+    /// Lookups waiting for accounts whose key is now known are fetched (or
+    /// completed from the store); once no account is awaited, the rest are
+    /// redone (misses).
+    fn resolve_awaiting(&mut self) {
+        let awaiting: Vec<(JobRef, JobKey)> = self
+            .lookups
+            .iter()
+            .filter(|(_, w)| w.holder.is_none())
+            .map(|(h, w)| (*h, w.key))
+            .collect();
+        let open = self.accounts.is_open();
+        for (handle, key) in awaiting {
+            if let Some(e) = self.store.get(&key) {
+                let bytes = e.bytes.to_vec();
+                self.lookups.remove(&handle);
+                self.stats.hits_local += 1;
+                self.push(Action::Complete { handle, bytes });
+            } else if self.directory.get(&key).is_some() {
+                self.lookups.remove(&handle);
+                self.fetch_from_directory(handle, key);
+            } else if !open {
+                // (A job of an own orphan's key is redone: the orphan may be on
+                // the stack of the worker that waits for it.)
+                self.lookups.remove(&handle);
+                self.stats.misses += 1;
+                self.push(Action::Redo { handle });
+            }
+        }
     }
 
     /// The answer to our fetch `id` arrived from `from`: the result, or `None`
@@ -839,7 +959,7 @@ impl Recovery {
             self.ignore("fetched: lookup gone");
             return;
         };
-        if w.holder != from {
+        if w.holder != Some(from) {
             self.ignore("fetched: from another member than asked");
             return;
         }
@@ -983,7 +1103,7 @@ impl Recovery {
     fn local_waiters(&self, key: &JobKey) -> Vec<JobRef> {
         self.lookups
             .iter()
-            .filter(|(_, w)| w.holder == self.me && w.key == *key)
+            .filter(|(_, w)| w.holder == Some(self.me) && w.key == *key)
             .map(|(h, _)| *h)
             .collect()
     }
@@ -1037,12 +1157,24 @@ impl Recovery {
     /// One announcement message to every live member, if there is anything to
     /// say and anyone to say it to.
     fn announce(&mut self, entries: Vec<Announcement>) {
-        if entries.is_empty() || self.live.is_empty() {
+        if !entries.is_empty() {
+            self.announce_to_all(entries, None);
+        }
+    }
+
+    /// This member's account of `dead`'s death, with `entries`, to every live
+    /// member: sent even when empty.
+    fn account(&mut self, entries: Vec<Announcement>, dead: NodeId) {
+        self.announce_to_all(entries, Some(dead));
+    }
+
+    fn announce_to_all(&mut self, entries: Vec<Announcement>, death: Option<NodeId>) {
+        if self.live.is_empty() {
             return;
         }
         let to: Vec<NodeId> = self.live.iter().copied().collect();
         self.stats.announce_messages += to.len() as u64;
-        self.push(Action::Announce { to, entries });
+        self.push(Action::Announce { to, entries, death });
     }
 }
 
@@ -1071,7 +1203,15 @@ mod tests {
     fn a_graceful_leave_announces_nothing_of_the_results_kept_for_the_leaver() {
         let mut r = holding_a_result_for_2();
         r.node_left_gracefully(NodeId(2), 10);
-        assert!(drain(&mut r).is_empty(), "nothing to announce or redo");
+        assert_eq!(
+            drain(&mut r),
+            vec![Action::Announce {
+                to: vec![NodeId(0), NodeId(3)],
+                entries: vec![],
+                death: Some(NodeId(2)),
+            }],
+            "nothing to announce or redo: only the (empty) account of the leave"
+        );
         assert!(!r.is_live(NodeId(2)));
         assert_eq!(r.stats().results_announced, 0);
         assert_eq!(r.store_len(), 1, "kept: a lookup may still use it");

@@ -33,8 +33,15 @@ pub struct RecoveryStats {
     pub hits_local: u64,
     /// Lookups completed with a result fetched from another member.
     pub hits_remote: u64,
-    /// Lookups that found nothing (the job runs here).
+    /// Lookups that found nothing (the job runs here), at once or after
+    /// waiting for the survivors' accounts of a death.
     pub misses: u64,
+    /// Lookups that found nothing at first and waited for the survivors'
+    /// accounts of a death ([`Lookup::Awaiting`](super::Lookup::Awaiting)).
+    pub lookups_awaited: u64,
+    /// Lookups of a key one of this member's own orphans computes
+    /// ([`Lookup::Remote`](super::Lookup::Remote) with `holder` = this member).
+    pub lookups_own_orphan: u64,
     /// Lookups handed over whose fetch failed (the holder had nothing or died)
     /// and whose job was given back to be redone here.
     pub fetches_failed: u64,
@@ -78,6 +85,8 @@ impl AddAssign<&RecoveryStats> for RecoveryStats {
         self.hits_local += o.hits_local;
         self.hits_remote += o.hits_remote;
         self.misses += o.misses;
+        self.lookups_awaited += o.lookups_awaited;
+        self.lookups_own_orphan += o.lookups_own_orphan;
         self.fetches_failed += o.fetches_failed;
         self.fetches_answered += o.fetches_answered;
         self.fetches_not_found += o.fetches_not_found;
