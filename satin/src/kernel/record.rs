@@ -60,7 +60,7 @@ pub(super) const REDO_BIT: u32 = 1 << 31;
 pub(super) const WORKER_BITS: u32 = 16;
 
 /// The most workers one Satin instance may have: worker indices fit in
-/// [`WORKER_BITS`] bits of the owner word.
+/// 16 bits of the owner word.
 pub const MAX_WORKERS: usize = 1 << WORKER_BITS;
 
 /// Where the depth of a marked record starts in its owner word (the bits between the
