@@ -443,3 +443,107 @@ fn members_that_join_after_others_left_take_work_and_the_run_ends() {
         assert!(executed > 0, "member-{rank} ran no job:\n{logs}");
     }
 }
+
+/// What a member logs when it starts to leave.
+const LEAVING: &str = "leaving the run gracefully";
+
+/// The report's `key = value` pairs.
+fn report(pool: &Malleable) -> std::collections::HashMap<String, String> {
+    std::fs::read_to_string(&pool.report)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.split_once(" = "))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+/// Starts `n` members, waits until the run is on, sends one member that is not the
+/// master SIGTERM and, once it logged that it leaves, kills the master (SIGKILL).
+/// Returns the pool, the start, the master's and the leaver's ranks.
+fn master_dies_while_one_leaves(n: usize) -> (Malleable, Instant, usize, usize) {
+    let start = Instant::now();
+    let mut pool = Malleable::start(n, &["nqueens", QUEENS]);
+    let ranks: Vec<usize> = (0..n).collect();
+    let (master, leaver) = running(&mut pool, &ranks);
+    pool.terminate(leaver);
+    assert!(
+        pool.wait_for_log(leaver, LEAVING, Duration::from_secs(30)),
+        "member-{leaver} did not start leaving:\n{}",
+        pool.logs()
+    );
+    let m = pool.member(master);
+    let _ = m.child.kill();
+    (pool, start, master, leaver)
+}
+
+/// The master dies while a member leaves gracefully and another stays: the leaver does
+/// not stand for master while the other may, so the member that stays takes over,
+/// restarts the root and reports the right answer; the leaver ends its leave (exit
+/// 0). Before the fix the leaver stood like anybody else and won about every other
+/// time: it ran the root alone, then left, and the member that stayed failed ("the
+/// master left the pool"). Three runs.
+#[test]
+fn a_leaving_member_does_not_take_over_from_a_dead_master_while_others_stay() {
+    for _ in 0..3 {
+        let (mut pool, start, master, leaver) = master_dies_while_one_leaves(3);
+        let stayer = (0..3).find(|r| *r != master && *r != leaver).expect("3");
+        let ended = pool.wait(start);
+        let logs = pool.logs();
+        assert!(ended, "the pool did not end within {BOUND:?}:\n{logs}");
+        for r in [stayer, leaver] {
+            assert!(
+                pool.member(r).end.is_some_and(|s| s.success()),
+                "member-{r} failed:\n{logs}"
+            );
+        }
+        let kv = report(&pool);
+        assert_eq!(
+            kv.get("result").map(String::as_str),
+            Some(SOLUTIONS),
+            "{kv:?}\n{logs}"
+        );
+        assert_eq!(
+            kv.get("master"),
+            Some(&format!("member-{stayer}")),
+            "the member that stays is the new master: {kv:?}\n{logs}"
+        );
+        assert_eq!(kv.get("restarted").map(String::as_str), Some("true"));
+    }
+}
+
+/// The master dies while the only other member leaves: after it waited for others to
+/// take over, the leaver stands, wins, stops leaving and restarts the root: the right
+/// answer, reported by it. A run in which the leave was over before the master died
+/// has nobody left to report and is tried again (at most 3 runs).
+#[test]
+fn a_leaving_member_takes_over_when_nobody_else_is_left() {
+    for _ in 0..3 {
+        let (mut pool, start, _, leaver) = master_dies_while_one_leaves(2);
+        let ended = pool.wait(start);
+        let logs = pool.logs();
+        assert!(ended, "the pool did not end within {BOUND:?}:\n{logs}");
+        if pool.log(leaver).contains("left the run gracefully") {
+            eprintln!("the leave was over before the master died: again");
+            continue;
+        }
+        assert!(
+            pool.member(leaver).end.is_some_and(|s| s.success()),
+            "member-{leaver} failed:\n{logs}"
+        );
+        assert!(
+            pool.log(leaver)
+                .contains("stops leaving and becomes the master"),
+            "{logs}"
+        );
+        let kv = report(&pool);
+        assert_eq!(
+            kv.get("result").map(String::as_str),
+            Some(SOLUTIONS),
+            "{kv:?}\n{logs}"
+        );
+        assert_eq!(kv.get("master"), Some(&format!("member-{leaver}")));
+        assert_eq!(kv.get("restarted").map(String::as_str), Some("true"));
+        return;
+    }
+    panic!("in 3 runs the leave was always over before the master died");
+}

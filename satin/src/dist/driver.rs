@@ -42,6 +42,11 @@ const MASTER_CONFIRM: Duration = Duration::from_secs(8);
 /// use yet (a member that joined and that this member is not connected to yet).
 const ELECTION_PAUSE: Duration = Duration::from_millis(250);
 
+/// A member that leaves gracefully does not stand for master while others may:
+/// it asks for the result this many times ([`ELECTION_PAUSE`] apart), then stands
+/// itself (and stays, as the master, if it wins).
+const LEAVER_DEFERS: u32 = 8;
+
 /// Elections that name a member this one already knows dead are asked again at
 /// most this many times (the registry clears a dead winner's election before it
 /// reports the death, so this is only a guard).
@@ -286,6 +291,8 @@ pub(crate) struct Driver {
     /// When the master's death was noticed (until the root restarts somewhere).
     master_died_at: Option<Instant>,
     elections_left: u32,
+    /// Elections this member, leaving, left to the others (see [`LEAVER_DEFERS`]).
+    leaver_defers: u32,
     /// Ask the registry for the master again then (its winner could not be used yet).
     elect_again: Option<Instant>,
     /// End-of-run messages from members that are not (yet) the master, by sender.
@@ -374,6 +381,7 @@ impl Driver {
             master_suspect: None,
             master_died_at: None,
             elections_left: ELECTION_RETRIES,
+            leaver_defers: 0,
             elect_again: None,
             held_end: HashMap::new(),
             failure: None,
@@ -812,6 +820,12 @@ impl Driver {
         );
         self.phase = Phase::Running;
         self.deadline = None;
+        self.fail_unsent_steals();
+    }
+
+    /// The steal requests the node asked for while this member did not steal (the
+    /// run ending, or a leave) fail, so the node steals again.
+    fn fail_unsent_steals(&mut self) {
         let now = self.now();
         for (from, id) in std::mem::take(&mut self.unsent_steals) {
             self.node.handle(Event::StealReply {
@@ -964,7 +978,37 @@ impl Driver {
             return;
         }
         self.elections_left -= 1;
-        let winner = match self.ibis.registry().elect(MASTER_ELECTION) {
+        let others = (0..self.alive.len()).any(|n| n as u32 != self.me && self.alive[n]);
+        let winner = if self.phase == Phase::Leaving && others && self.leaver_defers < LEAVER_DEFERS
+        {
+            // A leaver lets the members that stay take over: it only reads the
+            // result (a winner not known alive yet, or none: asked again later).
+            self.leaver_defers += 1;
+            self.elections_left += 1;
+            match self
+                .ibis
+                .registry()
+                .get_election_result(MASTER_ELECTION, Some(Duration::ZERO))
+            {
+                Ok(Some(w))
+                    if self
+                        .members
+                        .iter()
+                        .position(|m| m.0 == w.id().get())
+                        .is_some_and(|n| n as u32 != self.me && self.alive[n]) =>
+                {
+                    Ok(w)
+                }
+                Ok(_) => {
+                    self.elect_again = Some(Instant::now() + ELECTION_PAUSE);
+                    return;
+                }
+                Err(e) => Err(e),
+            }
+        } else {
+            self.ibis.registry().elect(MASTER_ELECTION)
+        };
+        let winner = match winner {
             Ok(w) => w,
             Err(e) => {
                 self.failure = Some(SatinError::Pool(format!(
@@ -996,6 +1040,11 @@ impl Driver {
         } else {
             self.master = n;
             tracing::info!(master = %self.who(n), "new master elected");
+            if n == self.me && self.phase == Phase::Leaving {
+                // Nobody that stays took over: this member does, and stays.
+                tracing::warn!("no member that stays took over as master: this member stops leaving and becomes the master");
+                self.cancel_leave();
+            }
         }
         self.saved.with(|r| r.master_elected(NodeId(n)));
         if n == self.master {

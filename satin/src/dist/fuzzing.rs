@@ -112,6 +112,7 @@ pub fn sample_messages(name: &str, job: &[u8], output: &[u8]) -> Vec<Vec<u8>> {
         ),
         (Msg::Leave(super::protocol::LeaveMsg::Leaving), &[]),
         (Msg::Leave(super::protocol::LeaveMsg::Done), &[]),
+        (Msg::Leave(super::protocol::LeaveMsg::Stays), &[]),
     ];
     msgs.into_iter()
         .filter_map(|(msg, payload)| {

@@ -106,6 +106,9 @@ pub(crate) enum LeaveMsg {
     /// Leaver to all, its last message: everything it owed was sent; forget it (no job
     /// of it is redone, it has none).
     Done,
+    /// Leaver to all: it stops leaving (the master died and it became the new one):
+    /// steal from it again.
+    Stays,
 }
 
 /// A stolen job on the wire (its serialized parameters follow as payload).

@@ -26,6 +26,12 @@
 //! If the bound passes first, L leaves anyway and warns; the others then redo what it
 //! had not finished (a correct result, some work lost).
 //!
+//! If the master dies while L leaves, L does not stand for master while others may:
+//! it reads the election's result for up to two seconds (`LEAVER_DEFERS`); if nobody
+//! else took over by then (or no other member is left), L stands, and if it wins it
+//! stops leaving, tells the others ([`LeaveMsg::Stays`]: they steal from it again)
+//! and restarts the root as any new master.
+//!
 //! The master cannot leave gracefully (it runs the root job): a request to leave is
 //! warned about and ignored (a second SIGTERM ends the process).
 
@@ -150,6 +156,19 @@ impl Driver {
         self.tell_all(LeaveMsg::Leaving);
     }
 
+    /// This member stops leaving (it became the master): it runs on, serving steal
+    /// requests again, and tells the others ([`LeaveMsg::Stays`]), so they steal from
+    /// it again.
+    pub(super) fn cancel_leave(&mut self) {
+        self.leave.started = None;
+        self.leave.acks.clear();
+        if self.phase == Phase::Leaving {
+            self.phase = Phase::Running;
+            self.fail_unsent_steals();
+        }
+        self.tell_all(LeaveMsg::Stays);
+    }
+
     fn tell_all(&mut self, m: LeaveMsg) {
         for n in 0..self.alive.len() as u32 {
             if n != self.me && self.alive[n as usize] {
@@ -183,6 +202,19 @@ impl Driver {
             }
             LeaveMsg::Ack => {
                 self.leave.acks.insert(from);
+            }
+            LeaveMsg::Stays => {
+                if self.leave.others.remove(&from).is_some() {
+                    let now = self.now();
+                    let cluster = self.topology.cluster_of(NodeId(from));
+                    if let Some(cluster) = cluster {
+                        self.node.handle(Event::NodeJoined {
+                            node: NodeId(from),
+                            cluster,
+                            now,
+                        });
+                    }
+                }
             }
             LeaveMsg::Done => {
                 self.leave.others.remove(&from);
