@@ -57,10 +57,17 @@
 //! members), just above 50 % it grows by one; at 0 % every member but
 //! [`Config::min_size`] goes (nobody does useful work), just below 30 % one goes.
 //!
-//! **Which members go**: the least efficient by `speed · (1 − overhead)` (the
-//! journal's "worst ones, judged by overhead and speed"), ties broken by the
-//! higher [`NodeId`] (usually the newer member). The master never goes, nor does
-//! its cluster.
+//! **Which members go** (the journal's "worst" ones, "taking their overheads
+//! and speeds into account"): first the members slower than [`Config::e_min`]
+//! relative to the fastest, then the others; within each group the least
+//! efficient by `speed · (1 − overhead)` first, ties broken by the higher
+//! [`NodeId`] (usually the newer member). The master never goes, nor does its
+//! cluster. Why slow members first: a member whose speed is below `e_min`
+//! stays below `e_min` even with no overhead at all, so it is a bad processor
+//! whatever the work, while an idle member's overhead depends on the work
+//! there is; and when a slow member holds jobs the others wait for (the
+//! journal's overloaded processors), the fast ones run dry and are *less*
+//! efficient than it by the formula, although it is the cause.
 //!
 //! **Why the cluster threshold is 25 %.** The papers leave it open. A healthy
 //! wide-area run of the journal (5 clusters, 576 cores) reaches 72–82 %
@@ -496,6 +503,8 @@ struct Judged {
     node: NodeId,
     cluster: ClusterId,
     efficiency: f64,
+    /// Its speed relative to the fastest member.
+    speed: f64,
     /// Wide-area time and total time, if it has numbers.
     inter: Option<(u64, u64)>,
 }
@@ -755,6 +764,7 @@ impl Coordinator {
                 node,
                 cluster: m.cluster,
                 efficiency: numbers.map_or(0.0, |a| m.speed * (1.0 - a.overhead())),
+                speed: m.speed,
                 inter: numbers.map(|a| (a.inter, a.total())),
             });
         }
@@ -851,10 +861,13 @@ impl Coordinator {
             let room = staying.saturating_sub(c.min_size as usize);
             let mut candidates: Vec<&Judged> =
                 judged.iter().filter(|j| j.node != self.master).collect();
-            // Least efficient first; among equals, the higher id first.
+            // Members slower than e_min first (see "Which members go"), then the
+            // least efficient first; among equals, the higher id first.
+            let fast = |j: &Judged| j.speed >= c.e_min;
             candidates.sort_by(|a, b| {
-                a.efficiency
-                    .total_cmp(&b.efficiency)
+                fast(a)
+                    .cmp(&fast(b))
+                    .then(a.efficiency.total_cmp(&b.efficiency))
                     .then(b.node.cmp(&a.node))
             });
             let count = (want.min(room as f64) as usize).min(candidates.len());

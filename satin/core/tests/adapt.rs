@@ -133,6 +133,43 @@ fn the_slower_of_equally_busy_members_goes_first() {
     assert_eq!(co.end_period(), Decision::Remove { nodes: vec![n(1)] });
 }
 
+/// A member slower than e_min that holds the work the others wait for: it is busy,
+/// they starve, so by `speed · (1 − overhead)` it is *more* efficient than they are
+/// (0.05 against 0), but it is the one that goes (a real CPU limit does this:
+/// tests/tests/satin_adapt.rs).
+#[test]
+fn a_member_slower_than_e_min_goes_before_idle_fast_ones() {
+    let mut co = pool(Config::default(), 4);
+    for i in [0, 1, 3] {
+        co.sample(busy(i, 0, 0.0));
+    }
+    let mut slow = busy(2, 0, 1.0);
+    slow.speed = 0.05;
+    co.sample(slow);
+    // E = 0.05 / 4: ⌈4 · (0.3 − 0.0125) / 0.3⌉ = 4 wanted, 3 may go (the master stays):
+    // the slow one first, then the idle ones by the higher id.
+    assert_eq!(
+        co.end_period(),
+        Decision::Remove {
+            nodes: vec![n(2), n(3), n(1)]
+        }
+    );
+    // At e_min the speed alone does not put a member first: E = 0.1, two go, the
+    // idle one first.
+    let mut co = pool(Config::default(), 3);
+    co.sample(busy(0, 0, 0.0));
+    co.sample(busy(1, 0, 0.0));
+    let mut slowish = busy(2, 0, 1.0);
+    slowish.speed = 0.3;
+    co.sample(slowish);
+    assert_eq!(
+        co.end_period(),
+        Decision::Remove {
+            nodes: vec![n(1), n(2)]
+        }
+    );
+}
+
 #[test]
 fn the_lower_the_efficiency_the_more_go_but_never_below_min_nor_the_master() {
     // Everybody idle: every member but min_size would go; the master stays.

@@ -338,8 +338,7 @@ impl Driver {
         let n = init.members.len();
         let save = init.config.save_results;
         let alive = init.idents.iter().map(Option::is_some).collect();
-        let names: Vec<&str> = init.members.iter().map(|m| m.1.as_str()).collect();
-        let adapt = adapt::Adapt::new(&init.config, init.me, init.master, &names);
+        let adapt = adapt::Adapt::new(&init.config);
         Ok(Driver {
             save,
             me: init.me,
@@ -1384,18 +1383,7 @@ impl Driver {
             Ok(job) => {
                 let tx = self.tx.clone();
                 let id = wire.job;
-                let slowdown = self.adapt.slowdown;
-                let slept = self.adapt.slept.clone();
-                let started = Instant::now();
                 self.satin.execute_wire_job(job, wire.redone, move |r| {
-                    if let Some(f) = slowdown {
-                        // The test hook of `adapt::SLOWDOWN_ENV`: a CPU `f` times
-                        // slower (this runs on the worker thread).
-                        let ran = started.elapsed().min(Duration::from_secs(10));
-                        let pause = ran.mul_f64(f - 1.0);
-                        std::thread::sleep(pause);
-                        slept.fetch_add(pause.as_nanos() as u64, Relaxed);
-                    }
                     let _ = tx.send(Input::Finished {
                         to: owner,
                         job: id,

@@ -122,13 +122,16 @@
 //!   keeps no per-worker idle time), of that the time spent waiting for steal
 //!   replies (communication; its wide-area part is the asynchronous, cross-cluster
 //!   steals), the rest busy; and its speed from a short fixed benchmark run every
-//!   period (a hash loop, a few milliseconds at most), which the master makes relative
-//!   to the fastest member.
+//!   period (a hash loop, a few milliseconds at most) times the share of the CPU the
+//!   process got while busy (its CPU time over its busy time, at most 1: a member
+//!   under a CPU quota or on a loaded machine shows it, which a few milliseconds of
+//!   benchmark alone do not), which the master makes relative to the fastest member.
 //! - **Deciding.** The master runs [`satin_core::adapt::Coordinator`] (made when the
 //!   run starts, or on a member that becomes the master), feeds it the samples, the
 //!   joins and the departures, and ends a period every period: weighted average
-//!   efficiency above 50 % asks for more members, below 30 % removes the least
-//!   efficient ones (never the master), a cluster spending more than 25 % of its time
+//!   efficiency above 50 % asks for more members, below 30 % removes the worst ones
+//!   (never the master): members slower than 30 % of the fastest first, then the
+//!   least efficient, a cluster spending more than 25 % of its time
 //!   on wide-area communication goes whole; a change is given a period to show before
 //!   the next ([`AdaptConfig::min_size`], [`AdaptConfig::max_size`]:
 //!   `SATIN_ADAPT_MIN_SIZE`, `SATIN_ADAPT_MAX_SIZE`, bound what it asks for). Each

@@ -16,9 +16,20 @@
 //!   part is the asynchronous (wide-area, CRS) round trips.
 //! - *busy*: the rest.
 //! - *speed*: a short fixed benchmark (a hash loop, best of three runs, on the driver
-//!   thread, a few milliseconds at most) each period: work units per second. The
-//!   master makes it relative to the fastest member's latest, as the journal's
-//!   benchmark (re-run every period, so a member whose CPU becomes loaded shows it).
+//!   thread, a few milliseconds at most) each period: work units per second, times
+//!   the *share of the CPU* the member got while it was busy (the process's CPU time
+//!   over the period divided by its busy time, at most 1; 1 when it was busy less
+//!   than a tenth of the period, too little to tell). The master makes it relative
+//!   to the fastest member's latest, as the journal's benchmark (re-run every period,
+//!   so a member whose CPU becomes loaded shows it). The benchmark alone measures
+//!   the processor's peak speed: a process under a CPU limit (a cgroup's CPU quota,
+//!   e.g. 5 % of a CPU) runs it at full speed within its quota and is then stopped
+//!   for the rest of the quota period, so a few milliseconds of benchmark rarely see
+//!   the limit; its CPU time over a whole monitoring period does. The CPU time is
+//!   the whole process's (driver and network threads included, hence the cap at 1);
+//!   with several workers of which only some have work while the member does not
+//!   starve, the share comes out lower than the CPU's (as the busy time is an upper
+//!   bound, see *idle*): the product then still counts the member's useful work.
 //!
 //! The master's coordinator ends a period every period (with its own measurement);
 //! joins and departures reach it from the driver (`joined`, `gone`).
@@ -27,20 +38,6 @@ use super::*;
 use ipl::launcher::control::Control as Launcher;
 use satin_core::adapt::{Config as AdaptCoreConfig, Coordinator, Decision, Sample};
 
-/// Fault-injection hook for tests: `F` (a number > 1, at most 1000) makes one member
-/// of the initial pool, the one with the highest node number that is not the master,
-/// a member whose CPU serves another load most of the time: each job stolen from
-/// another member that it runs is followed by a sleep of `F - 1` times its run time on
-/// the worker, counted as idle time (the CPU was not this member's), and its benchmark
-/// reports speed 0 (its CPU serves the other load). So its efficiency is 0, never
-/// above another member's, and the coordinator's tie-break (the higher node number
-/// goes first) picks it among equals. With [`SLOWDOWN_MARK_ENV`] set to a path, that member writes its IPL name
-/// there. Ignored when malformed. Test-only.
-pub(crate) const SLOWDOWN_ENV: &str = "SATIN_TEST_SLOWDOWN";
-
-/// See [`SLOWDOWN_ENV`].
-pub(crate) const SLOWDOWN_MARK_ENV: &str = "SATIN_TEST_SLOWDOWN_MARK";
-
 /// Iterations of the benchmark's loop (a fraction of a millisecond in a release
 /// build, a few in a debug build).
 const BENCH_ITERATIONS: u64 = 200_000;
@@ -48,28 +45,6 @@ const BENCH_ITERATIONS: u64 = 200_000;
 /// The launcher rank in an IPL name `member-R`.
 fn rank_in(name: &str) -> Option<u32> {
     name.strip_prefix("member-")?.parse().ok()
-}
-
-/// The hook of [`SLOWDOWN_ENV`] for node `me`; `nodes` is the number of node
-/// numbers of the initial pool.
-fn slowdown_hook(me: u32, master: u32, nodes: u32) -> Option<f64> {
-    slowdown_of(
-        std::env::var(SLOWDOWN_ENV).ok().as_deref(),
-        me,
-        master,
-        nodes,
-    )
-}
-
-/// [`slowdown_hook`] with the variable's value `v`.
-fn slowdown_of(v: Option<&str>, me: u32, master: u32, nodes: u32) -> Option<f64> {
-    let f = v?
-        .trim()
-        .parse::<f64>()
-        .ok()
-        .filter(|f| f.is_finite() && *f > 1.0 && *f <= 1000.0)?;
-    let slowed = (0..nodes).rev().find(|n| *n != master)?;
-    (slowed == me).then_some(f)
 }
 
 /// The benchmark: work units (loop iterations) per second, best of three runs.
@@ -91,6 +66,29 @@ fn benchmark() -> f64 {
     BENCH_ITERATIONS as f64 * 1e9 / best.max(1) as f64
 }
 
+/// The CPU time this process used so far (ns), if the system tells.
+fn process_cpu_ns() -> Option<u64> {
+    #[cfg(unix)]
+    {
+        let t = rustix::time::clock_gettime(rustix::time::ClockId::ProcessCPUTime);
+        let s = u64::try_from(t.tv_sec).ok()?;
+        let ns = u64::try_from(t.tv_nsec).ok()?;
+        s.checked_mul(1_000_000_000)?.checked_add(ns)
+    }
+    #[cfg(not(unix))]
+    None
+}
+
+/// The share of the CPU a member got while busy: `cpu` ns of CPU time over `busy`
+/// ns of busy (worker) time, at most 1; 1 when unknown or when the member was busy
+/// less than a tenth of `period` (too little to tell).
+fn cpu_share(cpu: Option<u64>, busy: u64, period: u64) -> f64 {
+    match cpu {
+        Some(cpu) if busy > 0 && busy >= period / 10 => (cpu as f64 / busy as f64).min(1.0),
+        _ => 1.0,
+    }
+}
+
 /// What a control request to `ipl-run` came to (from its thread).
 pub(crate) enum Outcome {
     /// `asked` members were asked for; `ipl-run` started `started` of them.
@@ -110,7 +108,8 @@ struct Mark {
     idle: u64,
     sync: u64,
     async_: u64,
-    slept: u64,
+    /// The process's CPU time (ns), if known.
+    cpu: Option<u64>,
 }
 
 /// The master's side: the coordinator and `ipl-run`'s control socket.
@@ -130,9 +129,6 @@ pub(crate) struct Adapt {
     max_size: u32,
     next: Instant,
     mark: Option<Mark>,
-    /// The test hook of [`SLOWDOWN_ENV`], and the time its workers slept (ns).
-    pub(super) slowdown: Option<f64>,
-    pub(super) slept: Arc<std::sync::atomic::AtomicU64>,
     steer: Option<Steer>,
     /// The coordinator could not be made (bad bounds): warned once, off.
     broken: bool,
@@ -141,21 +137,8 @@ pub(crate) struct Adapt {
 }
 
 impl Adapt {
-    pub(crate) fn new(config: &DistConfig, me: u32, master: u32, names: &[&str]) -> Adapt {
+    pub(crate) fn new(config: &DistConfig) -> Adapt {
         let c = config.adapt;
-        let slowdown = slowdown_hook(me, master, names.len() as u32);
-        if let Some(f) = slowdown {
-            tracing::warn!(
-                factor = f,
-                "test hook: this member runs {f} times slower ({SLOWDOWN_ENV})"
-            );
-            if let Some(path) = std::env::var_os(SLOWDOWN_MARK_ENV) {
-                let name = names.get(me as usize).copied().unwrap_or_default();
-                if let Err(e) = std::fs::write(&path, name) {
-                    tracing::warn!(error = %e, "test hook: cannot write {SLOWDOWN_MARK_ENV}");
-                }
-            }
-        }
         Adapt {
             on: c.on,
             period: c.period.max(Duration::from_millis(1)),
@@ -163,8 +146,6 @@ impl Adapt {
             max_size: c.max_size,
             next: Instant::now() + c.period,
             mark: None,
-            slowdown,
-            slept: Arc::default(),
             steer: None,
             broken: false,
             added: 0,
@@ -206,7 +187,7 @@ impl Driver {
             idle: s.idle_ns,
             sync: s.sync_steal_ns,
             async_: s.async_steal_ns,
-            slept: self.adapt.slept.load(Relaxed),
+            cpu: process_cpu_ns(),
         }
     }
 
@@ -216,13 +197,7 @@ impl Driver {
         let new = self.adapt_mark(now);
         let old = self.adapt.mark.replace(new).unwrap_or(new);
         let wall = now.saturating_duration_since(old.at).as_nanos() as u64;
-        // The test hook's sleeps count as idle (they happen while not starving).
-        let slept = new.slept.saturating_sub(old.slept);
-        let idle = new
-            .idle
-            .saturating_sub(old.idle)
-            .saturating_add(slept)
-            .min(wall);
+        let idle = new.idle.saturating_sub(old.idle).min(wall);
         let sync = new.sync.saturating_sub(old.sync);
         let async_ = new.async_.saturating_sub(old.async_);
         let comm = sync.saturating_add(async_).min(idle);
@@ -237,10 +212,11 @@ impl Driver {
         s.idle_ns = (idle - comm).saturating_mul(w);
         s.comm_ns = comm.saturating_mul(w);
         s.inter_comm_ns = inter.saturating_mul(w);
-        s.speed = match self.adapt.slowdown {
-            Some(_) => 0.0, // the test hook: the CPU serves another load
-            None => benchmark(),
+        let cpu = match (old.cpu, new.cpu) {
+            (Some(a), Some(b)) => Some(b.saturating_sub(a)),
+            _ => None,
         };
+        s.speed = benchmark() * cpu_share(cpu, s.busy_ns, s.period_ns);
         tracing::debug!(
             busy_ms = s.busy_ns / 1_000_000,
             idle_ms = s.idle_ns / 1_000_000,
@@ -486,17 +462,37 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_slowdown_hook_slows_the_highest_node_that_is_not_the_master() {
-        assert_eq!(slowdown_of(Some("10"), 2, 0, 3), Some(10.0));
-        assert_eq!(slowdown_of(Some("10"), 1, 2, 3), Some(10.0));
-        assert_eq!(slowdown_of(Some("10"), 0, 2, 3), None);
-        assert_eq!(slowdown_of(Some("10"), 2, 2, 3), None, "never the master");
-        for bad in ["", "fast", "1", "0.5", "NaN", "inf", "-4", "1e9"] {
-            assert_eq!(slowdown_of(Some(bad), 2, 0, 3), None, "{bad:?}");
-        }
-        assert_eq!(slowdown_of(None, 2, 0, 3), None);
+    fn launcher_ranks_come_from_member_names() {
         assert_eq!(rank_in("member-12"), Some(12));
         assert_eq!(rank_in("worker-1"), None);
+    }
+
+    #[test]
+    fn the_cpu_share_is_cpu_time_over_busy_time() {
+        assert_eq!(cpu_share(Some(50), 1000, 1000), 0.05);
+        assert_eq!(cpu_share(Some(5000), 1000, 1000), 1.0, "at most 1");
+        assert_eq!(cpu_share(Some(0), 1000, 1000), 0.0);
+        assert_eq!(cpu_share(None, 1000, 1000), 1.0, "unknown");
+        assert_eq!(cpu_share(Some(0), 99, 1000), 1.0, "busy too little to tell");
+        assert_eq!(cpu_share(Some(0), 0, 0), 1.0);
+    }
+
+    #[test]
+    fn the_process_cpu_time_grows() {
+        let Some(a) = process_cpu_ns() else { return };
+        let mut x = 0u64;
+        let until = a + 1_000_000;
+        let mut b = a;
+        for i in 0..1_000_000_000u64 {
+            x = std::hint::black_box(x.wrapping_add(i));
+            if i % 10_000 == 0 {
+                b = process_cpu_ns().unwrap_or(u64::MAX);
+                if b >= until {
+                    break;
+                }
+            }
+        }
+        assert!(b >= until, "{a} {b} {x}");
     }
 
     #[test]
