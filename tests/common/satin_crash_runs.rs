@@ -47,7 +47,9 @@ pub const FIB: App = App {
 pub struct Rng(u64);
 
 impl Rng {
-    pub fn from_env() -> Rng {
+    /// The seed `SATIN_CRASH_SEED`, else the clock's; printed after `what` (tests run
+    /// in parallel: the name tells which test drew from it).
+    pub fn from_env(what: &str) -> Rng {
         let seed = std::env::var("SATIN_CRASH_SEED")
             .ok()
             .and_then(|s| s.parse().ok())
@@ -56,7 +58,7 @@ impl Rng {
                     .duration_since(std::time::UNIX_EPOCH)
                     .map_or(1, |d| d.as_nanos() as u64)
             });
-        eprintln!("SATIN_CRASH_SEED={seed}");
+        eprintln!("{what}: SATIN_CRASH_SEED={seed}");
         Rng(seed)
     }
 
@@ -172,7 +174,7 @@ pub enum Hurt {
 /// end by themselves with success, and a member cut off mid-run with an error. Returns the sums of `orphans_kept` and `results_reused`
 /// over the mid-run runs.
 pub fn crash_runs(place: Place, app: &App, kills: usize, runs: usize, hurt: Hurt) -> (f64, f64) {
-    let mut rng = Rng::from_env();
+    let mut rng = Rng::from_env(&format!("{:?} {kills} {hurt:?} on {place:?}", app.args));
     let (mut duration, _) = crash_free(place, app);
     let mut mid_run = 0;
     let (mut orphans, mut reused) = (0.0, 0.0);
@@ -253,7 +255,7 @@ pub fn crash_runs(place: Place, app: &App, kills: usize, runs: usize, hurt: Hurt
 /// `restarted = true`), and the survivors end by themselves. Returns the results reused
 /// over the runs.
 pub fn master_crash_runs(place: Place, app: &App, runs: usize) -> f64 {
-    let mut rng = Rng::from_env();
+    let mut rng = Rng::from_env(&format!("{:?} master killed on {place:?}", app.args));
     let (mut duration, _) = crash_free(place, app);
     let mut mid_run = 0;
     let mut reused = 0.0;

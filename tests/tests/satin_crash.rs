@@ -200,7 +200,7 @@ fn checkpoints(dir: &Path) -> Vec<PathBuf> {
 #[test]
 fn a_run_killed_whole_resumes_from_its_checkpoints() {
     let app = &FIB;
-    let mut rng = Rng::from_env();
+    let mut rng = Rng::from_env("checkpoints");
     let (duration, scratch_spawns) = crash_free(Place::Loopback, app);
     let dir = satin_pool::scratch("checkpoints");
     let dir_s = dir.to_string_lossy().into_owned();
