@@ -1,6 +1,8 @@
 //! A pool of `satin-app` processes around a registry server in the test process, as
 //! `ipl-run` would start it, for the tests that hurt pools on purpose (cut links, kill
-//! members): its processes, their logs, the master's report, bounded waits.
+//! members): its processes, their logs, the master's report, bounded waits. The
+//! processes run on 127.0.0.1 ([`Place::Loopback`]) or one on each of a set of network
+//! namespace hosts ([`Place::Hosts`], tests/common/hosts.rs).
 
 // Each test file uses a part of it.
 #![allow(dead_code)]
@@ -13,8 +15,24 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use ipl_auth::PoolSecret;
+use ipl_registry::net::Heartbeat;
 use ipl_registry::{RegistryServer, ServerHandle};
 use ipl_tools::launcher::{unique_pool_name, PoolEnv};
+
+#[path = "hosts.rs"]
+pub mod hosts;
+
+/// Where a pool's processes run.
+#[derive(Debug, Clone, Copy)]
+pub enum Place {
+    /// All on 127.0.0.1, the registry server with its default heartbeats.
+    Loopback,
+    /// Member `i` on host `i` of its own set of `n + 1` namespace hosts (cluster
+    /// `host-i`), the registry server on host `n` with these heartbeats (a cut host is
+    /// noticed by them). Make sure first that hosts can be made
+    /// ([`hosts::unavailable`]): starting fails the test where they cannot.
+    Hosts(Heartbeat),
+}
 
 /// The launcher rank of the winner of `pool`'s master election, if there is one now
 /// (members are named `member-R`).
@@ -48,6 +66,8 @@ pub struct Pool {
     pub report: PathBuf,
     pub ends: Vec<Option<ExitStatus>>,
     pub pool: String,
+    /// The hosts of a pool started on [`Place::Hosts`], removed after its processes.
+    pub hosts: Option<hosts::Hosts>,
 }
 
 impl Pool {
@@ -64,12 +84,44 @@ impl Pool {
         env: &[(&str, &str)],
         report: PathBuf,
     ) -> Pool {
+        Self::start_at(Place::Loopback, n, args, env, report)
+    }
+
+    /// Like [`Pool::start_reporting_to`], the processes where `place` says.
+    pub fn start_at(
+        place: Place,
+        n: usize,
+        args: &[&str],
+        env: &[(&str, &str)],
+        report: PathBuf,
+    ) -> Pool {
         let _ = std::fs::remove_file(&report);
         let secret = PoolSecret::generate().expect("a secret");
-        let server = RegistryServer::bind("127.0.0.1:0", secret.clone())
-            .expect("bind the registry")
-            .run_in_background()
-            .expect("run the registry");
+        let (server, hosts) = match place {
+            Place::Loopback => {
+                let server = RegistryServer::bind("127.0.0.1:0", secret.clone())
+                    .expect("bind the registry")
+                    .run_in_background()
+                    .expect("run the registry");
+                (server, None)
+            }
+            Place::Hosts(beat) => {
+                let h = hosts::Hosts::new(n + 1).expect("hosts (checked by the test)");
+                // The listener is made on the registry's host (this thread only).
+                let server = std::thread::scope(|s| {
+                    s.spawn(|| -> std::io::Result<ServerHandle> {
+                        h.enter(n)?;
+                        RegistryServer::bind((h.addr(n), 0), secret.clone())?
+                            .with_heartbeat(beat)
+                            .run_in_background()
+                    })
+                    .join()
+                    .expect("registry thread")
+                })
+                .expect("a registry server on its host");
+                (server, Some(h))
+            }
+        };
         let pool = unique_pool_name();
         let mut children = Vec::new();
         let mut logs = Vec::new();
@@ -80,12 +132,18 @@ impl Pool {
             let mut argv: Vec<OsString> = args.iter().map(OsString::from).collect();
             argv.extend(["--workers".into(), "1".into(), "--report".into()]);
             argv.push(report.clone().into());
-            let child = Command::new(env!("CARGO_BIN_EXE_satin-app"))
+            let program = env!("CARGO_BIN_EXE_satin-app");
+            // `ip netns exec` execs the program: the child's pid is the member's.
+            let (mut command, cluster) = match &hosts {
+                None => (Command::new(program), "c0".to_string()),
+                Some(h) => (h.command(i, program), format!("host-{i}")),
+            };
+            let child = command
                 .args(argv)
                 .env("IPL_TRANSPORT", "tcp")
                 .env("RUST_LOG", "warn")
                 .envs(env.iter().copied())
-                .envs(PoolEnv::member(server.local_addr(), &pool, n, &secret, "c0", i).vars())
+                .envs(PoolEnv::member(server.local_addr(), &pool, n, &secret, &cluster, i).vars())
                 .stdin(Stdio::null())
                 .stdout(out)
                 .stderr(err)
@@ -101,6 +159,7 @@ impl Pool {
             logs,
             report,
             pool,
+            hosts,
         }
     }
 
@@ -154,6 +213,20 @@ impl Pool {
             self.ends[rank] = Some(status);
         }
         killed
+    }
+
+    /// Cuts the network of process `rank`'s host (a pool on [`Place::Hosts`]): its
+    /// process keeps running. Whether it was still running.
+    pub fn cut(&mut self, rank: usize) -> bool {
+        if self.ended(rank) {
+            return false;
+        }
+        self.hosts
+            .as_ref()
+            .expect("a pool on hosts")
+            .cut(rank)
+            .unwrap_or_else(|e| panic!("cutting host {rank}: {e}"));
+        true
     }
 
     pub fn registry(&self) -> SocketAddr {

@@ -11,18 +11,25 @@
 //!   again on the same directory: the right answer, with fewer spawns than a run from
 //!   scratch and results restored and reused.
 //!
-//! A moment is drawn between 10 % and 90 % of the run time a crash-free run of the same
-//! program took in the same test; a run counts only if the victims were killed while
-//! the master still ran (else it is run again, at most twice as many runs). The seed is
-//! printed; `SATIN_CRASH_SEED=N` repeats a sequence. The inputs are small (about a
-//! second of work on four members) so that the whole file stays within a few minutes.
+//! The programs, the random moments (10 % to 90 % of a crash-free run's time; the seed
+//! is printed, `SATIN_CRASH_SEED=N` repeats a sequence) and the runs are in
+//! tests/common/satin_crash_runs.rs, shared with tests/satin_crash_hosts.rs (the same
+//! crashes on namespace hosts). The inputs are small (about a second of work on four
+//! members) so that the whole file stays within a few minutes.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 #[path = "../common/satin_pool.rs"]
 mod satin_pool;
-use satin_pool::Pool;
+use satin_pool::{Place, Pool};
+
+#[path = "../common/satin_crash_runs.rs"]
+mod satin_crash_runs;
+use satin_crash_runs::{
+    crash_free, crash_runs, figures, formed, formed_reporting_to, master_crash_runs, until_moment,
+    App, Hurt, Rng, FIB, KNAPSACK, NQUEENS,
+};
 
 /// Runs whose crash came mid-run, per test of members' crashes.
 const RUNS: usize = 10;
@@ -30,194 +37,10 @@ const RUNS: usize = 10;
 /// Runs whose master crash came mid-run, per test of master crashes.
 const MASTER_RUNS: usize = 5;
 
-/// The bound on the pool forming (all four joined, a master elected).
-const FORMING: Duration = Duration::from_secs(30);
-
-/// A program and its right answer.
-struct App {
-    args: &'static [&'static str],
-    result: &'static str,
-}
-
-const NQUEENS: App = App {
-    args: &["nqueens", "13"],
-    result: "73712",
-};
-const KNAPSACK: App = App {
-    args: &["knapsack", "27"],
-    result: "1235",
-};
-/// With a threshold: in redo mode every spawn is a record and is looked up (a key per
-/// spawn), which makes the redo of fib's every-call-spawns version (tens of millions of
-/// spawns) take a minute in a debug build.
-const FIB: App = App {
-    args: &["fib", "39", "--threshold", "16"],
-    result: "63245986",
-};
-
-/// SplitMix64: the test's moments and victims, repeatable from the printed seed.
-struct Rng(u64);
-
-impl Rng {
-    fn from_env() -> Rng {
-        let seed = std::env::var("SATIN_CRASH_SEED")
-            .ok()
-            .and_then(|s| s.parse().ok())
-            .unwrap_or_else(|| {
-                std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map_or(1, |d| d.as_nanos() as u64)
-            });
-        eprintln!("SATIN_CRASH_SEED={seed}");
-        Rng(seed)
-    }
-
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in [0, 1).
-    fn unit(&mut self) -> f64 {
-        (self.next() >> 11) as f64 / (1u64 << 53) as f64
-    }
-}
-
-/// Starts four members and waits until they formed the pool; returns the pool, the
-/// moment it formed and the master's rank.
-fn formed(app: &App, env: &[(&str, &str)]) -> (Pool, Instant, Instant, usize) {
-    formed_reporting_to(app, env, satin_pool::scratch("report"))
-}
-
-/// [`formed`] with the report file given (the same arguments in every run).
-fn formed_reporting_to(
-    app: &App,
-    env: &[(&str, &str)],
-    report: PathBuf,
-) -> (Pool, Instant, Instant, usize) {
-    let start = Instant::now();
-    let pool = Pool::start_reporting_to(4, app.args, env, report);
-    let master = pool
-        .master_rank(FORMING)
-        .unwrap_or_else(|| panic!("no master was elected:\n{}", pool.logs()));
-    let until = Instant::now() + FORMING;
-    while pool.members() < 4 {
-        assert!(
-            Instant::now() < until,
-            "the pool did not form:\n{}",
-            pool.logs()
-        );
-        // Bounded poll of the registry's state; nothing to be notified by.
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    (pool, start, Instant::now(), master)
-}
-
-/// How long `app` runs on four members without a crash (from the pool forming to the
-/// master's end), and the jobs it spawned.
-fn crash_free(app: &App) -> (Duration, f64) {
-    let (mut pool, start, running, _) = formed(app, &[]);
-    pool.assert_result(start, app.result);
-    let took = running.elapsed();
-    let spawns = pool.report_number("spawns");
-    eprintln!("{:?}: crash-free run {took:?}, {spawns} spawns", app.args);
-    (took, spawns)
-}
-
-/// Waits until `running + at`, or until the master `master` ended (a deliberate
-/// random fault moment, watched in small steps).
-fn until_moment(pool: &mut Pool, running: Instant, at: Duration, master: usize) {
-    while running.elapsed() < at && !pool.ended(master) {
-        std::thread::sleep(Duration::from_millis(5));
-    }
-}
-
-/// The crash-recovery figures of a run's report, for the test's output.
-fn figures(pool: &Pool) -> String {
-    [
-        "jobs_redone",
-        "orphans_kept",
-        "results_announced",
-        "lookups",
-        "results_reused",
-        "restored",
-        "spawns",
-        "recovery_ms",
-        "restart_ms",
-        "seconds",
-    ]
-    .iter()
-    .map(|k| format!("{k}={}", pool.report_number(k)))
-    .collect::<Vec<_>>()
-    .join(" ")
-}
-
-/// `kills` members other than the master killed at random moments, until `RUNS` runs
-/// had their crash mid-run; every run must give the right answer. Returns the sums of
-/// `orphans_kept` and `results_reused` over the mid-run runs.
-fn crash_runs(app: &App, kills: usize) -> (f64, f64) {
-    let mut rng = Rng::from_env();
-    let (mut duration, _) = crash_free(app);
-    let mut mid_run = 0;
-    let (mut orphans, mut reused) = (0.0, 0.0);
-    for _attempt in 0..3 * RUNS {
-        let (mut pool, start, running, master) = formed(app, &[]);
-        let mut victims: Vec<usize> = (0..4).filter(|r| *r != master).collect();
-        while victims.len() > kills {
-            let i = (rng.next() % victims.len() as u64) as usize;
-            victims.remove(i);
-        }
-        let mut moments: Vec<(Duration, usize)> = victims
-            .iter()
-            .map(|&v| (duration.mul_f64(0.1 + 0.8 * rng.unit()), v))
-            .collect();
-        moments.sort();
-        let mut all_mid_run = true;
-        for (at, victim) in moments {
-            until_moment(&mut pool, running, at, master);
-            let master_ran = !pool.ended(master);
-            if !master_ran {
-                // The machine got faster than the crash-free run measured: draw the
-                // next moments from this shorter run.
-                duration = duration.min(running.elapsed());
-            }
-            let killed = pool.kill(victim);
-            all_mid_run &= master_ran && killed;
-        }
-        pool.assert_result(start, app.result);
-        for (rank, end) in pool.ends.iter().enumerate() {
-            if !victims.contains(&rank) {
-                assert!(
-                    end.is_some_and(|s| s.success()),
-                    "survivor {rank} failed (victims {victims:?}):\n{}",
-                    pool.logs()
-                );
-            }
-        }
-        eprintln!("victims {victims:?}: {}", figures(&pool));
-        if all_mid_run {
-            orphans += pool.report_number("orphans_kept");
-            reused += pool.report_number("results_reused");
-            mid_run += 1;
-            if mid_run == RUNS {
-                return (orphans, reused);
-            }
-        }
-    }
-    panic!(
-        "only {mid_run} of {} runs had their crash mid-run (a crash-free run takes \
-         {duration:?})",
-        3 * RUNS
-    );
-}
-
 /// The members' crashes of `app`: the right answer every time (orphans and reuse
 /// depend on the moments: printed here, asserted by `a_redone_jobs_orphan_is_reused`).
 fn members_crash(app: &App, kills: usize) {
-    let (orphans, reused) = crash_runs(app, kills);
+    let (orphans, reused) = crash_runs(Place::Loopback, app, kills, RUNS, Hurt::Kill);
     eprintln!(
         "{:?}, {kills} killed, {RUNS} runs: orphans kept {orphans}, results reused {reused}",
         app.args
@@ -235,6 +58,7 @@ fn a_redone_jobs_orphan_is_reused() {
     let app = &NQUEENS;
     for _attempt in 0..5 {
         let (mut pool, start, _, _) = formed(
+            Place::Loopback,
             app,
             &[
                 ("SATIN_TEST_DIE_AFTER_GIVING", "1"),
@@ -275,63 +99,6 @@ fn a_redone_jobs_orphan_is_reused() {
     panic!("in 5 runs the member never gave a job away to a member other than its victim");
 }
 
-/// The master killed at random moments, until `MASTER_RUNS` runs had the crash
-/// mid-run: a new master restarts the root, reports the right answer (the report is
-/// its own), and the survivors end by themselves. Returns the results reused over the
-/// runs.
-fn master_crash_runs(app: &App) -> f64 {
-    let mut rng = Rng::from_env();
-    let (mut duration, _) = crash_free(app);
-    let mut mid_run = 0;
-    let mut reused = 0.0;
-    for _attempt in 0..3 * MASTER_RUNS {
-        let (mut pool, start, running, master) = formed(app, &[]);
-        let at = duration.mul_f64(0.1 + 0.8 * rng.unit());
-        until_moment(&mut pool, running, at, master);
-        let master_ran = !pool.ended(master);
-        if !master_ran {
-            // Faster than the crash-free run measured: later moments from this run.
-            duration = duration.min(running.elapsed());
-        }
-        let killed = pool.kill(master);
-        pool.assert_result(start, app.result);
-        let kv = pool.report().unwrap_or_default();
-        let by = kv.get("master").cloned().unwrap_or_default();
-        eprintln!(
-            "master {master} killed at {at:?}: report by {by}: {}",
-            figures(&pool)
-        );
-        for (rank, end) in pool.ends.iter().enumerate() {
-            if rank != master {
-                assert!(
-                    end.is_some_and(|s| s.success()),
-                    "survivor {rank} failed (master {master} killed):\n{}",
-                    pool.logs()
-                );
-            }
-        }
-        // A report by the killed master means it was killed after it was done.
-        if master_ran && killed && by != format!("member-{master}") {
-            assert_eq!(
-                kv.get("restarted").map(String::as_str),
-                Some("true"),
-                "{kv:?}\n{}",
-                pool.logs()
-            );
-            reused += pool.report_number("results_reused");
-            mid_run += 1;
-            if mid_run == MASTER_RUNS {
-                return reused;
-            }
-        }
-    }
-    panic!(
-        "only {mid_run} of {} runs had their master crash mid-run (a crash-free run \
-         takes {duration:?})",
-        3 * MASTER_RUNS
-    );
-}
-
 #[test]
 fn nqueens_survives_one_crash() {
     members_crash(&NQUEENS, 1);
@@ -364,19 +131,19 @@ fn fib_survives_two_crashes() {
 
 #[test]
 fn nqueens_survives_the_master_crashing() {
-    let reused = master_crash_runs(&NQUEENS);
+    let reused = master_crash_runs(Place::Loopback, &NQUEENS, MASTER_RUNS);
     assert!(reused > 0.0, "no saved result reused in {MASTER_RUNS} runs");
 }
 
 #[test]
 fn knapsack_survives_the_master_crashing() {
-    let reused = master_crash_runs(&KNAPSACK);
+    let reused = master_crash_runs(Place::Loopback, &KNAPSACK, MASTER_RUNS);
     assert!(reused > 0.0, "no saved result reused in {MASTER_RUNS} runs");
 }
 
 #[test]
 fn fib_survives_the_master_crashing() {
-    let reused = master_crash_runs(&FIB);
+    let reused = master_crash_runs(Place::Loopback, &FIB, MASTER_RUNS);
     assert!(reused > 0.0, "no saved result reused in {MASTER_RUNS} runs");
 }
 
@@ -388,7 +155,11 @@ fn fib_survives_the_master_crashing() {
 #[test]
 fn a_master_dying_after_the_root_returned_is_replaced() {
     let app = &FIB;
-    let (mut pool, start, _, master) = formed(app, &[("SATIN_TEST_MASTER_DIES_AT_END", "1")]);
+    let (mut pool, start, _, master) = formed(
+        Place::Loopback,
+        app,
+        &[("SATIN_TEST_MASTER_DIES_AT_END", "1")],
+    );
     pool.assert_result(start, app.result);
     let logs = pool.logs();
     let kv = pool.report().unwrap_or_default();
@@ -440,8 +211,8 @@ fn checkpoints(dir: &Path) -> Vec<PathBuf> {
 #[test]
 fn a_run_killed_whole_resumes_from_its_checkpoints() {
     let app = &FIB;
-    let mut rng = Rng::from_env();
-    let (duration, scratch_spawns) = crash_free(app);
+    let mut rng = Rng::from_env("checkpoints");
+    let (duration, scratch_spawns) = crash_free(Place::Loopback, app);
     let dir = satin_pool::scratch("checkpoints");
     let dir_s = dir.to_string_lossy().into_owned();
     let env = [
@@ -451,7 +222,8 @@ fn a_run_killed_whole_resumes_from_its_checkpoints() {
     let report = satin_pool::scratch("checkpoints-report");
     for _attempt in 0..5 {
         let _ = std::fs::remove_dir_all(&dir);
-        let (mut pool, _, running, master) = formed_reporting_to(app, &env, report.clone());
+        let (mut pool, _, running, master) =
+            formed_reporting_to(Place::Loopback, app, &env, report.clone());
         let at = duration.mul_f64(0.5 + 0.4 * rng.unit());
         until_moment(&mut pool, running, at, master);
         // A checkpoint must exist before the kill (bounded: the master's end).
@@ -466,7 +238,8 @@ fn a_run_killed_whole_resumes_from_its_checkpoints() {
         if !mid_run || saved.is_empty() {
             continue;
         }
-        let (mut again, start, _, _) = formed_reporting_to(app, &env, report.clone());
+        let (mut again, start, _, _) =
+            formed_reporting_to(Place::Loopback, app, &env, report.clone());
         again.assert_result(start, app.result);
         eprintln!(
             "resumed from {} checkpoint files: {} (from scratch: {scratch_spawns} spawns)",
