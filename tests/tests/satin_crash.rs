@@ -190,6 +190,27 @@ fn a_master_dying_after_the_root_returned_is_replaced() {
     );
 }
 
+/// The members exit only once the master is done with the result (its `PoolRun`
+/// dropped, after `satin-app` printed it and wrote its report): the master killed as
+/// soon as any other member ended finds its report written. Before, the members
+/// exited at the master's `Exit`, sent before its `Pool::run` returned (it still
+/// waited for the members to disconnect and left the registry), and nobody wrote the
+/// result: 3 of 3 runs failed.
+#[test]
+fn the_members_exit_only_after_the_master_wrote_its_result() {
+    let app = &KNAPSACK;
+    let (mut pool, start, _, master) = formed(Place::Loopback, app, &[]);
+    let others: Vec<usize> = (0..4).filter(|r| *r != master).collect();
+    let until = Instant::now() + Duration::from_secs(60);
+    while !others.iter().any(|&r| pool.ended(r)) {
+        assert!(Instant::now() < until, "nobody ended:\n{}", pool.logs());
+        // Bounded poll of the children: nothing to be notified by.
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    pool.kill(master);
+    pool.assert_result(start, app.result);
+}
+
 /// Checkpoint files (`*.ckpt`) in `dir`.
 fn checkpoints(dir: &Path) -> Vec<PathBuf> {
     std::fs::read_dir(dir)

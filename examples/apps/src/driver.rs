@@ -493,6 +493,10 @@ pub fn drive<T: PartialEq + Debug>(
         out!("time: {:.3} s", t.elapsed().as_secs_f64());
         return Ok(());
     }
+    // The master's pool ends (its members exit) when its `PoolRun` is dropped: kept
+    // until the result is printed and the report written, so that a master that dies
+    // before is replaced and the result is not lost.
+    let mut pool_run = None;
     let run = if satin::launched() {
         let pool = o.builder().build_distributed().map_err(err)?;
         let processes = pool.size();
@@ -504,8 +508,8 @@ pub fn drive<T: PartialEq + Debug>(
             pool.policy().name()
         );
         let name = pool.name().to_string();
-        let run = pool.run(par).map_err(err)?;
-        let Some(result) = run.result else {
+        let mut run = pool.run(par).map_err(err)?;
+        let Some(result) = run.result.take() else {
             return Ok(()); // not the master
         };
         if run.restarted {
@@ -522,9 +526,10 @@ pub fn drive<T: PartialEq + Debug>(
             .as_ref()
             .map(|s| pool_report(&name, run.restarted, s))
             .unwrap_or_default();
-        if let Some(s) = run.stats {
+        if let Some(s) = run.stats.take() {
             out_raw!("{s}");
         }
+        pool_run = Some(run);
         Outcome {
             result,
             processes,
@@ -582,6 +587,9 @@ pub fn drive<T: PartialEq + Debug>(
             text.push_str(&format!("{k} = {v}\n"));
         }
         std::fs::write(path, text).map_err(|e| format!("writing {}: {e}", path.display()))?;
+    }
+    if let Some(r) = pool_run {
+        r.end().map_err(err)?;
     }
     outcome
 }

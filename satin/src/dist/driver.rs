@@ -305,6 +305,8 @@ pub(crate) struct Driver {
     die_after_giving: Option<u64>,
     /// The test hook of [`MASTER_DIES_AT_END_ENV`] (only on the first master).
     master_dies_at_end: bool,
+    /// The master handed the run's statistics to `Pool::run` (see `deliver`).
+    delivered: bool,
     /// Steal requests the node asked for while the run was ending (not sent): failed
     /// for the node if the run goes on (the master died before its end).
     unsent_steals: Vec<(NodeId, StealId)>,
@@ -391,6 +393,7 @@ impl Driver {
             master_dies_at_end: init.me == init.master
                 && std::env::var(MASTER_DIES_AT_END_ENV).is_ok_and(|v| v.trim() == "1"),
             unsent_steals: Vec::new(),
+            delivered: false,
             remote_jobs_started: 0,
             joins: membership::Joins::default(),
             leave: leave::Leave::new(init.leave),
@@ -407,7 +410,7 @@ impl Driver {
     }
 
     /// The event loop; returns the pool's statistics on the master.
-    pub(crate) fn run(mut self) -> Result<Option<PoolStats>, SatinError> {
+    pub(crate) fn run(mut self) -> Result<(), SatinError> {
         let mut outcome = Ok(());
         loop {
             let now = self.now();
@@ -444,8 +447,14 @@ impl Driver {
                     break;
                 }
             }
-            if self.is_master() && self.phase == Phase::Ending && self.all_reported() {
-                break;
+            if self.is_master()
+                && self.phase == Phase::Ending
+                && !self.delivered
+                && self.all_reported()
+            {
+                // The run is over: its result and statistics go to the user; the
+                // members exit once the user is done with them (`PoolRun` dropped).
+                self.deliver();
             }
             let mut wait = POLL;
             if let Some(&Reverse((at, _))) = self.timers.peek() {
@@ -472,26 +481,17 @@ impl Driver {
                 Err(mpsc::RecvTimeoutError::Disconnected) => break,
             }
         }
-        let stats = if self.is_master() && self.phase == Phase::Ending {
-            if self.master_dies_at_end {
-                tracing::warn!("test hook: the master dies before the end of the run");
-                std::process::exit(86);
+        if self.is_master() && self.phase == Phase::Ending {
+            if !self.delivered {
+                // The end bound passed first: with the members that reported.
+                self.deliver();
             }
             for to in 0..self.ports.len() as u32 {
                 if to != self.me {
                     self.send(to, Msg::Exit, &[]);
                 }
             }
-            let mut members: Vec<MemberStats> = self.reports.drain().map(|(_, m)| m).collect();
-            members.push(self.member_stats());
-            let missing = (0..self.members.len() as u32)
-                .filter(|n| !members.iter().any(|m| m.node == *n) && self.was_member(*n))
-                .map(|n| self.who(n))
-                .collect();
-            Some(PoolStats::from_members(members, missing))
-        } else {
-            None
-        };
+        }
         // Jobs still away can no longer come back.
         for (_, (_, job)) in self.given.drain() {
             job.fail(SatinError::Remote("the pool ended".into()));
@@ -507,7 +507,7 @@ impl Driver {
         for r in self.reporters.drain(..) {
             let _ = r.join();
         }
-        outcome.map(|()| stats)
+        outcome
     }
 
     /// Reacts to broken links and to the loss of the registry.
@@ -1078,6 +1078,29 @@ impl Driver {
                 }
             }
             HeldEnd::Exit => self.exit = true,
+        }
+    }
+
+    /// The master's run is over (every member reported, or the end bound passed):
+    /// the statistics go to `Pool::run`, which hands the result to the user. The
+    /// members are told to exit only when the user is done with it (the driver then
+    /// gets `Shutdown`): a master that dies before that is replaced, and the root
+    /// restarted, as after any master crash.
+    fn deliver(&mut self) {
+        if self.master_dies_at_end {
+            tracing::warn!("test hook: the master dies before the end of the run");
+            std::process::exit(86);
+        }
+        self.delivered = true;
+        let mut members: Vec<MemberStats> = self.reports.drain().map(|(_, m)| m).collect();
+        members.push(self.member_stats());
+        let missing = (0..self.members.len() as u32)
+            .filter(|n| !members.iter().any(|m| m.node == *n) && self.was_member(*n))
+            .map(|n| self.who(n))
+            .collect();
+        let stats = PoolStats::from_members(members, missing);
+        if self.control.send(Control::Ended(Box::new(stats))).is_err() {
+            self.exit = true; // nobody to hand it to: end now
         }
     }
 

@@ -260,6 +260,9 @@ pub(crate) enum Control {
     /// This member became the master after the old one died: run the root job
     /// again, in redo mode.
     RestartRoot,
+    /// The master's run is over: every member's statistics. The members exit when
+    /// the user drops the [`PoolRun`].
+    Ended(Box<PoolStats>),
 }
 
 /// Whether this process was started as a member of a pool (`IPL_REGISTRY` is set, as
@@ -484,7 +487,7 @@ pub struct Pool {
     tx: mpsc::Sender<Input>,
     control: mpsc::Receiver<Control>,
     name: String,
-    driver: Option<JoinHandle<Result<Option<PoolStats>, SatinError>>>,
+    driver: Option<JoinHandle<Result<(), SatinError>>>,
     node: u32,
     master: bool,
     size: usize,
@@ -519,6 +522,23 @@ pub struct PoolRun<T> {
     /// This member became the master after the first one died, and restarted the
     /// root job (then `elapsed` counts from the start of [`Pool::run`]).
     pub restarted: bool,
+    /// On the master: the pool, ended when this is dropped (see [`Pool::run`]).
+    end: Option<Pool>,
+}
+
+impl<T> PoolRun<T> {
+    /// Ends the pool now, as dropping this does (see [`Pool::run`]), and says whether
+    /// it ended cleanly (dropping only logs a failure). Nothing to do on a member
+    /// that is not the master.
+    pub fn end(self) -> Result<(), SatinError> {
+        match self.end {
+            Some(mut pool) => {
+                let _ = pool.tx.send(Input::Shutdown);
+                pool.finish()
+            }
+            None => Ok(()),
+        }
+    }
 }
 
 impl Pool {
@@ -781,9 +801,15 @@ impl Pool {
     /// should `run` the root job there) while the other members steal; on the others it
     /// is not called and this returns when the master ends the run, or when the member
     /// left gracefully ([`Pool::leave_handle`], SIGTERM in a malleable pool; no result
-    /// either way). Then every member
-    /// leaves the pool; a failure to leave (the registry is gone) is logged as a
-    /// warning and does not lose the run's result. A panic in `root` is returned as [`SatinError::JobPanicked`]
+    /// either way), and the member has left the pool.
+    ///
+    /// On the master this returns once every member reported, with the pool still
+    /// formed: the members are told to exit, and the master leaves, when the returned
+    /// [`PoolRun`] is dropped (or [`PoolRun::end`]ed). Deal with the result first
+    /// (print it, store it): a master that dies before is replaced and the root
+    /// restarted elsewhere, so the result is not lost with it. The members wait at most
+    /// [`DistConfig::end_timeout`] after the root returned. A failure to leave (the
+    /// registry is gone) is logged as a warning and does not lose the run's result. A panic in `root` is returned as [`SatinError::JobPanicked`]
     /// (after the pool ended cleanly).
     ///
     /// Every member keeps `root`: if the master dies, the member elected in its place
@@ -808,7 +834,9 @@ impl Pool {
         if self.master {
             go(&self, Instant::now());
         }
-        // Until the driver ends (it drops its end of the channel).
+        // Until the master's run is over, or the driver ends (it drops its end of
+        // the channel).
+        let mut ended = None;
         while let Ok(c) = self.control.recv() {
             match c {
                 Control::RestartRoot => {
@@ -817,27 +845,44 @@ impl Pool {
                     self.satin.set_redo_roots(true);
                     go(&self, start);
                 }
+                Control::Ended(stats) => {
+                    ended = Some(*stats);
+                    break;
+                }
             }
         }
-        let stats = self.finish();
+        if let Some(stats) = ended {
+            if let Some(e) = failure {
+                return Err(e); // the pool ends here (dropped)
+            }
+            return Ok(PoolRun {
+                result,
+                elapsed,
+                stats: Some(stats),
+                restarted,
+                end: Some(self),
+            });
+        }
+        self.finish()?;
         if let Some(e) = failure {
             return Err(e);
         }
         Ok(PoolRun {
             result,
             elapsed,
-            stats: stats?,
+            stats: None,
             restarted,
+            end: None,
         })
     }
 
     /// Waits for the driver, then leaves the pool.
-    fn finish(&mut self) -> Result<Option<PoolStats>, SatinError> {
+    fn finish(&mut self) -> Result<(), SatinError> {
         let r = match self.driver.take() {
             Some(h) => h
                 .join()
                 .unwrap_or_else(|_| Err(SatinError::Pool("the driver thread panicked".into()))),
-            None => Ok(None),
+            None => Ok(()),
         };
         if let Some(p) = self.port.take() {
             p.close(Some(self.end_timeout.min(Duration::from_secs(5))));
@@ -863,7 +908,9 @@ impl Drop for Pool {
     fn drop(&mut self) {
         if self.driver.is_some() {
             let _ = self.tx.send(Input::Shutdown);
-            let _ = self.finish();
+            if let Err(e) = self.finish() {
+                tracing::warn!(error = %e, "ending the pool");
+            }
         }
     }
 }
