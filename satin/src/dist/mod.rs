@@ -885,7 +885,15 @@ impl Pool {
             None => Ok(()),
         };
         if let Some(p) = self.port.take() {
-            p.close(Some(self.end_timeout.min(Duration::from_secs(5))));
+            // After a clean end the others disconnect at once; after a failure (this
+            // member lost the registry, or was cut off) they may never reach it: no
+            // wait then.
+            let wait = if r.is_ok() {
+                self.end_timeout.min(Duration::from_secs(5))
+            } else {
+                Duration::ZERO
+            };
+            p.close(Some(wait));
         }
         if let Some(ibis) = self.ibis.take() {
             // The driver, the only other owner, has ended.
