@@ -102,6 +102,29 @@ fn a_returned_result_forgets_the_given_job_so_the_thiefs_death_redoes_nothing() 
 }
 
 #[test]
+fn a_discarded_result_is_neither_found_nor_served_again() {
+    let mut r = member();
+    r.stolen_job_started(JobRef(1), n(2), k(1));
+    r.stolen_job_finished(JobRef(1), value(k(1)));
+    drain(&mut r);
+    assert_eq!(r.lookup(JobRef(5), k(1)), Lookup::Local(value(k(1))));
+    assert!(r.discard(k(1)));
+    assert!(!r.discard(k(1)), "once");
+    assert_eq!((r.store_len(), r.store_bytes()), (0, 0));
+    assert_eq!(r.lookup(JobRef(6), k(1)), Lookup::Miss);
+    r.fetch_requested(n(3), FetchId(1), k(1));
+    assert_eq!(
+        drain(&mut r),
+        vec![Action::SendFetched {
+            to: n(3),
+            id: FetchId(1),
+            bytes: None
+        }]
+    );
+    assert_eq!(r.stats().discarded, 1);
+}
+
+#[test]
 fn a_failed_stolen_job_is_reported_to_its_owner_and_not_stored() {
     let mut r = member();
     r.stolen_job_started(JobRef(1), n(2), k(1));
@@ -885,6 +908,9 @@ enum Op {
         dead: u32,
     },
     Tick,
+    Discard {
+        key: u8,
+    },
     Junk {
         which: u8,
         x: u64,
@@ -915,6 +941,7 @@ fn op() -> impl Strategy<Value = Op> {
         1 => Just(Op::Leave),
         2 => (node.clone(), node.clone()).prop_map(|(from, dead)| Op::Account { from, dead }),
         1 => Just(Op::Tick),
+        1 => key.clone().prop_map(|key| Op::Discard { key }),
         1 => (0u8..4, any::<u64>()).prop_map(|(which, x)| Op::Junk { which, x }),
     ]
 }
@@ -1117,6 +1144,12 @@ impl World {
             Op::Account { from, dead } => self.r.account_received(NodeId(from), NodeId(dead)),
             // Past the patience of every account opened so far.
             Op::Tick => self.r.tick(self.next_handle * 10 + 5 + 1_000),
+            Op::Discard { key } => {
+                let before = self.r.store_len();
+                let had = self.r.discard(k(key));
+                prop_assert_eq!(self.r.store_len(), before - usize::from(had));
+                prop_assert!(!self.r.discard(k(key)), "discarded twice");
+            }
             Op::Junk { which, x } => {
                 // Handles and ids the core never saw.
                 let h = JobRef((1 << 40) + x % 1000);

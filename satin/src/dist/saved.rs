@@ -208,9 +208,11 @@ impl Shared {
                 match job.try_complete_from_wire(&bytes) {
                     Ok(()) => Ok(()),
                     Err((job, e)) => {
-                        tracing::warn!(job = %key, error = %e, "a saved result did not decode: the job runs here");
-                        // Not reuse after all.
-                        shared.inner.lock().stale_completions += 1;
+                        tracing::warn!(job = %key, error = %e, "a saved result did not decode: the job runs here, the result is dropped");
+                        // Not reuse after all, and never again.
+                        let mut g = shared.inner.lock();
+                        g.stale_completions += 1;
+                        g.recovery.discard(key);
                         Err(job)
                     }
                 }

@@ -979,6 +979,17 @@ impl Recovery {
         }
     }
 
+    /// The stored result of `key` did not decode as its job's output when a lookup
+    /// found it (the driver runs the job instead): it is dropped, so that no later
+    /// lookup or fetch uses it again. Whether there was one.
+    pub fn discard(&mut self, key: JobKey) -> bool {
+        let had = self.store.remove(&key);
+        if had {
+            self.stats.discarded += 1;
+        }
+        had
+    }
+
     /// Member `from` asks for the result of `key` (its fetch `id`). Answered at
     /// once from the store, queued while `key` is one of our pending orphans,
     /// "not found" otherwise.

@@ -59,6 +59,9 @@ pub struct RecoveryStats {
     pub evictions: u64,
     /// Results not stored because one alone exceeds the store's budget.
     pub too_large: u64,
+    /// Stored results dropped because they did not decode as their job's output
+    /// ([`Recovery::discard`](super::Recovery::discard)).
+    pub discarded: u64,
     /// Results handed over to another member when this one left.
     pub handed_over: u64,
     /// Results received from a member that left gracefully.
@@ -87,6 +90,7 @@ impl AddAssign<&RecoveryStats> for RecoveryStats {
         self.misses += o.misses;
         self.lookups_awaited += o.lookups_awaited;
         self.lookups_own_orphan += o.lookups_own_orphan;
+        self.discarded += o.discarded;
         self.fetches_failed += o.fetches_failed;
         self.fetches_answered += o.fetches_answered;
         self.fetches_not_found += o.fetches_not_found;

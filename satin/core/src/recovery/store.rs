@@ -129,6 +129,16 @@ impl Store {
         self.entries.get(key)
     }
 
+    /// Drops the result of `key`; whether there was one.
+    pub(crate) fn remove(&mut self, key: &JobKey) -> bool {
+        let Some(e) = self.entries.remove(key) else {
+            return false;
+        };
+        self.order.remove(&e.seq);
+        self.bytes -= cost(e.bytes.len());
+        true
+    }
+
     /// `dead` died: forgets it as an owner, marks the not yet announced results
     /// returned to it announced and returns their keys (in key order).
     pub(crate) fn owner_died(&mut self, dead: NodeId) -> Vec<JobKey> {
