@@ -951,6 +951,8 @@ struct World {
     r: Recovery,
     live: BTreeSet<NodeId>,
     next_handle: u64,
+    /// The model's clock (the `now` arguments), never going back.
+    clock: u64,
     /// Given jobs not ended: handle -> key.
     given: BTreeMap<JobRef, JobKey>,
     /// Stolen jobs running: handle -> (owner, key, orphan).
@@ -981,6 +983,7 @@ impl World {
             r: Recovery::with_config(ME, members, NodeId(1), seed, config),
             live,
             next_handle: 0,
+            clock: 0,
             given: BTreeMap::new(),
             running: BTreeMap::new(),
             lookups: BTreeMap::new(),
@@ -1008,13 +1011,19 @@ impl World {
         Ok(())
     }
 
+    /// Moves the clock `by` and returns it.
+    fn advance(&mut self, by: u64) -> u64 {
+        self.clock += by;
+        self.clock
+    }
+
     fn apply(&mut self, op: Op) -> Result<(), TestCaseError> {
         match op {
             Op::Give { thief, key } => {
                 let h = self.handle();
                 self.given.insert(h, k(key));
-                self.r
-                    .job_given(h, NodeId(thief), k(key), self.next_handle * 10);
+                let now = self.advance(1);
+                self.r.job_given(h, NodeId(thief), k(key), now);
             }
             Op::ResultBack { pick } => {
                 if let Some(&h) = self.given.keys().nth(pick % self.given.len().max(1)) {
@@ -1073,7 +1082,8 @@ impl World {
                         r.2 = true;
                     }
                 }
-                self.r.node_died(NodeId(node), self.next_handle * 10 + 5);
+                let now = self.advance(5);
+                self.r.node_died(NodeId(node), now);
             }
             Op::Join { node } => {
                 if NodeId(node) != ME {
@@ -1143,7 +1153,10 @@ impl World {
             Op::Leave => self.r.leave(),
             Op::Account { from, dead } => self.r.account_received(NodeId(from), NodeId(dead)),
             // Past the patience of every account opened so far.
-            Op::Tick => self.r.tick(self.next_handle * 10 + 5 + 1_000),
+            Op::Tick => {
+                let now = self.advance(1_000);
+                self.r.tick(now);
+            }
             Op::Discard { key } => {
                 let before = self.r.store_len();
                 let had = self.r.discard(k(key));
@@ -1238,6 +1251,36 @@ impl World {
 
     /// Ends the run: every stolen job finishes and every other member dies.
     /// Then nothing may be left out.
+    /// Ends the run with the members alive: every stolen job finishes, the accounts'
+    /// patience passes, every fetch is answered "not found" and every given job's
+    /// result comes back. Then nothing may be left waiting.
+    fn finish_alive(&mut self) -> Result<(), TestCaseError> {
+        while !self.running.is_empty() {
+            self.apply(Op::Finish { pick: 0 })?;
+        }
+        let now = self.advance(1_000_000);
+        self.r.tick(now);
+        self.check_with(|_| Ok(false))?;
+        prop_assert_eq!(self.r.accounts_awaited(), 0);
+        while let Some((holder, id, _)) = self.fetches.pop() {
+            self.r.fetched(holder, id, None);
+            self.check_with(|_| Ok(false))?;
+        }
+        for h in std::mem::take(&mut self.given).into_keys() {
+            prop_assert!(self.r.result_received(h));
+            self.end(h)?;
+        }
+        prop_assert!(
+            self.lookups.is_empty(),
+            "lookups never ended: {:?}",
+            self.lookups
+        );
+        prop_assert_eq!(self.r.given_len(), 0);
+        prop_assert_eq!(self.r.lookups_waiting(), 0);
+        prop_assert_eq!(self.r.running_len(), 0);
+        Ok(())
+    }
+
     fn finish(&mut self) -> Result<(), TestCaseError> {
         while !self.running.is_empty() {
             self.apply(Op::Finish { pick: 0 })?;
@@ -1271,5 +1314,17 @@ proptest! {
             w.apply(op)?;
         }
         w.finish()?;
+    }
+
+    #[test]
+    fn every_lookup_ends_while_the_members_live(
+        seed in any::<u64>(),
+        ops in proptest::collection::vec(op(), 0..80),
+    ) {
+        let mut w = World::new(seed);
+        for op in ops {
+            w.apply(op)?;
+        }
+        w.finish_alive()?;
     }
 }

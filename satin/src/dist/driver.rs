@@ -47,6 +47,10 @@ const ELECTION_PAUSE: Duration = Duration::from_millis(250);
 /// itself (and stays, as the master, if it wins).
 const LEAVER_DEFERS: u32 = 8;
 
+/// How long a member that had `Done` waits for the `Exit` of a master reported dead
+/// before it goes on without it (see `Driver::reopen`).
+const REOPEN_GRACE: Duration = Duration::from_millis(200);
+
 /// Elections that name a member this one already knows dead are asked again at
 /// most this many times (the registry clears a dead winner's election before it
 /// reports the death, so this is only a guard).
@@ -307,6 +311,8 @@ pub(crate) struct Driver {
     master_dies_at_end: bool,
     /// The master handed the run's statistics to `Pool::run` (see `deliver`).
     delivered: bool,
+    /// The master died while the run ended: go on then, unless its `Exit` came.
+    reopen_at: Option<Instant>,
     /// Steal requests the node asked for while the run was ending (not sent): failed
     /// for the node if the run goes on (the master died before its end).
     unsent_steals: Vec<(NodeId, StealId)>,
@@ -394,6 +400,7 @@ impl Driver {
                 && std::env::var(MASTER_DIES_AT_END_ENV).is_ok_and(|v| v.trim() == "1"),
             unsent_steals: Vec::new(),
             delivered: false,
+            reopen_at: None,
             remote_jobs_started: 0,
             joins: membership::Joins::default(),
             leave: leave::Leave::new(init.leave),
@@ -440,11 +447,22 @@ impl Driver {
             if let Some(d) = self.deadline {
                 if Instant::now() >= d {
                     if !self.is_master() {
-                        outcome = Err(SatinError::Pool(
-                            "the master did not end the run in time".into(),
-                        ));
+                        // It sent its statistics at `Done`: its part is done. The
+                        // master's user may hold the pool longer (`PoolRun`).
+                        tracing::warn!(
+                            "the master did not end the run within the end timeout after \
+                             its Done: leaving"
+                        );
                     }
                     break;
+                }
+            }
+            if self.reopen_at.is_some_and(|t| Instant::now() >= t) {
+                self.reopen_at = None;
+                if !self.exit && self.phase == Phase::Ending {
+                    self.reopen();
+                    self.elect_master();
+                    self.recovery_actions();
                 }
             }
             if self.is_master()
@@ -767,12 +785,15 @@ impl Driver {
         if n == self.master && !self.exit {
             self.master_suspect = None;
             if self.phase == Phase::Ending {
-                // The master died after `Done` but before `Exit`: the root returned,
-                // but its result may be lost with it (it is written after `Exit`).
-                // The run goes on: a new master restarts the root, cheaply (the
-                // saved results are looked up).
-                self.reopen();
+                // The master died after `Done`: if its `Exit` does not follow within
+                // a moment (it may be on its way: the registry's word and the
+                // master's messages come on different threads), its result may be
+                // lost with it (the user gets it before the `Exit`s). Then the run
+                // goes on: a new master restarts the root, cheaply (the saved
+                // results are looked up). The election waits for that moment.
+                self.reopen_at = Some(Instant::now() + REOPEN_GRACE);
             }
+            self.leaver_defers = 0;
             // Running, or leaving: a leaver carries its leave on (the jobs it runs for
             // others, its hand-over and its statistics go to the new master).
             tracing::warn!(master = %self.who(n), "the master is gone: electing a new one");
@@ -1092,6 +1113,8 @@ impl Driver {
             std::process::exit(86);
         }
         self.delivered = true;
+        // The user decides how long the pool stays (until it drops the `PoolRun`).
+        self.deadline = None;
         let mut members: Vec<MemberStats> = self.reports.drain().map(|(_, m)| m).collect();
         members.push(self.member_stats());
         let missing = (0..self.members.len() as u32)

@@ -509,8 +509,10 @@ impl std::fmt::Debug for Pool {
     }
 }
 
-/// The outcome of [`Pool::run`] on one member.
+/// The outcome of [`Pool::run`] on one member. On the master it keeps the pool
+/// formed until it is dropped (see [`Pool::run`]).
 #[derive(Debug)]
+#[must_use = "on the master, dropping it ends the pool: deal with the result first"]
 pub struct PoolRun<T> {
     /// The root job's result: on the master only.
     pub result: Option<T>,
@@ -808,8 +810,13 @@ impl Pool {
     /// [`PoolRun`] is dropped (or [`PoolRun::end`]ed). Deal with the result first
     /// (print it, store it): a master that dies before is replaced and the root
     /// restarted elsewhere, so the result is not lost with it. The members wait at most
-    /// [`DistConfig::end_timeout`] after the root returned. A failure to leave (the
-    /// registry is gone) is logged as a warning and does not lose the run's result. A panic in `root` is returned as [`SatinError::JobPanicked`]
+    /// [`DistConfig::end_timeout`] after the root returned, then leave (with a
+    /// warning). A process that ends without dropping the `PoolRun`
+    /// (`std::process::exit`, `mem::forget`) looks like a dead master: another member
+    /// restarts the root and delivers the result again; call [`PoolRun::end`] first. A
+    /// `PoolRun` used as a temporary (`pool.run(..)?.result`) ends the pool at once. A
+    /// failure to leave (the registry is gone) is logged as a warning and does not lose
+    /// the run's result. A panic in `root` is returned as [`SatinError::JobPanicked`]
     /// (after the pool ended cleanly).
     ///
     /// Every member keeps `root`: if the master dies, the member elected in its place
