@@ -213,13 +213,25 @@ impl NetRegistry {
         let start = Instant::now();
         let deadline = start + timeout;
         let mut pause = BUSY_PAUSE;
+        // The server's last busy refusal: what a final attempt that ran out of time
+        // (a short remainder of the bound) reports instead of a bare timeout.
+        let mut busy = None;
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
             let error = match Self::connect_once(&addrs, secret, left) {
                 Ok(c) => return Ok(c),
+                Err(Attempt::Failed(RegistryError::Timeout)) if busy.is_some() => {
+                    RegistryError::Busy {
+                        in_progress: busy.unwrap_or(0),
+                        waited_ms: 0,
+                    }
+                }
                 Err(Attempt::Failed(e)) => return Err(e),
                 Err(Attempt::Retry(e)) => e,
             };
+            if let RegistryError::Busy { in_progress, .. } = error {
+                busy = Some(in_progress);
+            }
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
                 return Err(match error {
