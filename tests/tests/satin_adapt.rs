@@ -1,7 +1,8 @@
 //! Self-adaptivity of Satin pools (issue 21): under `ipl-run --malleable` with
-//! `SATIN_ADAPT=1` the master's coordinator grows a pool whose members are all busy
-//! and removes the least efficient member of a pool that is mostly idle. The answer
-//! is right every time.
+//! `SATIN_ADAPT=1` the master's coordinator grows a pool whose members are all busy,
+//! removes the least efficient member of a pool that is mostly idle, and removes a
+//! cluster behind a slow wide-area link (the WAN emulator's). The answer is right
+//! every time.
 //!
 //! Each test runs the pool through `ipl-run`'s library (`ipl_tools::launcher::launch`,
 //! what the binary runs, control socket included) and reads the master's report
@@ -19,7 +20,9 @@ use std::ffi::OsString;
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use ipl_tools::launcher::{launch, unique_pool_name, LaunchConfig, LaunchOutcome, ProcessEnd};
+use ipl_tools::launcher::{
+    cluster_of, launch, unique_pool_name, LaunchConfig, LaunchOutcome, ProcessEnd,
+};
 use tracing_subscriber::layer::{Context, SubscriberExt};
 use tracing_subscriber::Layer;
 
@@ -38,13 +41,15 @@ const PERIOD_MS: &str = "300";
 /// Runs `satin-app ARGS --workers 1 --report FILE` on a malleable pool of `n`
 /// processes with adaptivity on and `env`; returns the outcome and the report.
 fn run(n: usize, args: &[&str], env: &[(&str, &str)]) -> (LaunchOutcome, HashMap<String, String>) {
-    run_watched(n, args, env, |_| {})
+    run_watched(n, 1, args, env, |_| {})
 }
 
-/// [`run`], with `watch` called on another thread with the pool's name while the pool
-/// runs (it returns before the run ends).
+/// [`run`], with the `n` processes spread over `clusters` clusters (`ipl-run
+/// --clusters`) and `watch` called on another thread with the pool's name while the
+/// pool runs (it returns before the run ends).
 fn run_watched(
     n: usize,
+    clusters: usize,
     args: &[&str],
     env: &[(&str, &str)],
     watch: impl FnOnce(&str) + Send,
@@ -57,6 +62,7 @@ fn run_watched(
     let pool = unique_pool_name();
     cfg.pool = Some(pool.clone());
     cfg.malleable = true;
+    cfg.clusters = clusters;
     cfg.keep_going = true;
     cfg.max_processes = 8;
     // Every run ends within this (a hang fails the test).
@@ -185,6 +191,7 @@ fn starving_pool_run(attempt: usize, limit: &mut CpuLimit) -> bool {
     let chosen = Mutex::new(None);
     let (o, kv) = run_watched(
         n,
+        1,
         &["nqueens", "14"],
         // At most 2: the pool does not grow again after the removal (see above).
         &[("SATIN_ADAPT_MIN_SIZE", "2"), ("SATIN_ADAPT_MAX_SIZE", "2")],
@@ -251,6 +258,121 @@ fn starving_pool_run(attempt: usize, limit: &mut CpuLimit) -> bool {
         count(&kv, "jobs_redone"),
         0,
         "nothing of it was redone: {kv:?}"
+    );
+    true
+}
+
+/// Processes and clusters of the wide-area test: `ipl-run -n 4 --clusters 2` puts
+/// ranks 0 and 1 in `cluster-0`, 2 and 3 in `cluster-1` ([`cluster_of`]).
+const WAN_PROCESSES: usize = 4;
+const WAN_CLUSTERS: usize = 2;
+
+/// The wide-area link between the two clusters, both ways (wan-emu's `IPL_WAN`): 100 ms
+/// one way, 100 KByte/s, the journal's overloaded link.
+const SLOW_LINK: &str = "link=cluster-0>cluster-1 latency_ms=100 bandwidth_kbyte=100;\
+                         link=cluster-1>cluster-0 latency_ms=100 bandwidth_kbyte=100";
+
+/// Four members in two clusters on `nqueens 14`, over the WAN emulator (`wan-emu`,
+/// linked into `satin-app`) with a slow link between the clusters, and the
+/// cluster-aware policy (CRS: a member steals from its own cluster synchronously and
+/// from the other cluster asynchronously, and those asynchronous round trips are its
+/// wide-area time). The cluster that is not the master's gets its work only across
+/// the link: its members wait for wide-area steal replies most of the time, more
+/// than 25 % of it (about two thirds in the first judged period; the master's
+/// cluster well under a tenth), and the coordinator removes that cluster whole
+/// (rule 3 of `satin_core::adapt`): both of its members leave gracefully (exit
+/// status 0), nothing is redone, the master's cluster finishes the run and the
+/// answer is right. The master may be in either cluster (the election decides): the
+/// cluster removed is whichever it is not in. The pool's bounds (at least 2, at most
+/// 2) leave room only for removals down to the master's cluster: nobody is added
+/// (with room, the master's cluster, busy again, would ask for more).
+///
+/// Without adaptivity (checked with `SATIN_ADAPT=0`) nobody is removed: the test
+/// fails. Over the same transport without the link's delay (checked with `IPL_WAN`
+/// unset) nobody is removed either (wide-area shares at most 0.04): the removal is
+/// the link's doing. When the master judged its first period alone (the members'
+/// samples of it still on their way, so all counted as silent: efficiency 0.25 <
+/// 30 %), one member was removed as inefficient before any measurement, from either
+/// cluster: the test failed (checked).
+#[test]
+fn a_cluster_behind_a_slow_wide_area_link_is_removed() {
+    // A run in which no period was judged with the other cluster's numbers in it
+    // (the run ended first) removes nobody and is tried again (at most 3 runs); a run
+    // that removes anybody else fails at once.
+    for attempt in 1..=3 {
+        if slow_link_run(attempt) {
+            return;
+        }
+    }
+    panic!("in 3 runs the cluster behind the slow link was never removed");
+}
+
+/// One run of [`a_cluster_behind_a_slow_wide_area_link_is_removed`]: whether the
+/// cluster that is not the master's was removed (and only it).
+fn slow_link_run(attempt: usize) -> bool {
+    let started = Instant::now();
+    let (o, kv) = run_watched(
+        WAN_PROCESSES,
+        WAN_CLUSTERS,
+        &["nqueens", "14"],
+        &[
+            ("IPL_TRANSPORT", "wan-emu"),
+            ("IPL_WAN", SLOW_LINK),
+            ("SATIN_POLICY", "crs"),
+            ("SATIN_ADAPT_MIN_SIZE", "2"),
+            ("SATIN_ADAPT_MAX_SIZE", "2"),
+        ],
+        |_| {},
+    );
+    assert!(!o.timed_out, "timed out: {o:?} {kv:?}");
+    assert_eq!(o.exit_code(), 0, "{o:?} {kv:?}");
+    assert_eq!(
+        kv.get("result").map(String::as_str),
+        Some("365596"),
+        "{kv:?}"
+    );
+    assert_eq!(o.ends.len(), WAN_PROCESSES, "nobody was added: {o:?}");
+    assert_eq!(count(&kv, "adapt_added"), 0, "{kv:?}");
+    let master: usize = kv
+        .get("master")
+        .and_then(|m| m.strip_prefix("member-")?.parse().ok())
+        .unwrap_or_else(|| panic!("no master in the report: {kv:?}"));
+    let home = cluster_of(master, WAN_PROCESSES, WAN_CLUSTERS);
+    let other: Vec<usize> = (0..WAN_PROCESSES)
+        .filter(|r| cluster_of(*r, WAN_PROCESSES, WAN_CLUSTERS) != home)
+        .collect();
+    let removed: Vec<usize> = o
+        .ends
+        .iter()
+        .enumerate()
+        .filter(|(_, e)| matches!(e, ProcessEnd::Removed(_)))
+        .map(|(rank, _)| rank)
+        .collect();
+    eprintln!(
+        "run {attempt}: master member-{master} (cluster-{home}), removed {removed:?}, \
+         {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+    if removed.is_empty() {
+        assert_eq!(count(&kv, "adapt_removed"), 0, "{kv:?}");
+        return false;
+    }
+    assert_eq!(
+        removed, other,
+        "exactly the members of the cluster that is not the master's (cluster-{home}) are \
+         removed: {o:?} {kv:?}"
+    );
+    for r in &other {
+        assert!(
+            matches!(o.ends[*r], ProcessEnd::Removed(s) if s.success()),
+            "member-{r} left gracefully: {o:?}"
+        );
+    }
+    assert_eq!(count(&kv, "adapt_removed"), 2, "{kv:?}");
+    assert_eq!(
+        count(&kv, "jobs_redone"),
+        0,
+        "nothing of theirs was redone: {kv:?}"
     );
     true
 }

@@ -19,10 +19,11 @@ struct Cli {
 
 fn main() -> ExitCode {
     ipl_tools::init_tracing("warn");
-    // Linked in, so that `IPL_TRANSPORT=shm|quic` works without plugin libraries (a
-    // test build has not necessarily built them).
+    // Linked in, so that `IPL_TRANSPORT=shm|quic|wan-emu` works without plugin libraries
+    // (a test build has not necessarily built them).
     ipl::register_static_plugin(&ipl_transport_shm::PLUGIN);
     ipl::register_static_plugin(&ipl_transport_quic::PLUGIN);
+    ipl::register_static_plugin(&ipl_transport_wan_emu::PLUGIN);
     let cli = Cli::parse();
     exit_status("satin-app", cli.app.run())
 }

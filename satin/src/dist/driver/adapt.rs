@@ -31,8 +31,15 @@
 //!   starve, the share comes out lower than the CPU's (as the busy time is an upper
 //!   bound, see *idle*): the product then still counts the member's useful work.
 //!
-//! The master's coordinator ends a period every period (with its own measurement);
-//! joins and departures reach it from the driver (`joined`, `gone`).
+//! The master's coordinator ends a period every period (with its own measurement),
+//! except the first one after it was made: every member ends its first period at
+//! about the moment the master ends its own, so the members' samples of it are still
+//! on their way (a message's time, over a wide-area link tens or hundreds of
+//! milliseconds) and judging it would count every other member as silent
+//! (efficiency 0: a pool of four would be at 25 % and lose a member on no
+//! measurement at all). The coordinator's first period therefore lasts two of the
+//! master's, and the samples of the members' first period are in it. Joins and
+//! departures reach it from the driver (`joined`, `gone`).
 
 use super::*;
 use ipl::launcher::control::Control as Launcher;
@@ -119,6 +126,9 @@ struct Steer {
     launcher: Option<Launcher>,
     /// Raw speeds (benchmark units per second) by node, made relative to the fastest.
     speeds: HashMap<u32, f64>,
+    /// Whether a period of the master's has ended since the coordinator was made
+    /// (the first is not judged: see the module documentation).
+    judging: bool,
 }
 
 /// Adaptivity's state on one member.
@@ -221,6 +231,7 @@ impl Driver {
             busy_ms = s.busy_ns / 1_000_000,
             idle_ms = s.idle_ns / 1_000_000,
             comm_ms = s.comm_ns / 1_000_000,
+            inter_ms = s.inter_comm_ns / 1_000_000,
             speed = s.speed,
             "adaptivity: measured a period"
         );
@@ -262,6 +273,7 @@ impl Driver {
                         coordinator,
                         launcher,
                         speeds: HashMap::new(),
+                        judging: false,
                     });
                 }
                 Err(e) => {
@@ -335,6 +347,12 @@ impl Driver {
         let Some(steer) = self.steer() else {
             return;
         };
+        if !steer.judging {
+            // The members' samples of this first period are still on their way.
+            steer.judging = true;
+            tracing::debug!("adaptivity: the first period goes on into the next");
+            return;
+        }
         let decision = steer.coordinator.end_period();
         let report = steer.coordinator.report().cloned();
         let launcher = steer.launcher.clone();
@@ -343,12 +361,21 @@ impl Driver {
         let reason = report
             .as_ref()
             .map_or_else(String::new, |r| format!("{:?}", r.reason));
+        // Each cluster's wide-area share: (cluster, share).
+        let wide_area = report.as_ref().map_or_else(String::new, |r| {
+            r.clusters
+                .iter()
+                .map(|(c, share)| format!("{}:{share:.2}", c.0))
+                .collect::<Vec<_>>()
+                .join(" ")
+        });
         match decision {
             Decision::Keep => {
                 tracing::debug!(
                     ?efficiency,
                     measured,
                     %reason,
+                    %wide_area,
                     "adaptivity: keeping the pool"
                 )
             }
@@ -380,6 +407,7 @@ impl Driver {
                     efficiency = efficiency.unwrap_or(f64::NAN),
                     measured,
                     %reason,
+                    %wide_area,
                     members = %names.join(", "),
                     "adaptivity: removing members"
                 );
