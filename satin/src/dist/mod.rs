@@ -128,7 +128,9 @@
 //!   benchmark alone do not), which the master makes relative to the fastest member.
 //! - **Deciding.** The master runs [`satin_core::adapt::Coordinator`] (made when the
 //!   run starts, or on a member that becomes the master), feeds it the samples, the
-//!   joins and the departures, and ends a period every period: weighted average
+//!   joins and the departures, and ends a period every period (its first one runs
+//!   on into the second, so that the members' first samples, sent at the same
+//!   moment, are in it; a member without a sample counts as silent): weighted average
 //!   efficiency above 50 % asks for more members, below 30 % removes the worst ones
 //!   (never the master): members slower than 30 % of the fastest first, then the
 //!   least efficient, a cluster spending more than 25 % of its time
