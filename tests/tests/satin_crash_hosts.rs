@@ -1,21 +1,23 @@
 //! Satin pools that lose members (issue 21) across hosts: four network-namespace hosts
 //! (tests/common/hosts.rs), one `satin-app` member on each, the registry server on a
 //! fifth host of its own (so that cutting a member's host never cuts the registry).
-//! For nqueens and fib, at random moments of a run (10 % to 90 % of a crash-free run
-//! measured in the same test; the seed is printed, `SATIN_CRASH_SEED=N` repeats a
-//! sequence):
+//! For nqueens, knapsack and fib, at random moments of a run (10 % to 90 % of a
+//! crash-free run measured in the same test; the seed is printed, `SATIN_CRASH_SEED=N`
+//! repeats a sequence):
 //!
-//! - one member other than the master killed with SIGKILL: the master reports the
-//!   right answer and the survivors end by themselves with success;
-//! - the master killed: a new master is elected, restarts the root and reports the
-//!   right answer with `restarted = true`;
+//! - one, and two, of the four members (never the master) killed with SIGKILL, ten
+//!   runs each with the crash mid-run: the master reports the right answer and the
+//!   survivors end by themselves with success;
+//! - the master killed (five runs each): a new master is elected, restarts the root
+//!   and reports the right answer with `restarted = true`;
 //! - the network of a member other than the master cut (its port on the bridge down,
 //!   its process running): the registry's heartbeats report it dead, the pool goes on
 //!   and the master reports the right answer; the cut-off member notices that it lost
 //!   its registry and ends by itself with an error.
 //!
-//! The repetitions with many moments are in tests/satin_crash.rs on 127.0.0.1; here a
-//! few runs per case keep the file within about two minutes. Making hosts needs root
+//! tests/satin_crash.rs runs the same kills on 127.0.0.1 (where hosts cannot be
+//! made), and the cases that do not depend on the network (orphan reuse, the master
+//! dying at the very end, checkpoints). Making hosts needs root
 //! and `ip`: without them every test says so and passes, unless
 //! `IBIS_REQUIRE_LAUNCHERS=1` (then it fails).
 
@@ -29,10 +31,16 @@ use satin_pool::{hosts, Place};
 
 #[path = "../common/satin_crash_runs.rs"]
 mod satin_crash_runs;
-use satin_crash_runs::{crash_runs, master_crash_runs, App, Hurt, FIB, NQUEENS};
+use satin_crash_runs::{crash_runs, master_crash_runs, App, Hurt, FIB, KNAPSACK, NQUEENS};
 
-/// Runs whose fault came mid-run, per test.
-const RUNS: usize = 3;
+/// Runs whose members' crash came mid-run, per test.
+const RUNS: usize = 10;
+
+/// Runs whose master crash came mid-run, per test.
+const MASTER_RUNS: usize = 5;
+
+/// Runs whose host cut came mid-run, per test (each takes the heartbeat timeout).
+const CUT_RUNS: usize = 3;
 
 /// Four hosts and the registry's, with heartbeats that notice a cut host within
 /// seconds; `None` (the test passes) where this machine cannot make hosts, unless
@@ -48,34 +56,63 @@ fn on_hosts() -> Option<Place> {
     Some(Place::Hosts(beat))
 }
 
-fn a_member_killed(app: &App) {
+fn members_killed(app: &App, kills: usize) {
     let Some(place) = on_hosts() else { return };
-    crash_runs(place, app, 1, RUNS, Hurt::Kill);
+    let (orphans, reused) = crash_runs(place, app, kills, RUNS, Hurt::Kill);
+    eprintln!(
+        "{:?} on hosts, {kills} killed, {RUNS} runs: orphans kept {orphans}, results reused {reused}",
+        app.args
+    );
 }
 
 fn the_master_killed(app: &App) {
     let Some(place) = on_hosts() else { return };
-    master_crash_runs(place, app, RUNS);
+    master_crash_runs(place, app, MASTER_RUNS);
 }
 
 fn a_member_cut_off(app: &App) {
     let Some(place) = on_hosts() else { return };
-    crash_runs(place, app, 1, RUNS, Hurt::Cut);
+    crash_runs(place, app, 1, CUT_RUNS, Hurt::Cut);
 }
 
 #[test]
 fn nqueens_survives_a_member_killed_on_its_host() {
-    a_member_killed(&NQUEENS);
+    members_killed(&NQUEENS, 1);
+}
+
+#[test]
+fn nqueens_survives_two_members_killed_on_their_hosts() {
+    members_killed(&NQUEENS, 2);
+}
+
+#[test]
+fn knapsack_survives_a_member_killed_on_its_host() {
+    members_killed(&KNAPSACK, 1);
+}
+
+#[test]
+fn knapsack_survives_two_members_killed_on_their_hosts() {
+    members_killed(&KNAPSACK, 2);
 }
 
 #[test]
 fn fib_survives_a_member_killed_on_its_host() {
-    a_member_killed(&FIB);
+    members_killed(&FIB, 1);
+}
+
+#[test]
+fn fib_survives_two_members_killed_on_their_hosts() {
+    members_killed(&FIB, 2);
 }
 
 #[test]
 fn nqueens_survives_the_master_killed_on_its_host() {
     the_master_killed(&NQUEENS);
+}
+
+#[test]
+fn knapsack_survives_the_master_killed_on_its_host() {
+    the_master_killed(&KNAPSACK);
 }
 
 #[test]
