@@ -13,7 +13,7 @@
 // Each test file uses a part of it.
 #![allow(dead_code)]
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use crate::satin_pool::{self, Place, Pool};
@@ -305,4 +305,76 @@ pub fn master_crash_runs(place: Place, app: &App, runs: usize) -> f64 {
          takes {duration:?})",
         3 * runs
     );
+}
+
+/// Checkpoint files (`*.ckpt`) in `dir`.
+pub fn checkpoints(dir: &Path) -> Vec<PathBuf> {
+    std::fs::read_dir(dir)
+        .map(|d| {
+            d.filter_map(Result::ok)
+                .map(|e| e.path())
+                .filter(|p| p.extension().is_some_and(|x| x == "ckpt"))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// A run that checkpoints every 50 ms is killed whole (all four members) in its
+/// second half, once a checkpoint exists; started again on the same directory it
+/// restores and reuses the saved results: the right answer with fewer spawns than a
+/// run from scratch, and its files are removed at its end. Both runs have the same
+/// arguments (report file included): a checkpoint is reused only by the same
+/// program with the same arguments.
+pub fn killed_whole_resumes_from_checkpoints(place: Place) {
+    let app = &FIB;
+    let mut rng = Rng::from_env(&format!("checkpoints on {place:?}"));
+    let (duration, scratch_spawns) = crash_free(place, app);
+    let dir = satin_pool::scratch("checkpoints");
+    let dir_s = dir.to_string_lossy().into_owned();
+    let env = [
+        ("SATIN_CHECKPOINT_DIR", dir_s.as_str()),
+        ("SATIN_CHECKPOINT_INTERVAL_MS", "50"),
+    ];
+    let report = satin_pool::scratch("checkpoints-report");
+    for _attempt in 0..5 {
+        let _ = std::fs::remove_dir_all(&dir);
+        let (mut pool, _, running, master) = formed_reporting_to(place, app, &env, report.clone());
+        let at = duration.mul_f64(0.5 + 0.4 * rng.unit());
+        until_moment(&mut pool, running, at, master);
+        // A checkpoint must exist before the kill (bounded: the master's end).
+        while checkpoints(&dir).is_empty() && !pool.ended(master) {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        // Every one killed (not short-circuiting): whether all still ran.
+        let killed: Vec<bool> = (0..4).map(|r| pool.kill(r)).collect();
+        let mid_run = killed.iter().all(|k| *k);
+        let saved = checkpoints(&dir);
+        drop(pool);
+        if !mid_run || saved.is_empty() {
+            continue;
+        }
+        let (mut again, start, _, _) = formed_reporting_to(place, app, &env, report.clone());
+        again.assert_result(start, app.result);
+        eprintln!(
+            "resumed from {} checkpoint files: {} (from scratch: {scratch_spawns} spawns)",
+            saved.len(),
+            figures(&again)
+        );
+        let kv = again.report().unwrap_or_default();
+        assert!(again.report_number("restored") > 0.0, "{kv:?}");
+        assert!(again.report_number("results_reused") > 0.0, "{kv:?}");
+        assert!(
+            again.report_number("spawns") < scratch_spawns,
+            "no fewer spawns than from scratch ({scratch_spawns}): {kv:?}"
+        );
+        assert!(
+            checkpoints(&dir).is_empty(),
+            "a successful run removes its checkpoints: {:?}",
+            checkpoints(&dir)
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+        return;
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    panic!("no run of 5 was killed mid-run after writing a checkpoint");
 }

@@ -10,6 +10,7 @@
 //!   survivors end by themselves with success;
 //! - the master killed (five runs each): a new master is elected, restarts the root
 //!   and reports the right answer with `restarted = true`;
+//! - all four killed once a checkpoint exists, then started again: the run resumes;
 //! - the network of a member other than the master cut (its port on the bridge down,
 //!   its process running): the registry's heartbeats report it dead, the pool goes on
 //!   and the master reports the right answer; the cut-off member notices that it lost
@@ -128,4 +129,13 @@ fn nqueens_survives_a_member_host_cut_off() {
 #[test]
 fn fib_survives_a_member_host_cut_off() {
     a_member_cut_off(&FIB);
+}
+
+/// All four members killed mid-run once a checkpoint exists, then the run started again
+/// on the same directory: it resumes (see
+/// [`satin_crash_runs::killed_whole_resumes_from_checkpoints`]).
+#[test]
+fn a_run_killed_whole_on_its_hosts_resumes_from_its_checkpoints() {
+    let Some(place) = on_hosts() else { return };
+    satin_crash_runs::killed_whole_resumes_from_checkpoints(place);
 }
