@@ -34,6 +34,67 @@ pub enum Place {
     Hosts(Heartbeat),
 }
 
+/// [`Place::Hosts`] with these heartbeats where this machine can make hosts; `None`
+/// (the test says why and passes) where it cannot, unless [`hosts::REQUIRE`] asks for
+/// them (then the test fails).
+pub fn on_hosts(beat: Heartbeat) -> Option<Place> {
+    if let Some(why) = hosts::unavailable() {
+        assert!(!hosts::required(), "{}=1 but {why}", hosts::REQUIRE);
+        eprintln!("multi-host test skipped: {why}");
+        return None;
+    }
+    Some(Place::Hosts(beat))
+}
+
+/// A registry server for members `0..n` at `place`: on 127.0.0.1, or on host `n` of
+/// `n + 1` new hosts, returned with it (members go on hosts `0..n`).
+pub fn registry_at(
+    place: Place,
+    n: usize,
+    secret: &PoolSecret,
+) -> (ServerHandle, Option<hosts::Hosts>) {
+    match place {
+        Place::Loopback => {
+            let server = RegistryServer::bind("127.0.0.1:0", secret.clone())
+                .expect("bind the registry")
+                .run_in_background()
+                .expect("run the registry");
+            (server, None)
+        }
+        Place::Hosts(beat) => {
+            let h = hosts::Hosts::new(n + 1).expect("hosts (checked by the test)");
+            // The listener is made on the registry's host (this thread only).
+            let server = std::thread::scope(|s| {
+                s.spawn(|| -> std::io::Result<ServerHandle> {
+                    h.enter(n)?;
+                    RegistryServer::bind((h.addr(n), 0), secret.clone())?
+                        .with_heartbeat(beat)
+                        .run_in_background()
+                })
+                .join()
+                .expect("registry thread")
+            })
+            .expect("a registry server on its host");
+            (server, Some(h))
+        }
+    }
+}
+
+/// A command that starts `program` as member `rank`, and that member's cluster: here
+/// in cluster `c0` without hosts, else on host `rank` in cluster `host-RANK`.
+/// `ip netns exec` execs the program: the child's pid is the member's (a signal sent
+/// to it reaches the member).
+pub fn member_command(
+    hosts: Option<&hosts::Hosts>,
+    rank: usize,
+    program: &str,
+) -> (Command, String) {
+    match hosts {
+        None => (Command::new(program), "c0".to_string()),
+        Some(h) => (h.command(rank, program), format!("host-{rank}")),
+    }
+}
+
 /// The launcher rank of the winner of `pool`'s master election, if there is one now
 /// (members are named `member-R`).
 pub fn winner_rank(server: &ServerHandle, pool: &str) -> Option<usize> {
@@ -97,31 +158,7 @@ impl Pool {
     ) -> Pool {
         let _ = std::fs::remove_file(&report);
         let secret = PoolSecret::generate().expect("a secret");
-        let (server, hosts) = match place {
-            Place::Loopback => {
-                let server = RegistryServer::bind("127.0.0.1:0", secret.clone())
-                    .expect("bind the registry")
-                    .run_in_background()
-                    .expect("run the registry");
-                (server, None)
-            }
-            Place::Hosts(beat) => {
-                let h = hosts::Hosts::new(n + 1).expect("hosts (checked by the test)");
-                // The listener is made on the registry's host (this thread only).
-                let server = std::thread::scope(|s| {
-                    s.spawn(|| -> std::io::Result<ServerHandle> {
-                        h.enter(n)?;
-                        RegistryServer::bind((h.addr(n), 0), secret.clone())?
-                            .with_heartbeat(beat)
-                            .run_in_background()
-                    })
-                    .join()
-                    .expect("registry thread")
-                })
-                .expect("a registry server on its host");
-                (server, Some(h))
-            }
-        };
+        let (server, hosts) = registry_at(place, n, &secret);
         let pool = unique_pool_name();
         let mut children = Vec::new();
         let mut logs = Vec::new();
@@ -132,12 +169,8 @@ impl Pool {
             let mut argv: Vec<OsString> = args.iter().map(OsString::from).collect();
             argv.extend(["--workers".into(), "1".into(), "--report".into()]);
             argv.push(report.clone().into());
-            let program = env!("CARGO_BIN_EXE_satin-app");
-            // `ip netns exec` execs the program: the child's pid is the member's.
-            let (mut command, cluster) = match &hosts {
-                None => (Command::new(program), "c0".to_string()),
-                Some(h) => (h.command(i, program), format!("host-{i}")),
-            };
+            let (mut command, cluster) =
+                member_command(hosts.as_ref(), i, env!("CARGO_BIN_EXE_satin-app"));
             let child = command
                 .args(argv)
                 .env("IPL_TRANSPORT", "tcp")

@@ -28,7 +28,7 @@ use ipl_registry::net::Heartbeat;
 
 #[path = "../common/satin_pool.rs"]
 mod satin_pool;
-use satin_pool::{hosts, Place};
+use satin_pool::Place;
 
 #[path = "../common/satin_crash_runs.rs"]
 mod satin_crash_runs;
@@ -45,16 +45,11 @@ const CUT_RUNS: usize = 3;
 
 /// Four hosts and the registry's, with heartbeats that notice a cut host within
 /// seconds; `None` (the test passes) where this machine cannot make hosts, unless
-/// [`hosts::REQUIRE`] asks for them.
+/// [`satin_pool::hosts::REQUIRE`] asks for them.
 fn on_hosts() -> Option<Place> {
-    if let Some(why) = hosts::unavailable() {
-        assert!(!hosts::required(), "{}=1 but {why}", hosts::REQUIRE);
-        eprintln!("multi-host test skipped: {why}");
-        return None;
-    }
     let beat = Heartbeat::new(Duration::from_millis(250), Duration::from_millis(2500))
         .expect("heartbeat settings");
-    Some(Place::Hosts(beat))
+    satin_pool::on_hosts(beat)
 }
 
 fn members_killed(app: &App, kills: usize) {

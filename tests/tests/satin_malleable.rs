@@ -5,23 +5,33 @@
 //!
 //! Each test starts its own registry server in this process and the members as
 //! `ipl-run --malleable` would (`PoolEnv::with_malleable`), so that it can start a
-//! member mid-run and signal one. The members log the driver at debug level: the test
-//! waits (bounded) for a member's "running a job stolen from another member" line
-//! before it adds or removes members, and no member may log "redoing a job stolen by
-//! a member that is gone" after a graceful leave.
+//! member mid-run and signal one. All run on 127.0.0.1; the join, the graceful leave
+//! and the migration also run on network-namespace hosts (tests/common/hosts.rs): one
+//! host per member (cluster `host-RANK`, so that every steal is a wide-area one under
+//! the default CRS), made up front for every rank the test will start, the registry on
+//! a host of its own. Making hosts needs root and `ip`: without them those tests say
+//! so and pass, unless `IBIS_REQUIRE_LAUNCHERS=1` (then they fail).
+//!
+//! The members log the driver at debug level: the test waits (bounded) for a member's
+//! "running a job stolen from another member" line before it adds or removes members,
+//! and no member may log "redoing a job stolen by a member that is gone" after a
+//! graceful leave.
 
 use std::ffi::OsString;
 use std::path::PathBuf;
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Child, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use ipl_auth::PoolSecret;
-use ipl_registry::{RegistryServer, ServerHandle};
+use ipl_registry::net::Heartbeat;
+use ipl_registry::ServerHandle;
 use ipl_tools::launcher::{unique_pool_name, PoolEnv};
 
 #[path = "../common/satin_pool.rs"]
 mod satin_pool;
-use satin_pool::{scratch, winner_rank, BOUND};
+use satin_pool::{
+    hosts::Hosts, member_command, on_hosts, registry_at, scratch, winner_rank, Place, BOUND,
+};
 
 /// `nqueens 14` has 365596 solutions: a run of seconds on one worker per member
 /// (debug build), long enough for a member to join and take work.
@@ -50,6 +60,8 @@ struct Member {
 /// A malleable pool of `satin-app` processes around a registry server in this process.
 struct Malleable {
     server: Option<ServerHandle>,
+    /// The hosts of a pool started on [`Place::Hosts`], removed after its processes.
+    hosts: Option<Hosts>,
     secret: PoolSecret,
     pool: String,
     initial: usize,
@@ -61,15 +73,20 @@ struct Malleable {
 }
 
 impl Malleable {
-    /// Starts the `initial` first members (ranks 0..initial).
+    /// Starts the `initial` first members (ranks 0..initial) on 127.0.0.1.
     fn start(initial: usize, args: &[&str]) -> Malleable {
+        Self::start_at(Place::Loopback, initial, initial, args)
+    }
+
+    /// Starts the `initial` first members (ranks 0..initial) where `place` says. On
+    /// hosts, one for each rank below `ranks` (every member the test will start, made
+    /// up front) and one for the registry.
+    fn start_at(place: Place, initial: usize, ranks: usize, args: &[&str]) -> Malleable {
         let secret = PoolSecret::generate().expect("a secret");
-        let server = RegistryServer::bind("127.0.0.1:0", secret.clone())
-            .expect("bind the registry")
-            .run_in_background()
-            .expect("run the registry");
+        let (server, hosts) = registry_at(place, ranks, &secret);
         let mut pool = Malleable {
             server: Some(server),
+            hosts,
             secret,
             pool: unique_pool_name(),
             initial,
@@ -88,8 +105,12 @@ impl Malleable {
         pool
     }
 
-    /// Starts member `rank` (a rank beyond the initial size joins mid-run).
+    /// Starts member `rank` (a rank beyond the initial size joins mid-run); on hosts,
+    /// on host `rank` in cluster `host-RANK`.
     fn add(&mut self, rank: usize) {
+        if let Some(h) = &self.hosts {
+            assert!(rank + 1 < h.len(), "no host for member-{rank}");
+        }
         let server = self.server.as_ref().expect("the server runs");
         let log = scratch(&format!("log{rank}"));
         let out = std::fs::File::create(&log).expect("a log file");
@@ -97,16 +118,18 @@ impl Malleable {
         let mut argv: Vec<OsString> = self.args.iter().map(OsString::from).collect();
         argv.extend(["--workers".into(), "1".into(), "--report".into()]);
         argv.push(self.report.clone().into());
+        let (mut command, cluster) =
+            member_command(self.hosts.as_ref(), rank, env!("CARGO_BIN_EXE_satin-app"));
         let env = PoolEnv::member(
             server.local_addr(),
             &self.pool,
             self.initial,
             &self.secret,
-            "c0",
+            &cluster,
             rank,
         )
         .with_malleable(true);
-        let child = Command::new(env!("CARGO_BIN_EXE_satin-app"))
+        let child = command
             .args(argv)
             .env("IPL_TRANSPORT", "tcp")
             .env("RUST_LOG", "warn,satin::dist=debug")
@@ -224,7 +247,8 @@ impl Malleable {
         }
     }
 
-    /// Sends member `rank` SIGTERM (as `ipl-run`'s `remove RANK` does).
+    /// Sends member `rank` SIGTERM (as `ipl-run`'s `remove RANK` does); on hosts too,
+    /// as `ip netns exec` execs the member.
     fn terminate(&mut self, rank: usize) {
         use rustix::process::{kill_process, Pid, Signal};
         let m = self.member(rank);
@@ -297,10 +321,13 @@ fn field(line: &str, key: &str) -> Option<u64> {
 }
 
 /// From the master's statistics: member `rank`'s (successful remote steals, remote
-/// jobs executed), if it reported.
+/// jobs executed), if it reported. The remote steals count both kinds (within a
+/// cluster and wide-area), whichever cluster the member is in.
 fn remote_work(master_log: &str, rank: usize) -> Option<(u64, u64)> {
-    let prefix = format!("SATIN 'member-{rank} (c0)': REMOTE_STEAL:");
-    let line = master_log.lines().find(|l| l.contains(&prefix))?;
+    let prefix = format!("SATIN 'member-{rank} (");
+    let line = master_log
+        .lines()
+        .find(|l| l.contains(&prefix) && l.contains("REMOTE_STEAL:"))?;
     Some((field(line, "success")?, field(line, "executed")?))
 }
 
@@ -322,14 +349,33 @@ fn running(pool: &mut Malleable, worker_candidates: &[usize]) -> (usize, usize) 
     (master, worker)
 }
 
+/// The hosts variants: where this machine can make hosts, with the registry's default
+/// heartbeats (as on 127.0.0.1); `None` (the test passes) where it cannot, unless
+/// `IBIS_REQUIRE_LAUNCHERS=1`.
+fn hosts() -> Option<Place> {
+    on_hosts(Heartbeat::default())
+}
+
 /// Members join mid-run: member-2 starts once the first two members run, learns the
 /// members from the registry, connects to them and steals at once; the others take it
 /// as a victim. Its statistics reach the master (it reported at the end) and show
 /// jobs it stole and ran, and the answer is right.
 #[test]
 fn a_member_that_joins_mid_run_takes_work() {
+    joins_mid_run(Place::Loopback);
+}
+
+/// [`a_member_that_joins_mid_run_takes_work`], one member on each host.
+#[test]
+fn a_member_that_joins_mid_run_takes_work_on_hosts() {
+    if let Some(place) = hosts() {
+        joins_mid_run(place);
+    }
+}
+
+fn joins_mid_run(place: Place) {
     let start = Instant::now();
-    let mut pool = Malleable::start(2, &["nqueens", QUEENS]);
+    let mut pool = Malleable::start_at(place, 2, 3, &["nqueens", QUEENS]);
     let (master, _) = running(&mut pool, &[0, 1]);
     pool.add(2);
     let master_log = pool.assert_right(start, master);
@@ -352,8 +398,21 @@ fn a_member_that_joins_mid_run_takes_work() {
 /// and the answer is right.
 #[test]
 fn a_member_that_gets_sigterm_leaves_gracefully_and_nothing_is_redone() {
+    graceful_leave(Place::Loopback);
+}
+
+/// [`a_member_that_gets_sigterm_leaves_gracefully_and_nothing_is_redone`], one member
+/// on each host.
+#[test]
+fn a_member_that_gets_sigterm_leaves_gracefully_and_nothing_is_redone_on_hosts() {
+    if let Some(place) = hosts() {
+        graceful_leave(place);
+    }
+}
+
+fn graceful_leave(place: Place) {
     let start = Instant::now();
-    let mut pool = Malleable::start(3, &["nqueens", QUEENS]);
+    let mut pool = Malleable::start_at(place, 3, 3, &["nqueens", QUEENS]);
     let (master, leaver) = running(&mut pool, &[0, 1, 2]);
     pool.terminate(leaver);
     let master_log = pool.assert_right(start, master);
@@ -380,8 +439,21 @@ fn a_member_that_gets_sigterm_leaves_gracefully_and_nothing_is_redone() {
 /// the right answer, the leaver exits 0, nothing is redone, and the newcomer worked.
 #[test]
 fn migration_is_a_join_plus_a_graceful_leave() {
+    migration(Place::Loopback);
+}
+
+/// [`migration_is_a_join_plus_a_graceful_leave`], one member on each host: the
+/// member moves from its host to a new one.
+#[test]
+fn migration_is_a_join_plus_a_graceful_leave_on_hosts() {
+    if let Some(place) = hosts() {
+        migration(place);
+    }
+}
+
+fn migration(place: Place) {
     let start = Instant::now();
-    let mut pool = Malleable::start(2, &["nqueens", QUEENS]);
+    let mut pool = Malleable::start_at(place, 2, 3, &["nqueens", QUEENS]);
     let (master, leaver) = running(&mut pool, &[0, 1]);
     pool.add(2);
     assert!(
