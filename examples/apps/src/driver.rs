@@ -13,7 +13,7 @@
 //! recursion that fits a thread's stack, an allocation the machine can hold, a
 //! tolerance the search reaches, and at most [`max_workers`] worker threads.
 
-use crate::{fib, integrate, knapsack, matmul, noverk, nqueens, primes};
+use crate::{fib, integrate, knapsack, matmul, noverk, nqueens, primes, uts};
 use clap::builder::RangedU64ValueParser;
 use clap::error::ErrorKind;
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
@@ -360,6 +360,108 @@ impl Application for MatMulArgs {
     }
 }
 
+/// `uts -t 1 -a 3 -d 10 -b 4 -r 19`: the Unbalanced Tree Search benchmark, with the
+/// reference program's options and defaults.
+#[derive(Args, Debug, Clone)]
+pub struct UtsArgs {
+    /// The tree type: 0 binomial, 1 geometric, 2 hybrid, 3 balanced.
+    #[arg(short = 't', default_value_t = 1, value_parser = clap::value_parser!(u8).range(0..=3))]
+    pub tree: u8,
+    /// The geometric shape: 0 linear, 1 exponential decrease, 2 cyclic, 3 fixed.
+    #[arg(short = 'a', default_value_t = 0, value_parser = clap::value_parser!(u8).range(0..=3))]
+    pub shape: u8,
+    /// The depth limit of geometric and balanced trees, 1..=100000.
+    #[arg(short = 'd', default_value_t = 6, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub depth: u32,
+    /// The branching factor: the root's (binomial), the mean (geometric), every
+    /// node's (balanced); 0..=100000.
+    #[arg(short = 'b', default_value_t = 4.0, value_parser = branching)]
+    pub b: f64,
+    /// The root's seed.
+    #[arg(short = 'r', default_value_t = 0, allow_negative_numbers = true)]
+    pub seed: i32,
+    /// A binomial node's number of children when it has any, 0..=100.
+    #[arg(short = 'm', default_value_t = 4, value_parser = clap::value_parser!(u32).range(0..=uts::MAX_CHILDREN as i64))]
+    pub m: u32,
+    /// A binomial node's probability of having children, 0..=1.
+    #[arg(short = 'q', default_value_t = 15.0 / 64.0, value_parser = probability)]
+    pub q: f64,
+    /// The hybrid tree's switch from geometric to binomial, as a fraction of the depth
+    /// limit, 0..=1.
+    #[arg(short = 'f', default_value_t = 0.5, value_parser = probability)]
+    pub shift: f64,
+    /// SHA-1 evaluations per child (extra work per node), 1..=1000.
+    #[arg(short = 'g', default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub granularity: u32,
+    /// Nodes above this height spawn a job per child; deeper subtrees are walked
+    /// sequentially (0..=1000: each level is a nested frame on a worker's stack).
+    #[arg(long, value_name = "H", default_value_t = 8, value_parser = clap::value_parser!(u32).range(0..=1000))]
+    pub spawn_depth: u32,
+}
+
+fn branching(s: &str) -> Result<f64, String> {
+    let x: f64 = s.parse().map_err(|e| format!("{e}"))?;
+    if (0.0..=100_000.0).contains(&x) {
+        Ok(x)
+    } else {
+        Err(format!("{s} is not a branching factor in 0..=100000"))
+    }
+}
+
+fn probability(s: &str) -> Result<f64, String> {
+    let x: f64 = s.parse().map_err(|e| format!("{e}"))?;
+    if (0.0..=1.0).contains(&x) {
+        Ok(x)
+    } else {
+        Err(format!("{s} is not in 0..=1"))
+    }
+}
+
+impl UtsArgs {
+    /// The tree's parameters.
+    pub fn params(&self) -> uts::Params {
+        uts::Params {
+            tree: uts::TreeType::from_number(self.tree).unwrap_or(uts::TreeType::Geometric),
+            shape: uts::Shape::from_number(self.shape).unwrap_or(uts::Shape::Linear),
+            b0: self.b,
+            depth: self.depth,
+            q: self.q,
+            m: self.m,
+            shift: self.shift,
+            seed: self.seed,
+            granularity: self.granularity,
+        }
+    }
+}
+
+impl Application for UtsArgs {
+    const NAME: &'static str = "uts";
+    const ABOUT: &'static str =
+        "The Unbalanced Tree Search benchmark: the size, depth and leaves of a random \
+         tree (the reference program's options: uts -t 1 -a 3 -d 10 -b 4 -r 19)";
+    fn run(&self, o: &Options) -> Result<(), String> {
+        let p = self.params();
+        let spawn_depth = self.spawn_depth;
+        drive(
+            o,
+            &format!(
+                "uts(-t {} -a {} -d {} -b {} -r {} -q {} -m {} -f {} -g {})",
+                self.tree,
+                self.shape,
+                self.depth,
+                self.b,
+                self.seed,
+                self.q,
+                self.m,
+                self.shift,
+                self.granularity
+            ),
+            || uts::uts_seq(&p),
+            |s| s.run(uts::Uts::new(p, spawn_depth)),
+        )
+    }
+}
+
 /// Every application, by name: the command line of `satin-app APP ARGS...`.
 #[derive(Subcommand, Debug, Clone)]
 pub enum App {
@@ -377,6 +479,8 @@ pub enum App {
     Primes(Cli<PrimesArgs>),
     /// The product of two random N x N matrices.
     Matmul(Cli<MatMulArgs>),
+    /// The Unbalanced Tree Search benchmark.
+    Uts(Cli<UtsArgs>),
 }
 
 impl App {
@@ -394,6 +498,7 @@ impl App {
             App::Noverk(c) => go(c),
             App::Primes(c) => go(c),
             App::Matmul(c) => go(c),
+            App::Uts(c) => go(c),
         }
     }
 }

@@ -1,7 +1,7 @@
 //! Every application's Satin version gives the sequential answer with 1 and several
 //! workers.
 
-use ibis_apps::{fib, integrate, knapsack, matmul, noverk, nqueens, primes};
+use ibis_apps::{fib, integrate, knapsack, matmul, noverk, nqueens, primes, uts};
 use satin::Satin;
 use std::sync::Arc;
 
@@ -107,5 +107,43 @@ fn jobs_are_registered_by_name() {
         "ibis_apps::primes::Primes",
     ] {
         assert!(s.registry().contains(name), "{name}: {:?}", s.registry());
+    }
+}
+
+#[test]
+fn uts_counts() {
+    // A geometric, a binomial and a hybrid tree of some ten thousand nodes, spawning
+    // down to two heights.
+    let trees = [
+        uts::Params {
+            shape: uts::Shape::Fixed,
+            depth: 6,
+            seed: 19,
+            ..uts::Params::default()
+        },
+        uts::Params {
+            tree: uts::TreeType::Binomial,
+            b0: 100.0,
+            q: 0.124875,
+            m: 8,
+            seed: 42,
+            ..uts::Params::default()
+        },
+        uts::Params {
+            tree: uts::TreeType::Hybrid,
+            depth: 8,
+            b0: 6.0,
+            seed: 1,
+            ..uts::Params::default()
+        },
+    ];
+    for s in pools() {
+        for p in &trees {
+            let want = uts::uts_seq(p);
+            assert!(want.nodes > 1000, "{p:?}: {want:?}");
+            for spawn_depth in [2, 1000] {
+                assert_eq!(s.run(uts::Uts::new(*p, spawn_depth)), want, "{p:?}");
+            }
+        }
     }
 }
