@@ -144,6 +144,28 @@ fn matmul_on_pools() {
     every_shape("matmul", &["128"]);
 }
 
+#[test]
+fn uts_on_pools() {
+    // A binomial tree of 6,797 nodes and depth 67, spawning down to height 3.
+    every_shape(
+        "uts",
+        &[
+            "-t",
+            "0",
+            "-b",
+            "100",
+            "-q",
+            "0.124875",
+            "-m",
+            "8",
+            "-r",
+            "42",
+            "--spawn-depth",
+            "3",
+        ],
+    );
+}
+
 /// Work is really stolen across processes (and every job given away came back:
 /// the totals agree), under both policies, inside a cluster and across clusters.
 #[test]
