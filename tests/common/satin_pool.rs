@@ -99,7 +99,7 @@ pub fn member_command(
 /// (members are named `member-R`).
 pub fn winner_rank(server: &ServerHandle, pool: &str) -> Option<usize> {
     let name = server.with_core(|c| {
-        c.election_result(pool, "satin-master")
+        c.election_result(pool, satin::dist::MASTER_ELECTION)
             .ok()
             .flatten()
             .map(|w| w.name().to_string())

@@ -117,6 +117,16 @@ fn count(kv: &HashMap<String, String>, key: &str) -> u64 {
         .unwrap_or_else(|| panic!("no {key} in the report: {kv:?}"))
 }
 
+/// The ranks the launcher removed (`remove RANK`), in rank order.
+fn removed_ranks(o: &LaunchOutcome) -> Vec<usize> {
+    o.ends
+        .iter()
+        .enumerate()
+        .filter(|(_, e)| matches!(e, ProcessEnd::Removed(_)))
+        .map(|(rank, _)| rank)
+        .collect()
+}
+
 /// Two members, one worker each, on `nqueens 14` (seconds of work in a debug build):
 /// both are busy (efficiency well above 50 %), so the coordinator asks `ipl-run` for
 /// a member (at most 3: one), which joins and runs stolen jobs.
@@ -227,13 +237,7 @@ fn starving_pool_run(attempt: usize, limit: &mut CpuLimit) -> bool {
         Some(format!("member-{master}").as_str()),
         "the master is the one elected, never the slowed member-{slowed}"
     );
-    let removed: Vec<usize> = o
-        .ends
-        .iter()
-        .enumerate()
-        .filter(|(_, e)| matches!(e, ProcessEnd::Removed(_)))
-        .map(|(rank, _)| rank)
-        .collect();
+    let removed = removed_ranks(&o);
     if removed.is_empty() {
         eprintln!(
             "run {attempt}: nobody was removed (the starving phase was too short): {kv:?}\n\
@@ -341,13 +345,7 @@ fn slow_link_run(attempt: usize) -> bool {
     let other: Vec<usize> = (0..WAN_PROCESSES)
         .filter(|r| cluster_of(*r, WAN_PROCESSES, WAN_CLUSTERS) != home)
         .collect();
-    let removed: Vec<usize> = o
-        .ends
-        .iter()
-        .enumerate()
-        .filter(|(_, e)| matches!(e, ProcessEnd::Removed(_)))
-        .map(|(rank, _)| rank)
-        .collect();
+    let removed = removed_ranks(&o);
     eprintln!(
         "run {attempt}: master member-{master} (cluster-{home}), removed {removed:?}, \
          {:.1} s",

@@ -51,6 +51,10 @@ const LEAVER_DEFERS: u32 = 8;
 /// before it goes on without it (see `Driver::reopen`).
 const REOPEN_GRACE: Duration = Duration::from_millis(200);
 
+/// How often the recovery bookkeeping is told the time (`Recovery::tick`: accounts
+/// of a death awaited longer than their patience are given up).
+const TICK_EVERY: Duration = Duration::from_millis(50);
+
 /// Elections that name a member this one already knows dead are asked again at
 /// most this many times (the registry clears a dead winner's election before it
 /// reports the death, so this is only a guard).
@@ -313,6 +317,8 @@ pub(crate) struct Driver {
     delivered: bool,
     /// The master died while the run ended: go on then, unless its `Exit` came.
     reopen_at: Option<Instant>,
+    /// When the recovery bookkeeping is told the time next (see [`TICK_EVERY`]).
+    next_tick: Instant,
     /// Steal requests the node asked for while the run was ending (not sent): failed
     /// for the node if the run goes on (the master died before its end).
     unsent_steals: Vec<(NodeId, StealId)>,
@@ -401,6 +407,7 @@ impl Driver {
             unsent_steals: Vec::new(),
             delivered: false,
             reopen_at: None,
+            next_tick: Instant::now(),
             remote_jobs_started: 0,
             joins: membership::Joins::default(),
             leave: leave::Leave::new(init.leave),
@@ -861,8 +868,13 @@ impl Driver {
     /// whose lookups waited too long).
     fn recovery_actions(&mut self) {
         if self.save {
-            let now = self.now();
-            self.saved.with(|r| r.tick(now));
+            // The accounts' patience is 500 ms: a tick every 50 ms is enough, and
+            // keeps the lock off the driver's per-message path.
+            if Instant::now() >= self.next_tick {
+                self.next_tick = Instant::now() + TICK_EVERY;
+                let now = self.now();
+                self.saved.with(|r| r.tick(now));
+            }
             for job in self.saved.impatient(Instant::now()) {
                 tracing::debug!("a lookup waited too long: redoing its job here");
                 job.give_back_redo();
@@ -991,20 +1003,13 @@ impl Driver {
             return;
         }
         self.elect_again = None;
-        if self.elections_left == 0 {
-            self.failure = Some(SatinError::Pool(
-                "no live master could be elected after the master died".into(),
-            ));
-            return;
-        }
-        self.elections_left -= 1;
         let others = (0..self.alive.len()).any(|n| n as u32 != self.me && self.alive[n]);
         let winner = if self.phase == Phase::Leaving && others && self.leaver_defers < LEAVER_DEFERS
         {
             // A leaver lets the members that stay take over: it only reads the
             // result (a winner not known alive yet, or none: asked again later).
+            // Bounded by `LEAVER_DEFERS`, not by the elections left.
             self.leaver_defers += 1;
-            self.elections_left += 1;
             match self
                 .ibis
                 .registry()
@@ -1026,6 +1031,13 @@ impl Driver {
                 Err(e) => Err(e),
             }
         } else {
+            if self.elections_left == 0 {
+                self.failure = Some(SatinError::Pool(
+                    "no live master could be elected after the master died".into(),
+                ));
+                return;
+            }
+            self.elections_left -= 1;
             self.ibis.registry().elect(MASTER_ELECTION)
         };
         let winner = match winner {

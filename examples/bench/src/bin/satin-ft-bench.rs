@@ -129,7 +129,7 @@ fn scratch(what: &str) -> PathBuf {
 /// The winner of the master election, as a launcher rank (members are `member-R`).
 fn master_rank(server: &ServerHandle, pool: &str) -> Option<usize> {
     let name = server.with_core(|c| {
-        c.election_result(pool, "satin-master")
+        c.election_result(pool, satin::dist::MASTER_ELECTION)
             .ok()
             .flatten()
             .map(|w| w.name().to_string())
