@@ -33,6 +33,10 @@ pub enum SatinError {
     /// A setting is invalid (a policy name, or a variable of the environment layer).
     #[error("configuration: {0}")]
     Config(String),
+    /// The job was aborted by its spawner and stopped before it finished (a wire job
+    /// run for another process; see [`Inlet::abort`](crate::Inlet::abort)).
+    #[error("job aborted by its spawner")]
+    Aborted,
 }
 
 /// The message of a panic payload (`&str` or `String`), or a placeholder.

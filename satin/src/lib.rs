@@ -37,11 +37,16 @@
 //! - The newest child of a frame is held back until the next spawn or the sync (it is
 //!   the first one the sync would run anyway); call [`Frame::publish`] to make it
 //!   stealable before long sequential work.
-//! - A panic in a job unwinds to the parent (waiting for children still running on
-//!   other workers) and is propagated by [`Satin::run`] on the caller's thread, or
+//! - A panic in a job unwinds to the parent (aborting its children still running on
+//!   other workers and waiting for them to stop) and is propagated by [`Satin::run`] on the caller's thread, or
 //!   returned as [`SatinError::JobPanicked`] by [`Satin::try_run`]; the pool keeps
 //!   working.
 
+//!
+//! - Children that may fail return `Result<T, E>` and are spawned in a [`CatchFrame`],
+//!   whose sync runs an inlet for each error in the spawner's frame; an inlet may
+//!   spawn more children or [abort](Inlet::abort) the outstanding ones, on every worker
+//!   and process (see the README's "Inlets and abort").
 //!
 //! Configuration: every setting is a [`SatinBuilder`] option; the `SATIN_*`
 //! environment variables are one layer under the builder's settings, read in one
@@ -69,7 +74,8 @@ pub mod env;
 pub use dist::{launched, DistConfig, MemberStats, Pool, PoolRun, PoolStats};
 pub use error::SatinError;
 pub use kernel::{
-    Ctx, Frame, Spawned, StolenJob, Synced, INLINE_BYTES, MAX_REDO_DEPTH, MAX_WORKERS,
+    AbortHandle, CatchFrame, Caught, Ctx, Frame, Inlet, Spawned, StolenJob, Synced, INLINE_BYTES,
+    MAX_REDO_DEPTH, MAX_WORKERS,
 };
 pub use runtime::{
     ExternalStealer, ResultLookup, Satin, SatinBuilder, DEFAULT_INLINE_DEPTH, DEFAULT_REDO_DEPTH,

@@ -19,6 +19,10 @@ pub(crate) struct LocalStats {
     pub stolen_executed: u64,
     /// Jobs run in redo mode (records, and redone roots and wire jobs).
     pub redo_jobs: u64,
+    /// Frames' aborts, jobs they aborted, and inlets run (see [`WorkerStats`]).
+    pub aborts: u64,
+    pub aborted: u64,
+    pub inlets: u64,
 }
 
 /// The flushed counters of one worker.
@@ -34,6 +38,9 @@ pub(crate) struct SharedStats {
     redo_jobs: AtomicU64,
     lookups: AtomicU64,
     lookups_handed_over: AtomicU64,
+    aborts: AtomicU64,
+    aborted: AtomicU64,
+    inlets: AtomicU64,
 }
 
 impl SharedStats {
@@ -47,6 +54,11 @@ impl SharedStats {
         self.steal_nanos.fetch_add(s.steal_nanos, Relaxed);
         if s.redo_jobs != 0 {
             self.redo_jobs.fetch_add(s.redo_jobs, Relaxed);
+        }
+        if s.aborts | s.aborted | s.inlets != 0 {
+            self.aborts.fetch_add(s.aborts, Relaxed);
+            self.aborted.fetch_add(s.aborted, Relaxed);
+            self.inlets.fetch_add(s.inlets, Relaxed);
         }
     }
 
@@ -75,6 +87,9 @@ impl SharedStats {
             redo_jobs: self.redo_jobs.load(Relaxed),
             lookups: self.lookups.load(Relaxed),
             lookups_handed_over: self.lookups_handed_over.load(Relaxed),
+            aborts: self.aborts.load(Relaxed),
+            aborted: self.aborted.load(Relaxed),
+            inlets: self.inlets.load(Relaxed),
         }
     }
 
@@ -90,6 +105,9 @@ impl SharedStats {
             &self.redo_jobs,
             &self.lookups,
             &self.lookups_handed_over,
+            &self.aborts,
+            &self.aborted,
+            &self.inlets,
         ] {
             a.store(0, Relaxed);
         }
@@ -195,6 +213,16 @@ pub struct WorkerStats {
     pub lookups: u64,
     /// Of those, jobs the lookup took (to complete them with a saved result).
     pub lookups_handed_over: u64,
+    /// Aborts of frames on this worker ([`Inlet::abort`](crate::Inlet::abort),
+    /// [`CatchFrame::abort`](crate::CatchFrame::abort), an inlet's error, and frames
+    /// unwinding with stolen children).
+    pub aborts: u64,
+    /// Jobs aborted by this worker: children dropped unrun, jobs told to stop (on
+    /// this or another worker or process) and jobs that stopped here because they
+    /// were aborted.
+    pub aborted: u64,
+    /// Inlets run on this worker (errors of children handled by their spawner).
+    pub inlets: u64,
 }
 
 impl WorkerStats {
@@ -209,6 +237,9 @@ impl WorkerStats {
         self.redo_jobs += o.redo_jobs;
         self.lookups += o.lookups;
         self.lookups_handed_over += o.lookups_handed_over;
+        self.aborts += o.aborts;
+        self.aborted += o.aborted;
+        self.inlets += o.inlets;
     }
 }
 
@@ -266,6 +297,13 @@ fn line(f: &mut fmt::Formatter<'_>, who: &str, w: &WorkerStats) -> fmt::Result {
             f,
             "SATIN '{who}': REDO: jobs = {} lookups = {} handed over = {}",
             w.redo_jobs, w.lookups, w.lookups_handed_over
+        )?;
+    }
+    if w.aborts != 0 || w.aborted != 0 || w.inlets != 0 {
+        writeln!(
+            f,
+            "SATIN '{who}': ABORT: aborts = {} jobs aborted = {} inlets = {}",
+            w.aborts, w.aborted, w.inlets
         )?;
     }
     Ok(())

@@ -165,7 +165,7 @@ fn a_redone_wire_job_counts_the_depth_from_itself() {
         let (name, bytes) = satin::to_wire(&Fib(14)).unwrap();
         let job = s.from_wire(name, &bytes).unwrap();
         let (tx, rx) = mpsc::channel();
-        s.execute_wire_job(job, true, move |r| {
+        s.execute_wire_job(job, true, satin::AbortHandle::new(), move |r| {
             let _ = tx.send(r);
         });
         let out = rx.recv_timeout(STEP).unwrap().unwrap();

@@ -439,7 +439,7 @@ fn a_redone_wire_job_runs_in_redo_mode_and_offers_its_children() {
             let job = s.from_wire(name, &bytes).unwrap();
             let (tx, rx) = mpsc::channel();
             let before = l.0.load(Ordering::SeqCst) as u64;
-            s.execute_wire_job(job, redone, move |r| {
+            s.execute_wire_job(job, redone, satin::AbortHandle::new(), move |r| {
                 let _ = tx.send(r);
             });
             let out = rx.recv_timeout(STEP).unwrap().unwrap();

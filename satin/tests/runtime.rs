@@ -172,7 +172,9 @@ fn wire_round_trip_and_unknown_type() {
     let job = s.from_wire(name, &bytes).unwrap();
     assert_eq!(job.name(), name);
     let (tx, rx) = mpsc::channel();
-    s.execute_wire_job(job, false, move |r| tx.send(r).unwrap());
+    s.execute_wire_job(job, false, satin::AbortHandle::new(), move |r| {
+        tx.send(r).unwrap()
+    });
     let out = rx.recv_timeout(Duration::from_secs(30)).unwrap().unwrap();
     let remote = <Fib as Job>::REMOTE.unwrap();
     assert_eq!(remote.decode_output(&out).unwrap(), 6765);

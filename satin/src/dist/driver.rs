@@ -9,7 +9,7 @@ use super::saved;
 use super::stats::{MemberStats, PoolStats};
 use super::{Control, DistConfig, MASTER_ELECTION};
 use crate::error::SatinError;
-use crate::{ExternalStealer, Satin, StolenJob};
+use crate::{AbortHandle, ExternalStealer, Satin, StolenJob};
 use ipl::{Ibis, IbisIdentifier, ReadMessage, SendPort};
 use satin_core::recovery::{Action as RecoveryAction, Announcement, FetchId};
 use satin_core::{Action, Config, Event, JobKey, JobRef, Node, NodeId, StealId, TimerId, Topology};
@@ -124,6 +124,8 @@ pub(crate) enum Input {
     },
     /// A worker ran out of work.
     Kick,
+    /// A frame aborted children: the ones given to other members are called back.
+    Aborted,
     /// A job stolen from `to` finished here (`run`: its handle among the stolen jobs
     /// running here); send its result home.
     Finished {
@@ -131,6 +133,8 @@ pub(crate) enum Input {
         job: u64,
         run: u64,
         outcome: Result<Vec<u8>, String>,
+        /// It stopped because its owner aborted it (no result goes home).
+        aborted: bool,
     },
     /// A worker's lookup of a saved result queued something for the driver to do.
     Recovery,
@@ -277,6 +281,9 @@ pub(crate) struct Driver {
     given: HashMap<u64, (u32, StolenJob)>,
     /// Jobs that arrived in steal replies, until the node enqueues them.
     incoming: HashMap<u64, (u32, WireJob, Vec<u8>)>,
+    /// The abort flags of the jobs stolen from other members that run here, by
+    /// (owner, owner's job id), until they finish.
+    abortable: HashMap<(u32, u64), AbortHandle>,
     next_ref: u64,
     timers: BinaryHeap<Reverse<(u64, u64)>>,
     reports: HashMap<u32, MemberStats>,
@@ -379,6 +386,7 @@ impl Driver {
             deadline: None,
             given: HashMap::new(),
             incoming: HashMap::new(),
+            abortable: HashMap::new(),
             next_ref: 1,
             timers: BinaryHeap::new(),
             reports: HashMap::new(),
@@ -672,6 +680,7 @@ impl Driver {
     fn input(&mut self, input: Input) -> Result<(), SatinError> {
         match input {
             Input::Kick => self.kick.store(false, Ordering::Release),
+            Input::Aborted => self.call_back_aborted(),
             Input::Net { from, msg, payload } => self.message(from, msg, payload),
             Input::Recovery => {}
             Input::Finished {
@@ -679,8 +688,25 @@ impl Driver {
                 job,
                 run,
                 outcome,
+                aborted,
             } => {
                 self.remote_jobs_executed += 1;
+                self.abortable.remove(&(to, job));
+                if aborted {
+                    // The owner finished it already: nothing goes home.
+                    if self.save {
+                        self.saved.with(|r| r.stolen_job_failed(JobRef(run)));
+                        self.running.remove(&run);
+                        self.recovery_actions();
+                    }
+                    let now = self.now();
+                    self.node.handle(Event::ResultReturned {
+                        job: JobRef(job),
+                        to: NodeId(to),
+                        now,
+                    });
+                    return Ok(());
+                }
                 if self.save {
                     match outcome {
                         Ok(bytes) => self
@@ -1220,6 +1246,15 @@ impl Driver {
                     }
                 }
             }
+            Msg::Abort { job } => {
+                if let Some(h) = self.abortable.get(&(from, job)) {
+                    h.abort();
+                } else {
+                    // Not started yet: it never will be.
+                    self.incoming
+                        .retain(|_, (owner, wire, _)| !(*owner == from && wire.job == job));
+                }
+            }
             Msg::Done => self.end_message(from, HeldEnd::Done),
             Msg::Stats(s) => {
                 self.reports.insert(from, *s);
@@ -1415,6 +1450,30 @@ impl Driver {
         }
     }
 
+    /// Calls back the jobs given to other members that their spawners aborted: each
+    /// thief is told to stop, and the job is finished here without a result.
+    fn call_back_aborted(&mut self) {
+        let aborted: Vec<u64> = self
+            .given
+            .iter()
+            .filter(|(_, (_, stolen))| stolen.is_aborted())
+            .map(|(&h, _)| h)
+            .collect();
+        for h in aborted {
+            let Some((thief, stolen)) = self.given.remove(&h) else {
+                continue;
+            };
+            if self.save {
+                self.saved.with(|r| r.result_received(JobRef(h)));
+            }
+            self.send(thief, Msg::Abort { job: h }, &[]);
+            if let Err(stolen) = stolen.finish_aborted() {
+                // Not reachable: only aborted jobs were picked. Kept rather than lost.
+                self.given.insert(h, (thief, stolen));
+            }
+        }
+    }
+
     /// Starts a job that came in a steal reply; its result goes home when done.
     fn enqueue(&mut self, key: u64) {
         let Some((owner, wire, payload)) = self.incoming.remove(&key) else {
@@ -1441,14 +1500,19 @@ impl Driver {
             Ok(job) => {
                 let tx = self.tx.clone();
                 let id = wire.job;
-                self.satin.execute_wire_job(job, wire.redone, move |r| {
-                    let _ = tx.send(Input::Finished {
-                        to: owner,
-                        job: id,
-                        run,
-                        outcome: r.map_err(|e| e.to_string()),
+                let abort = AbortHandle::new();
+                self.abortable.insert((owner, id), abort.clone());
+                self.satin
+                    .execute_wire_job(job, wire.redone, abort, move |r| {
+                        let aborted = r == Err(SatinError::Aborted);
+                        let _ = tx.send(Input::Finished {
+                            to: owner,
+                            job: id,
+                            run,
+                            outcome: r.map_err(|e| e.to_string()),
+                            aborted,
+                        });
                     });
-                });
             }
             Err(e) => {
                 let _ = self.tx.send(Input::Finished {
@@ -1456,6 +1520,7 @@ impl Driver {
                     job: wire.job,
                     run,
                     outcome: Err(e.to_string()),
+                    aborted: false,
                 });
             }
         }

@@ -666,6 +666,13 @@ impl Pool {
                 }
             });
         }
+        {
+            // A frame aborted children: some may be away on other members.
+            let tx = tx.clone();
+            satin.set_abort_hook(move || {
+                let _ = tx.send(Input::Aborted);
+            });
+        }
         let leave = Arc::new(AtomicBool::new(false));
         if malleable {
             malleable::leave_on_sigterm(&leave)?;

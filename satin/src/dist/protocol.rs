@@ -44,6 +44,12 @@ pub(crate) enum Msg {
         /// `Ok(length of the serialized output)` or `Err(message)`.
         outcome: Result<u64, String>,
     },
+    /// Owner to thief: the job it stole (the owner's id, from [`WireJob::job`]) was
+    /// aborted by its spawner: stop it, its result is not wanted.
+    Abort {
+        /// The owner's id of the job.
+        job: u64,
+    },
     /// Master to all: the root job returned; stop stealing and send statistics.
     Done,
     /// Member to master: this member's statistics, in answer to `Done`.

@@ -1,10 +1,11 @@
 //! The context of the job running on a worker: its private stack of spawned records,
 //! its deque, the inlining threshold, and stealing from the other workers.
 
+use super::abort;
 use super::frame::Frame;
 use super::record::{
-    owner_depth, owner_index, owner_redone, JobRef, Record, DONE, LOCAL, MAX_WORKERS, PANICKED,
-    PUBLISHED, STOLEN,
+    owner_depth, owner_index, owner_redone, JobRef, Record, ABORT_BIT, DONE, LOCAL, MAX_WORKERS,
+    PANICKED, PUBLISHED, STATE_MASK, STOLEN,
 };
 use super::record_pool::RecordPool;
 use crate::runtime::{Injected, Rerun, ResultLookup, Shared};
@@ -15,7 +16,7 @@ use std::marker::PhantomData;
 use std::mem;
 use std::panic::{self, AssertUnwindSafe};
 use std::ptr::{self, NonNull};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -64,6 +65,10 @@ pub struct Ctx {
     pub(super) lookup_gen: u64,
     /// Offers made to the result lookup (numbers the offers, see `OfferToken`).
     pub(super) offers: u64,
+    /// The abort flag of the job this worker runs for another worker or process (see
+    /// [`super::abort`]): the state of its record, a wire job's `AbortHandle`, or
+    /// `NEVER`.
+    pub(super) abort_flag: *const AtomicU32,
     _not_send: PhantomData<*const ()>,
 }
 
@@ -92,6 +97,7 @@ impl Ctx {
             lookup: None,
             lookup_gen: u64::MAX,
             offers: 0,
+            abort_flag: &abort::NEVER,
             _not_send: PhantomData,
         }
     }
@@ -405,14 +411,25 @@ impl Ctx {
         let r = j.0;
         // (A record given back by the external stealer may be picked up by its own
         // worker while its frame is suspended below on this stack: that is fine.)
-        // SAFETY: crossbeam handed this record to us alone (I2); it stays live until we
-        // store DONE because its frame waits for DONE before releasing it (I3).
-        unsafe { (*r.as_ptr()).state.store(STOLEN, Ordering::Relaxed) };
+        // SAFETY: crossbeam (or the inbox) handed this record to us alone (I2); it stays
+        // live until we store DONE because its frame waits for DONE before releasing it
+        // (I3).
+        let rec = unsafe { &*r.as_ptr() };
+        // Taken with a read-modify-write that keeps an abort of the frame's, and sees
+        // one that came first.
+        let prev = take_state(&rec.state);
         // SAFETY: live as above; the vtable and owner are immutable.
-        let run = unsafe { (*r.as_ptr()).vtable.run };
-        // SAFETY: live as above.
-        let word = unsafe { (*r.as_ptr()).owner };
+        let run = rec.vtable.run;
+        let word = rec.owner;
         let owner = owner_index(word);
+        if prev & ABORT_BIT != 0 {
+            // Aborted before it started: not run.
+            self.stats.aborted += 1;
+            self.flush_stats();
+            finish_state(&rec.state, DONE);
+            self.shared.wake_worker(owner);
+            return;
+        }
         let marked = owner_redone(word);
         let (offer, depth) = match rerun {
             Rerun::AsMarked => (marked, marked.then(|| owner_depth(word))),
@@ -425,6 +442,8 @@ impl Ctx {
         if tag != was {
             self.set_tag(tag);
         }
+        // The job's abort flag is its record's state while it runs here.
+        let was_flag = mem::replace(&mut self.abort_flag, &rec.state);
         let res = panic::catch_unwind(AssertUnwindSafe(|| {
             if offer {
                 // SAFETY: we hold the slot (I2) of the live, unrun record.
@@ -439,6 +458,7 @@ impl Ctx {
             unsafe { run(r, self) };
             true
         }));
+        self.abort_flag = was_flag;
         if tag != was {
             self.set_tag(was);
         }
@@ -450,6 +470,8 @@ impl Ctx {
                 self.flush_stats();
                 return;
             }
+            // It stopped because its frame aborted it: done, without a result.
+            Err(p) if abort::is_abort(&*p) => DONE,
             Err(p) => {
                 self.shared.put_panic(r.as_ptr() as usize, p);
                 PANICKED
@@ -457,9 +479,9 @@ impl Ctx {
         };
         self.stats.stolen_executed += 1;
         self.flush_stats();
-        // SAFETY: live until this store (I3); after it the owner may release the
-        // record, so it is not touched again.
-        unsafe { (*r.as_ptr()).state.store(done, Ordering::Release) };
+        // Live until this update (I3); after it the owner may release the record, so
+        // it is not touched again.
+        finish_state(&rec.state, done);
         self.shared.wake_worker(owner);
     }
 
@@ -478,6 +500,25 @@ impl Ctx {
         let s = mem::take(&mut self.stats);
         self.shared.stats[self.worker].add(&s);
     }
+}
+
+/// Marks a record taken by a thief (`STOLEN`), keeping its flag bits; returns the state
+/// before.
+pub(super) fn take_state(state: &AtomicU32) -> u32 {
+    // The closure always returns `Some`: the update cannot fail.
+    match state.fetch_update(Ordering::AcqRel, Ordering::Acquire, |s| {
+        Some((s & !STATE_MASK) | STOLEN)
+    }) {
+        Ok(s) | Err(s) => s,
+    }
+}
+
+/// Moves a `STOLEN` record to `to` (`DONE` or `PANICKED`), keeping its flag bits (an
+/// abort of its frame's), with Release: the owner may read the slot, and release the
+/// record, once it sees the new state.
+pub(super) fn finish_state(state: &AtomicU32, to: u32) {
+    debug_assert_eq!(state.load(Ordering::Relaxed) & STATE_MASK, STOLEN);
+    state.fetch_add(to - STOLEN, Ordering::Release);
 }
 
 /// Marks a record published and pushes it onto the worker's deque.

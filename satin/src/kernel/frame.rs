@@ -2,9 +2,11 @@
 //! results of a synced frame; the sync paths: running own children, waiting for stolen
 //! ones, and the implicit sync of a dropped or unwinding frame.
 
+use super::abort;
 use super::ctx::Ctx;
 use super::record::{
-    init_header, init_slot, slot, JobRef, Record, Slot, DONE, PANICKED, PUBLISHED, STOLEN,
+    base_state, init_header, init_slot, slot, JobRef, Record, Slot, VTable, VTableOf, PANICKED,
+    PUBLISHED, STOLEN,
 };
 use crate::Job;
 use std::any::Any;
@@ -14,9 +16,9 @@ use std::ptr::{self, NonNull};
 use std::sync::atomic::Ordering;
 
 /// A panic payload carried from a thief back to the parent.
-type Panic = Box<dyn Any + Send + 'static>;
+pub(super) type Panic = Box<dyn Any + Send + 'static>;
 /// An invariant lifetime brand that also makes the branded type `!Send`.
-type Brand<'a, T> = PhantomData<(fn(&'a ()) -> &'a (), *const T)>;
+pub(super) type Brand<'a, T> = PhantomData<(fn(&'a ()) -> &'a (), *const T)>;
 
 /// A group of spawned jobs and their sync (one per `sync` in a Satin method).
 ///
@@ -55,8 +57,8 @@ impl<J: Job> std::fmt::Debug for Spawned<'_, J> {
 
 /// The results of a synced frame: redeem the frame's tickets with [`Synced::get`].
 pub struct Synced<'a> {
-    id: u64,
-    _brand: Brand<'a, ()>,
+    pub(super) id: u64,
+    pub(super) _brand: Brand<'a, ()>,
 }
 
 impl std::fmt::Debug for Synced<'_> {
@@ -110,8 +112,22 @@ impl<'a> Frame<'a> {
                 _brand: PhantomData,
             };
         }
+        Spawned {
+            ticket: Ticket::Record(self.spawn_record(job, &VTableOf::<J>::VT)),
+            _brand: PhantomData,
+        }
+    }
+
+    /// Queues `job` in a fresh record with the vtable `vt` (one of `J`'s, I5).
+    #[inline(always)]
+    pub(super) fn spawn_record<J: Job>(&mut self, job: J, vt: &'static VTable) -> NonNull<Record> {
+        let ctx = &mut *self.ctx;
         if self.id == 0 {
-            // The first queued child: the frame gets its id (0 matches no record).
+            // The first queued child: a safe point (the running job may have been
+            // aborted), and the frame gets its id (0 matches no record).
+            if ctx.aborted() {
+                abort::raise(ctx);
+            }
             ctx.release_deferred();
             self.id = ctx.next_frame_id;
             ctx.next_frame_id += 1;
@@ -120,17 +136,14 @@ impl<'a> Frame<'a> {
         let r = ctx.pool.alloc();
         // SAFETY: a fresh record from our pool, exclusively ours (I1), with nothing to
         // drop; all of it is written before it is published on the deque (push has
-        // Release semantics).
-        unsafe { init_header::<J>(r, ctx.owner_tag, self.id, self.head) };
+        // Release semantics). `vt` is one of `J`'s (the caller's contract).
+        unsafe { init_header(r, ctx.owner_tag, self.id, self.head, vt) };
         // SAFETY: the record is ours (I1) and its slot uninitialized.
         unsafe { init_slot(r, job) };
         self.head = r.as_ptr();
         self.outstanding += 1;
         ctx.push_private(JobRef(r));
-        Spawned {
-            ticket: Ticket::Record(r),
-            _brand: PhantomData,
-        }
+        r
     }
 
     /// Makes every spawned child of this frame (and every older unstarted job of this
@@ -246,7 +259,7 @@ fn all_done(head: *mut Record) -> bool {
         // thief writes the slot (an `UnsafeCell`) or the state (atomic), and `next`
         // is immutable until the list is released.
         let rec = unsafe { r.as_ref() };
-        let s = rec.state.load(Ordering::Acquire);
+        let s = base_state(rec.state.load(Ordering::Acquire));
         if s == PUBLISHED || s == STOLEN {
             return false;
         }
@@ -273,6 +286,10 @@ fn wait_stolen(ctx: &mut Ctx, id: u64, head: *mut Record, help: bool) -> bool {
             continue;
         }
         if help {
+            // A safe point: the job waiting here may have been aborted.
+            if ctx.aborted() {
+                abort::raise(ctx);
+            }
             if let Some(j) = ctx.pop_any() {
                 ctx.run_own_any(j);
                 idle = 0;
@@ -298,7 +315,7 @@ fn wait_stolen(ctx: &mut Ctx, id: u64, head: *mut Record, help: bool) -> bool {
         // SAFETY: our own live records (I1, I3); every child is DONE (Acquire
         // observed) or ran here, so no other thread touches them.
         let rec = unsafe { r.as_ref() };
-        if rec.state.load(Ordering::Acquire) == PANICKED {
+        if base_state(rec.state.load(Ordering::Acquire)) == PANICKED {
             return true;
         }
         p = rec.next;
@@ -315,7 +332,7 @@ fn take_first_panic(ctx: &mut Ctx, head: *mut Record) -> Option<Panic> {
         // DONE or PANICKED (Acquire observed) or ran here, so no other thread touches
         // them (I2).
         let rec = unsafe { r.as_ref() };
-        if rec.state.load(Ordering::Acquire) == PANICKED {
+        if base_state(rec.state.load(Ordering::Acquire)) == PANICKED {
             let payload = ctx.shared.take_panic(r.as_ptr() as usize);
             if first.is_none() {
                 first = payload;
@@ -359,14 +376,10 @@ fn frame_drop_slow(ctx: &mut Ctx, id: u64, head: *mut Record, outstanding: usize
 }
 
 /// Ends a frame that unwinds: drops its children still queued here or given back to
-/// it unrun, waits for the stolen ones (without running other work), then releases
-/// every record.
-fn abandon(ctx: &mut Ctx, id: u64, head: *mut Record) {
-    while let Some(j) = ctx.pop_own(id) {
-        // SAFETY: popped by us from our own stack or deque: the record is live (I3)
-        // and we hold it (I2); the release of the list drops the job.
-        unsafe { (*j.0.as_ptr()).state.store(DONE, Ordering::Relaxed) };
-    }
+/// it unrun, aborts the stolen ones and waits for them to stop (without running other
+/// work), then releases every record.
+pub(super) fn abandon(ctx: &mut Ctx, id: u64, head: *mut Record) {
+    abort::abort_children(ctx, id, head);
     if wait_stolen(ctx, id, head, false) {
         drop(take_first_panic(ctx, head));
     }

@@ -80,15 +80,24 @@
 //! - I5: `Slot<J>` of a record is accessed only through the vtable or ticket of the
 //!   same `J` it was created with (the vtable is written at spawn; tickets carry `J`
 
+mod abort;
 mod ctx;
 mod frame;
+mod inlet;
 mod record;
 mod record_pool;
 mod redo;
 mod stolen;
 
+pub use abort::AbortHandle;
 pub use ctx::Ctx;
 pub use frame::{Frame, Spawned, Synced};
+pub use inlet::{CatchFrame, Caught, Inlet};
 pub(crate) use record::JobRef;
 pub use record::{INLINE_BYTES, MAX_REDO_DEPTH, MAX_WORKERS};
 pub use stolen::StolenJob;
+
+/// Whether a caught unwinding is an aborted job stopping (not a failure).
+pub(crate) fn is_abort_payload(p: &(dyn std::any::Any + Send)) -> bool {
+    abort::is_abort(p)
+}

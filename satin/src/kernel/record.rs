@@ -27,6 +27,22 @@ pub(super) const PUBLISHED: u32 = 5;
 /// so that slots of plain types need no drop).
 pub(super) const PANICKED: u32 = 4;
 
+/// Set in a record's state by its frame when the frame aborts it (see [`super::abort`]);
+/// kept by every later transition of a thief (they add to the state instead of
+/// storing it), so the frame still sees it when the thief is done.
+pub(super) const ABORT_BIT: u32 = 1 << 8;
+/// Set by a frame with inlets in a stolen child's state once its outcome was looked at
+/// (so its error goes to the inlet once).
+pub(super) const SEEN_BIT: u32 = 1 << 9;
+/// The state without the abort and seen bits.
+pub(super) const STATE_MASK: u32 = 0xff;
+
+/// A record's state without its flag bits.
+#[inline(always)]
+pub(super) const fn base_state(s: u32) -> u32 {
+    s & STATE_MASK
+}
+
 /// A serialized job: its registered type name and bytes.
 type WireResult = Option<Result<(&'static str, Vec<u8>), SatinError>>;
 
@@ -49,6 +65,10 @@ pub(super) struct VTable {
     pub(super) complete_wire: unsafe fn(NonNull<Record>, &[u8]) -> Result<(), SatinError>,
     /// The registered wire name of the job type.
     pub(super) name: fn() -> Option<&'static str>,
+    /// For a child of a frame with inlets (its output a `Result<T, E>`): moves the
+    /// error of a `Done(Err(e))` slot to the `Option<E>` the pointer points to and
+    /// leaves the slot `Empty` (see [`super::inlet`]); `None` for other records.
+    pub(super) take_err: Option<unsafe fn(NonNull<Record>, *mut ())>,
 }
 
 /// The bit of [`Record::owner`] that marks a record spawned by a job running in redo
@@ -121,19 +141,20 @@ pub(crate) struct Record {
     pub(super) data: UnsafeCell<MaybeUninit<[u64; INLINE_BYTES / 8]>>,
 }
 
-/// Writes the header of a fresh record for a job of type `J` (its slot still to be
+/// Writes the header of a fresh record with the vtable `vtable` (its slot still to be
 /// written with [`init_slot`]), field by field: building a whole `Record` and writing it
 /// made every spawn copy the uninitialized slot too (satin-bench: spawn+sync 7.2 -> 8.2 ns).
 ///
 /// # Safety
 /// `rec` is a record just taken from the pool and exclusively owned (I1); nothing in it
-/// needs dropping.
+/// needs dropping; `vtable` is one of the tables of the job type the slot will hold (I5).
 #[inline(always)]
-pub(super) unsafe fn init_header<J: Job>(
+pub(super) unsafe fn init_header(
     rec: NonNull<Record>,
     owner: u32,
     frame_id: u64,
     next: *mut Record,
+    vtable: &'static VTable,
 ) {
     let p = rec.as_ptr();
     // SAFETY: for this block and the nine below: `p` is a live record, exclusively ours
@@ -157,7 +178,7 @@ pub(super) unsafe fn init_header<J: Job>(
     // SAFETY: see above.
     let f = unsafe { &raw mut (*p).vtable };
     // SAFETY: see above.
-    unsafe { f.write(&VTableOf::<J>::VT) };
+    unsafe { f.write(vtable) };
 }
 
 /// A pointer to a record as stored in the deques; see I2 for who may touch it.
@@ -304,6 +325,38 @@ impl<J: Job> VTableOf<J> {
         to_wire: vt_to_wire::<J>,
         complete_wire: vt_complete_wire::<J>,
         name: vt_name::<J>,
+        take_err: None,
+    };
+}
+
+/// [`VTable::take_err`] of a job whose output is `Result<T, E>`.
+///
+/// # Safety
+/// The caller holds the slot of a record made for `J` (I2, I5) whose job has run (or
+/// was completed from the wire), and `out` points to a live `Option<E>`.
+unsafe fn vt_take_err<T, E, J: Job<Output = Result<T, E>>>(rec: NonNull<Record>, out: *mut ()) {
+    // SAFETY: the caller's contract is `slot`'s.
+    let s = unsafe { slot::<J>(rec) };
+    // SAFETY: we hold the initialized slot (I2); an error is moved out and `Empty`
+    // left in its place, anything else is put back untouched.
+    match unsafe { ptr::replace(s, Slot::Empty) } {
+        Slot::Done(Err(e)) => {
+            // SAFETY: the caller's contract: `out` is a live `Option<E>`.
+            unsafe { *out.cast::<Option<E>>() = Some(e) };
+        }
+        // SAFETY: as above; `Empty` holds nothing to drop.
+        other => unsafe { ptr::write(s, other) },
+    }
+}
+
+/// The vtable of the records of `J` spawned in a frame with inlets: `J`'s, with
+/// [`VTable::take_err`].
+pub(super) struct CatchVTableOf<T, E, J>(PhantomData<(T, E, J)>);
+
+impl<T, E, J: Job<Output = Result<T, E>>> CatchVTableOf<T, E, J> {
+    pub(super) const VT: VTable = VTable {
+        take_err: Some(vt_take_err::<T, E, J>),
+        ..VTableOf::<J>::VT
     };
 }
 

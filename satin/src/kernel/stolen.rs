@@ -3,7 +3,8 @@
 //! another process and completes it with the result that comes back, or by the result
 //! lookup, to which a worker in redo mode offers it (see [`super::redo`]).
 
-use super::record::{owner_index, owner_redone, JobRef, Record, DONE, PANICKED, STOLEN};
+use super::ctx::{finish_state, take_state};
+use super::record::{owner_index, owner_redone, JobRef, Record, ABORT_BIT, DONE, PANICKED};
 use crate::error::SatinError;
 use crate::runtime::{GivenBack, Rerun, Shared};
 use satin_core::JobKey;
@@ -67,8 +68,9 @@ impl StolenJob {
     /// The caller (the external stealer, or the worker offering the record to the
     /// result lookup) holds the slot of the live, unrun record `j` alone (I2, I3).
     unsafe fn taken(j: JobRef, shared: Arc<Shared>, offer: Option<OfferToken>) -> Self {
-        // SAFETY: the caller's contract: the record is live and ours alone.
-        unsafe { (*j.0.as_ptr()).state.store(STOLEN, Ordering::Relaxed) };
+        // SAFETY: the caller's contract: the record is live and ours alone. The frame
+        // may abort it meanwhile: the update keeps its bit.
+        take_state(unsafe { &(*j.0.as_ptr()).state });
         StolenJob {
             rec: Some(j),
             shared,
@@ -112,6 +114,26 @@ impl StolenJob {
         // SAFETY: the record is live while stolen and unfinished (I3); `owner` is
         // immutable.
         owner_redone(unsafe { (*self.rec().as_ptr()).owner })
+    }
+
+    /// Whether the job's spawner aborted it (see [`crate::Inlet::abort`]): its result
+    /// is not wanted; finish it with [`StolenJob::finish_aborted`] and tell whoever
+    /// runs it to stop.
+    pub fn is_aborted(&self) -> bool {
+        // SAFETY: the record is live while stolen and unfinished (I3); the state is
+        // atomic.
+        unsafe { (*self.rec().as_ptr()).state.load(Ordering::Acquire) & ABORT_BIT != 0 }
+    }
+
+    /// Finishes an aborted job without a result; gives the job back (`Err`) if it was
+    /// not aborted.
+    pub fn finish_aborted(mut self) -> Result<(), StolenJob> {
+        if !self.is_aborted() {
+            return Err(self);
+        }
+        // The job stays in the slot; the parent's release drops it.
+        self.finish(DONE);
+        Ok(())
     }
 
     /// The registered name of the job's type, if it is remote-capable.
@@ -236,8 +258,9 @@ impl StolenJob {
             // SAFETY: the record is live until the store below (I3); `owner` is
             // immutable. It is read first: after the store the owner may free it.
             let owner = owner_index(unsafe { (*j.0.as_ptr()).owner });
-            // SAFETY: live until this store, after which it is not touched again.
-            unsafe { (*j.0.as_ptr()).state.store(state, Ordering::Release) };
+            // SAFETY: live until this update, after which it is not touched again; the
+            // update keeps an abort of the frame's.
+            finish_state(unsafe { &(*j.0.as_ptr()).state }, state);
             self.shared.wake_worker(owner);
         }
     }

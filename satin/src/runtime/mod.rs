@@ -18,7 +18,7 @@ pub(crate) use shared::{Injected, Shared};
 pub use stealer::ExternalStealer;
 
 use crate::error::SatinError;
-use crate::kernel::Ctx;
+use crate::kernel::{AbortHandle, Ctx};
 use crate::stats::{NetCounters, Stats};
 use crate::wire::{ErasedJob, JobRegistry};
 use crate::Job;
@@ -99,17 +99,29 @@ impl Satin {
     /// offered to the lookup here (the owner's side may do that with
     /// [`StolenJob::key`](crate::StolenJob::key) before sending it); the jobs it
     /// spawns are.
+    ///
+    /// The job stops early, with [`SatinError::Aborted`], once `abort` is aborted (its
+    /// owner aborted it; see [`Inlet::abort`](crate::Inlet::abort)).
     pub fn execute_wire_job(
         &self,
         job: Box<dyn ErasedJob>,
         redone: bool,
+        abort: AbortHandle,
         done: impl FnOnce(Result<Vec<u8>, SatinError>) + Send + 'static,
     ) {
         let shared = self.shared.clone();
         self.shared.submit(Injected::Task {
             run: Box::new(move |ctx: &mut Ctx| {
-                let r = panic::catch_unwind(AssertUnwindSafe(|| job.run_to_wire(ctx)))
-                    .unwrap_or_else(|p| Err(SatinError::from_panic(p)));
+                let r = panic::catch_unwind(AssertUnwindSafe(|| {
+                    ctx.with_abort_handle(&abort, |ctx| job.run_to_wire(ctx))
+                }))
+                .unwrap_or_else(|p| {
+                    if crate::kernel::is_abort_payload(&*p) {
+                        Err(SatinError::Aborted)
+                    } else {
+                        Err(SatinError::from_panic(p))
+                    }
+                });
                 ctx.release_deferred();
                 ctx.flush_stats();
                 shared.task_done();
@@ -173,6 +185,16 @@ impl Satin {
     /// be cheap and must not block. Returns `false` if a hook was already installed.
     pub fn set_idle_hook(&self, hook: impl Fn() + Send + Sync + 'static) -> bool {
         self.shared.idle_hook.set(Box::new(hook)).is_ok()
+    }
+
+    /// Installs the callback called when a frame aborts children that threads outside
+    /// the pool may hold ([`StolenJob`](crate::StolenJob)s of the external stealer or
+    /// the result lookup): they should look at
+    /// [`StolenJob::is_aborted`](crate::StolenJob::is_aborted). Called on the aborting
+    /// worker: must be cheap and must not block. Returns `false` if a hook was already
+    /// installed.
+    pub fn set_abort_hook(&self, hook: impl Fn() + Send + Sync + 'static) -> bool {
+        self.shared.abort_hook.set(Box::new(hook)).is_ok()
     }
 
     /// The counters the distributed layer fills in (messages, bytes, (de)serialization

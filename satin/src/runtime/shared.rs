@@ -53,6 +53,9 @@ pub(crate) struct Shared {
     pub(super) hungry: AtomicUsize,
     /// Called when a worker becomes hungry (see [`crate::Satin::set_idle_hook`]).
     pub(super) idle_hook: OnceLock<IdleHook>,
+    /// Called when a frame aborted a child that another thread holds (see
+    /// [`crate::Satin::set_abort_hook`]).
+    pub(super) abort_hook: OnceLock<IdleHook>,
     /// Spawns run inline once a worker holds this many unstarted jobs.
     pub(crate) inline_depth: usize,
     /// Jobs of a redone subtree down to this depth below the redone job are marked
@@ -95,6 +98,7 @@ impl Shared {
             panics: Mutex::new(Vec::new()),
             hungry: AtomicUsize::new(0),
             idle_hook: OnceLock::new(),
+            abort_hook: OnceLock::new(),
             thieves: AtomicBool::new(workers > 1),
             inline_depth,
             // Depths in owner words saturate at MAX_REDO_DEPTH: from there on, no bound.
@@ -108,6 +112,13 @@ impl Shared {
             redo_roots: AtomicBool::new(false),
         });
         (shared, deques)
+    }
+
+    /// A frame aborted children that other threads hold: tells the abort hook.
+    pub(crate) fn notify_abort(&self) {
+        if let Some(h) = self.abort_hook.get() {
+            h();
+        }
     }
 
     /// Whether some worker found no work (so spawns should make stealable jobs).
