@@ -333,3 +333,180 @@ fn queued_children_are_dropped_by_an_abort() {
         assert_eq!(s.stats().total.aborted, 9);
     })
 }
+
+/// A remote-capable leaf (the only kind of job the result lookup is offered).
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Leaf(u32);
+#[satin::job]
+impl Job for Leaf {
+    type Output = u32;
+    fn run(self, _: &mut Ctx) -> u32 {
+        self.0
+    }
+}
+
+struct Fails;
+impl Job for Fails {
+    type Output = Result<u32, u32>;
+    fn run(self, _: &mut Ctx) -> Result<u32, u32> {
+        Err(7)
+    }
+}
+
+/// Spawns a leaf (taken by the lookup, given back later) and waits for it: its wait
+/// helps with other work of this worker.
+struct Waits;
+impl Job for Waits {
+    type Output = Result<u32, u32>;
+    fn run(self, ctx: &mut Ctx) -> Result<u32, u32> {
+        let mut f = ctx.frame();
+        let t = f.spawn(Leaf(5));
+        let s = f.sync();
+        Ok(s.get(t))
+    }
+}
+
+struct FailAndWait;
+impl Job for FailAndWait {
+    type Output = (Vec<u32>, Option<u32>, Option<u32>);
+    fn run(self, ctx: &mut Ctx) -> Self::Output {
+        let mut f = ctx.catch_frame::<u32>();
+        let a = f.spawn(Fails);
+        let b = f.spawn(Waits);
+        let mut errors = vec![];
+        let s = f
+            .sync(|_, e| -> Result<(), ()> {
+                errors.push(e);
+                Ok(())
+            })
+            .unwrap();
+        (errors, s.get_ok(a), s.get_ok(b))
+    }
+}
+
+/// Takes every job offered and gives it back from another thread once it is taken.
+struct GiveBackLater;
+impl satin::ResultLookup for GiveBackLater {
+    fn active(&self) -> bool {
+        true
+    }
+    fn lookup(
+        &self,
+        _key: satin::satin_core::JobKey,
+        job: satin::StolenJob,
+    ) -> Result<(), satin::StolenJob> {
+        std::thread::spawn(move || job.give_back());
+        Ok(())
+    }
+}
+
+/// A failed child of a frame with inlets is run by that frame's sync, not by the wait
+/// of a sibling's frame helping with this worker's other work (which would lose its
+/// error): in redo mode the sibling's child is handed to the lookup, so the sibling's
+/// sync waits while the failing child is still queued below it. (Failed before the
+/// fix: the inlet saw no error.)
+#[test]
+fn the_inlet_sees_a_failure_while_a_sibling_waits() {
+    bounded(|| {
+        let s = Satin::builder().workers(1).redo_depth(8).build().unwrap();
+        assert_eq!(s.run(FailAndWait), (vec![7], None, Some(5)));
+        s.set_result_lookup(Arc::new(GiveBackLater));
+        s.set_redo_roots(true);
+        assert_eq!(s.run(FailAndWait), (vec![7], None, Some(5)));
+    })
+}
+
+/// The phases of [`an_abort_does_not_stop_an_unrelated_root_job`].
+#[derive(Default)]
+struct Phases {
+    blocked: std::sync::atomic::AtomicBool,
+    other_root: std::sync::atomic::AtomicBool,
+    aborted: std::sync::atomic::AtomicBool,
+}
+
+fn wait_for(flag: &std::sync::atomic::AtomicBool) {
+    assert!(
+        wait_until(|| flag.load(Ordering::SeqCst)),
+        "a phase never came"
+    );
+}
+
+/// Holds its worker until the abort happened.
+struct Hold(Arc<Phases>);
+impl Job for Hold {
+    type Output = u32;
+    fn run(self, _: &mut Ctx) -> u32 {
+        self.0.blocked.store(true, Ordering::SeqCst);
+        wait_for(&self.0.aborted);
+        1
+    }
+}
+
+/// Stolen; waits in its sync for `Hold` (stolen by the third worker).
+struct WaitsForHold(Arc<Phases>);
+impl Job for WaitsForHold {
+    type Output = Result<u32, u32>;
+    fn run(self, ctx: &mut Ctx) -> Result<u32, u32> {
+        let mut f = ctx.frame();
+        let t = f.spawn(Hold(self.0.clone()));
+        f.publish();
+        wait_for(&self.0.blocked);
+        let s = f.sync();
+        Ok(s.get(t))
+    }
+}
+
+/// Aborts `WaitsForHold` once the other root runs (inside that job's wait: every
+/// other worker is busy).
+struct AbortingRoot(Arc<Phases>);
+impl Job for AbortingRoot {
+    type Output = ();
+    fn run(self, ctx: &mut Ctx) {
+        let mut f = ctx.catch_frame::<u32>();
+        let _ = f.spawn(WaitsForHold(self.0.clone()));
+        f.publish();
+        wait_for(&self.0.other_root);
+        let _ = f.spawn(Fails);
+        let _ = f
+            .sync(|inlet, _| -> Result<(), ()> {
+                inlet.abort();
+                self.0.aborted.store(true, Ordering::SeqCst);
+                Ok(())
+            })
+            .unwrap();
+    }
+}
+
+/// Polls until the abort happened, then once more.
+struct OtherRoot(Arc<Phases>);
+impl Job for OtherRoot {
+    type Output = u32;
+    fn run(self, ctx: &mut Ctx) -> u32 {
+        self.0.other_root.store(true, Ordering::SeqCst);
+        let deadline = Instant::now() + PATIENCE;
+        while !self.0.aborted.load(Ordering::SeqCst) && Instant::now() < deadline {
+            ctx.poll();
+            std::thread::yield_now();
+        }
+        ctx.poll();
+        42
+    }
+}
+
+/// A root job that a worker takes while it waits inside a stolen job is not stopped
+/// when that stolen job is aborted. (Failed before the fix: the root unwound with the
+/// abort's payload.)
+#[test]
+fn an_abort_does_not_stop_an_unrelated_root_job() {
+    bounded(|| {
+        let s = Arc::new(Satin::builder().workers(3).build().unwrap());
+        let p = Arc::new(Phases::default());
+        let (s2, p2) = (s.clone(), p.clone());
+        let a = std::thread::spawn(move || s2.run(AbortingRoot(p2)));
+        // Every worker is busy but the one waiting inside WaitsForHold.
+        wait_for(&p.blocked);
+        let b = s.try_run(OtherRoot(p.clone()));
+        a.join().unwrap();
+        assert_eq!(b, Ok(42));
+    })
+}

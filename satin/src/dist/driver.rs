@@ -1247,12 +1247,10 @@ impl Driver {
                 }
             }
             Msg::Abort { job } => {
+                // A job that finished already is not here: the abort is dropped (its
+                // owner drops the result). One submitted but not started is not run.
                 if let Some(h) = self.abortable.get(&(from, job)) {
                     h.abort();
-                } else {
-                    // Not started yet: it never will be.
-                    self.incoming
-                        .retain(|_, (owner, wire, _)| !(*owner == from && wire.job == job));
                 }
             }
             Msg::Done => self.end_message(from, HeldEnd::Done),
@@ -1594,6 +1592,9 @@ impl Driver {
             workers: local.workers.len() as u64,
             spawns: local.total.spawns,
             syncs: local.total.syncs,
+            aborts: local.total.aborts,
+            aborted: local.total.aborted,
+            inlets: local.total.inlets,
             local_steal_attempts: local.total.steal_attempts,
             local_steal_successes: local.total.steal_successes,
             local_steal_nanos: local.total.steal_nanos,

@@ -20,6 +20,13 @@ pub struct MemberStats {
     pub spawns: u64,
     /// Syncs executed.
     pub syncs: u64,
+    /// Frames that aborted children, jobs aborted, and inlets run (see
+    /// [`WorkerStats`](crate::WorkerStats)).
+    pub aborts: u64,
+    /// Jobs aborted.
+    pub aborted: u64,
+    /// Inlets run.
+    pub inlets: u64,
     /// Local (inside the process) steal attempts.
     pub local_steal_attempts: u64,
     /// Successful local steals.
@@ -125,6 +132,9 @@ impl MemberStats {
         self.workers = self.workers.saturating_add(o.workers);
         self.spawns = self.spawns.saturating_add(o.spawns);
         self.syncs = self.syncs.saturating_add(o.syncs);
+        self.aborts = self.aborts.saturating_add(o.aborts);
+        self.aborted = self.aborted.saturating_add(o.aborted);
+        self.inlets = self.inlets.saturating_add(o.inlets);
         self.local_steal_attempts = self
             .local_steal_attempts
             .saturating_add(o.local_steal_attempts);
@@ -206,6 +216,13 @@ impl MemberStats {
             "SATIN '{who}': SPAWN_SYNC: spawns = {} syncs = {}",
             self.spawns, self.syncs
         )?;
+        if self.aborts != 0 || self.aborted != 0 || self.inlets != 0 {
+            writeln!(
+                f,
+                "SATIN '{who}': ABORT: aborts = {} jobs aborted = {} inlets = {}",
+                self.aborts, self.aborted, self.inlets
+            )?;
+        }
         writeln!(
             f,
             "SATIN '{who}': LOCAL_STEAL: attempts = {} success = {} ({:.1} %) time = {:.3} ms",

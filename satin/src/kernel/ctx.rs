@@ -231,13 +231,25 @@ impl Ctx {
 
     /// Takes the newest record of this worker whatever its frame (to help while a
     /// sync waits).
+    ///
+    /// A child of a frame with inlets is left where it is (`None`): its own frame's
+    /// sync runs it, so that its error goes to the inlet.
     pub(super) fn pop_any(&mut self) -> Option<JobRef> {
         if self.private.len() > self.private_base {
+            let j = *self.private.last()?;
+            if caught(j) {
+                return None;
+            }
             return self.private.pop();
         }
         self.private.clear();
         self.set_private_base(0);
         let j = self.deque.pop()?;
+        if caught(j) {
+            // Still PUBLISHED: back where it was, for thieves or its frame.
+            self.deque.push(j);
+            return None;
+        }
         // SAFETY: popped by us: we hold the slot again (I2); it runs here.
         unsafe { (*j.0.as_ptr()).state.store(LOCAL, Ordering::Relaxed) };
         Some(j)
@@ -366,7 +378,12 @@ impl Ctx {
                 }
                 // A redone root or wire job is at depth 0 of its redone subtree.
                 let tag = self.tag_below(redo.then_some(0));
+                // Not a descendant of a job this worker may be running below it: a root
+                // nobody aborts (a wire job's closure sets its own flag). The closures
+                // catch every panic, so the flag is put back.
+                let was_flag = mem::replace(&mut self.abort_flag, &abort::NEVER);
                 self.with_tag(tag, run);
+                self.abort_flag = was_flag;
                 self.release_deferred();
             }
         }
@@ -500,6 +517,12 @@ impl Ctx {
         let s = mem::take(&mut self.stats);
         self.shared.stats[self.worker].add(&s);
     }
+}
+
+/// Whether a record of this worker is a child of a frame with inlets.
+fn caught(j: JobRef) -> bool {
+    // SAFETY: a record on our own stack or deque is live (I3); the vtable is immutable.
+    unsafe { (*j.0.as_ptr()).vtable.take_err.is_some() }
 }
 
 /// Marks a record taken by a thief (`STOLEN`), keeping its flag bits; returns the state

@@ -5,8 +5,8 @@
 use super::abort;
 use super::ctx::Ctx;
 use super::record::{
-    base_state, init_header, init_slot, slot, JobRef, Record, Slot, VTable, VTableOf, PANICKED,
-    PUBLISHED, STOLEN,
+    base_state, init_header, init_slot, slot, JobRef, Record, Slot, VTable, VTableOf, ABORT_BIT,
+    PANICKED, PUBLISHED, STOLEN,
 };
 use crate::Job;
 use std::any::Any;
@@ -315,7 +315,8 @@ fn wait_stolen(ctx: &mut Ctx, id: u64, head: *mut Record, help: bool) -> bool {
         // SAFETY: our own live records (I1, I3); every child is DONE (Acquire
         // observed) or ran here, so no other thread touches them.
         let rec = unsafe { r.as_ref() };
-        if base_state(rec.state.load(Ordering::Acquire)) == PANICKED {
+        // An aborted child's panic is not the frame's failure.
+        if rec.state.load(Ordering::Acquire) == PANICKED {
             return true;
         }
         p = rec.next;
@@ -332,9 +333,11 @@ fn take_first_panic(ctx: &mut Ctx, head: *mut Record) -> Option<Panic> {
         // DONE or PANICKED (Acquire observed) or ran here, so no other thread touches
         // them (I2).
         let rec = unsafe { r.as_ref() };
-        if base_state(rec.state.load(Ordering::Acquire)) == PANICKED {
+        let s = rec.state.load(Ordering::Acquire);
+        if base_state(s) == PANICKED {
             let payload = ctx.shared.take_panic(r.as_ptr() as usize);
-            if first.is_none() {
+            // An aborted child's panic is dropped (the frame did not want it).
+            if first.is_none() && s & ABORT_BIT == 0 {
                 first = payload;
             }
         }

@@ -113,6 +113,10 @@ impl Satin {
         self.shared.submit(Injected::Task {
             run: Box::new(move |ctx: &mut Ctx| {
                 let r = panic::catch_unwind(AssertUnwindSafe(|| {
+                    if abort.is_aborted() {
+                        // Aborted before it started: not run.
+                        return Err(SatinError::Aborted);
+                    }
                     ctx.with_abort_handle(&abort, |ctx| job.run_to_wire(ctx))
                 }))
                 .unwrap_or_else(|p| {
