@@ -13,7 +13,7 @@
 //! recursion that fits a thread's stack, an allocation the machine can hold, a
 //! tolerance the search reaches, and at most [`max_workers`] worker threads.
 
-use crate::{fib, integrate, knapsack, matmul, noverk, nqueens, primes, uts};
+use crate::{fib, integrate, knapsack, matmul, noverk, nqueens, primes, sat, uts};
 use clap::builder::RangedU64ValueParser;
 use clap::error::ErrorKind;
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
@@ -49,6 +49,7 @@ pub struct Options {
     /// The process that prints the result also writes a summary to FILE (`key = value`
     /// lines: `result`, `check`, `processes`, `remote_steal_successes`, `jobs_given`,
     /// `seconds`, `spawns`; on a pool also `master` (the member that printed it),
+    /// `aborted` and `inlets` (jobs aborted, inlets run),
     /// `restarted` (it became the master after the first one died), and crash
     /// recovery's counters: `jobs_redone`, `orphans_kept`, `results_announced`,
     /// `lookups`, `results_reused`, `lookup_misses`, `lookups_awaited`, `own_orphan_lookups`, `bytes_fetched`, `restored`,
@@ -462,6 +463,75 @@ impl Application for UtsArgs {
     }
 }
 
+/// `sat FILE.cnf` or `sat --random VARS CLAUSES`: is a CNF formula satisfiable (DPLL,
+/// both branches searched at once, the loser aborted)?
+#[derive(Args, Debug, Clone)]
+pub struct SatArgs {
+    /// A DIMACS CNF file (`p cnf VARIABLES CLAUSES`, clauses ended by 0).
+    #[arg(required_unless_present = "random", conflicts_with = "random")]
+    pub file: Option<PathBuf>,
+    /// A uniform random 3-SAT formula instead: VARS (3..=100000) and CLAUSES
+    /// (1..=1000000); about 4.26 clauses per variable are the hardest.
+    #[arg(long, num_args = 2, value_names = ["VARS", "CLAUSES"], value_parser = RangedU64ValueParser::<usize>::new().range(1..=1_000_000))]
+    pub random: Option<Vec<usize>>,
+    /// The random formula's seed.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Branches with fewer decisions spawn both children, 0..=64.
+    #[arg(long, value_name = "D", default_value_t = 12, value_parser = clap::value_parser!(u32).range(0..=64))]
+    pub spawn_depth: u32,
+    /// A branch that finds a model does not abort its sibling (for comparison: the
+    /// search then visits every node of the spawned branches).
+    #[arg(long)]
+    pub no_abort: bool,
+}
+
+impl SatArgs {
+    /// The formula: read from the file, or generated.
+    pub fn formula(&self) -> Result<sat::Cnf, String> {
+        match (&self.file, &self.random) {
+            (Some(path), _) => {
+                let text = std::fs::read_to_string(path)
+                    .map_err(|e| format!("reading {}: {e}", path.display()))?;
+                sat::Cnf::parse(&text).map_err(|e| format!("{}: {e}", path.display()))
+            }
+            (None, Some(r)) => Ok(sat::random_3sat(r[0], r[1], self.seed)),
+            (None, None) => Err("a FILE or --random VARS CLAUSES is needed".into()),
+        }
+    }
+}
+
+impl Application for SatArgs {
+    const NAME: &'static str = "sat";
+    const ABOUT: &'static str = "Is a CNF formula (DIMACS) satisfiable? DPLL with both \
+         branches searched at once and the loser aborted";
+    fn validate(&self) -> Result<(), String> {
+        match &self.random {
+            Some(r) if !(3..=100_000).contains(&r[0]) => {
+                Err(format!("--random: {} variables is not in 3..=100000", r[0]))
+            }
+            _ => Ok(()),
+        }
+    }
+    fn run(&self, o: &Options) -> Result<(), String> {
+        let cnf = self.formula()?;
+        let what = format!(
+            "sat({} variables, {} clauses{})",
+            cnf.vars,
+            cnf.clauses.len(),
+            if self.no_abort { ", no abort" } else { "" }
+        );
+        let key = sat::set_formula(cnf.clone());
+        let (depth, abort) = (self.spawn_depth, !self.no_abort);
+        drive(
+            o,
+            &what,
+            || sat::sat_seq(&cnf),
+            |s| sat::sat_satin(s, key, depth, abort),
+        )
+    }
+}
+
 /// Every application, by name: the command line of `satin-app APP ARGS...`.
 #[derive(Subcommand, Debug, Clone)]
 pub enum App {
@@ -481,6 +551,8 @@ pub enum App {
     Matmul(Cli<MatMulArgs>),
     /// The Unbalanced Tree Search benchmark.
     Uts(Cli<UtsArgs>),
+    /// Is a CNF formula satisfiable (DPLL with speculative branches and abort)?
+    Sat(Cli<SatArgs>),
 }
 
 impl App {
@@ -499,6 +571,7 @@ impl App {
             App::Primes(c) => go(c),
             App::Matmul(c) => go(c),
             App::Uts(c) => go(c),
+            App::Sat(c) => go(c),
         }
     }
 }
@@ -553,6 +626,8 @@ fn pool_report(
         ("master", name.to_string()),
         ("restarted", restarted.to_string()),
         ("spawns", t.spawns.to_string()),
+        ("aborted", t.aborted.to_string()),
+        ("inlets", t.inlets.to_string()),
         ("jobs_redone", t.jobs_redone.to_string()),
         ("orphans_kept", t.orphans_kept.to_string()),
         ("results_announced", t.results_announced.to_string()),

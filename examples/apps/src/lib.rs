@@ -1,8 +1,9 @@
 //! The ibis-rs example applications.
 //!
 //! - The Satin applications of thesis section 2.7 ([`fib`], [`nqueens`], [`integrate`],
-//!   [`knapsack`], [`noverk`], [`primes`], [`matmul`]) and [`uts`], the Unbalanced
-//!   Tree Search benchmark: each has a sequential version
+//!   [`knapsack`], [`noverk`], [`primes`], [`matmul`]), [`uts`], the Unbalanced
+//!   Tree Search benchmark, and [`sat`], a DPLL solver with speculative branches and
+//!   abort: each has a sequential version
 //!   (the program with spawn/sync removed) and a Satin version (remote-capable jobs,
 //!   registered with `#[satin::job]`). [`driver`] is the command line their binaries
 //!   share (`fib 30 --check`, alone or under `ipl-run`).
@@ -25,6 +26,7 @@ pub mod members;
 pub mod noverk;
 pub mod nqueens;
 pub mod primes;
+pub mod sat;
 pub mod sine;
 pub mod uts;
 

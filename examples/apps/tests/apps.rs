@@ -1,7 +1,7 @@
 //! Every application's Satin version gives the sequential answer with 1 and several
 //! workers.
 
-use ibis_apps::{fib, integrate, knapsack, matmul, noverk, nqueens, primes, uts};
+use ibis_apps::{fib, integrate, knapsack, matmul, noverk, nqueens, primes, sat, uts};
 use satin::Satin;
 use std::sync::Arc;
 
@@ -105,6 +105,7 @@ fn jobs_are_registered_by_name() {
         "ibis_apps::noverk::NOverK",
         "ibis_apps::nqueens::NQueens",
         "ibis_apps::primes::Primes",
+        "ibis_apps::sat::Dpll",
     ] {
         assert!(s.registry().contains(name), "{name}: {:?}", s.registry());
     }
@@ -145,5 +146,85 @@ fn uts_counts() {
                 assert_eq!(s.run(uts::Uts::new(*p, spawn_depth)), want, "{p:?}");
             }
         }
+    }
+}
+
+/// The pigeonhole formula: `n + 1` pigeons in `n` holes (unsatisfiable).
+fn pigeonhole(n: usize) -> sat::Cnf {
+    let var = |p: usize, h: usize| (p * n + h + 1) as i32;
+    let mut clauses: Vec<Vec<i32>> = (0..=n)
+        .map(|p| (0..n).map(|h| var(p, h)).collect())
+        .collect();
+    for h in 0..n {
+        for p in 0..=n {
+            for q in p + 1..=n {
+                clauses.push(vec![-var(p, h), -var(q, h)]);
+            }
+        }
+    }
+    sat::Cnf {
+        vars: (n + 1) * n,
+        clauses,
+    }
+}
+
+#[test]
+fn sat_answers() {
+    // Random 3-SAT at the threshold (satisfiable and not), a chain with one model,
+    // and the pigeonhole formulas (unsatisfiable).
+    let mut formulas: Vec<sat::Cnf> = (1..=6)
+        .map(|seed| sat::random_3sat(60, 256, seed))
+        .collect();
+    formulas.push(sat::Cnf::parse("p cnf 3 3\n1 0\n-1 2 0\n-2 3 0\n").unwrap());
+    formulas.push(pigeonhole(4));
+    formulas.push(pigeonhole(5));
+    let want: Vec<sat::Outcome> = formulas.iter().map(sat::sat_seq).collect();
+    assert!(want.iter().any(|o| o.model.is_some()) && want.iter().any(|o| o.model.is_none()));
+    assert_eq!(want[6].model, Some(vec![false, true, true, true]));
+    assert!(want[7].model.is_none() && want[8].model.is_none());
+    for s in pools() {
+        for (cnf, want) in formulas.iter().zip(&want) {
+            let key = sat::set_formula(cnf.clone());
+            for (depth, abort) in [(0, true), (6, true), (6, false), (64, true)] {
+                let got = sat::sat_satin(&s, key, depth, abort);
+                assert_eq!(&got, want, "depth {depth} abort {abort}");
+                // A model is reported only if it satisfies every clause.
+                if let Some(m) = &got.model {
+                    assert!(cnf.satisfied_by(m));
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn dimacs_is_read_with_comments_wrapped_clauses_and_an_end_marker() {
+    let text = "c a comment\nc another\np cnf 4 3\n1 -2\n 3 0 -1 4 0\n2 -3 -4\n0\n%\n0\n";
+    let cnf = sat::Cnf::parse(text).unwrap();
+    assert_eq!(cnf.vars, 4);
+    assert_eq!(
+        cnf.clauses,
+        vec![vec![1, -2, 3], vec![-1, 4], vec![2, -3, -4]]
+    );
+    assert_eq!(sat::Cnf::parse(&cnf.to_dimacs()).unwrap(), cnf);
+}
+
+#[test]
+fn bad_dimacs_is_an_error_naming_the_line() {
+    for (text, line, what) in [
+        ("1 2 0\n", 1, "before the `p cnf` line"),
+        ("c only\n", 1, "no `p cnf` line"),
+        ("p cnf 2 1\n1 3 0\n", 2, "beyond 2 variables"),
+        ("p cnf 2 2\n1 2 0\n", 2, "the header says 2 clauses"),
+        ("p cnf 2 1\n1 x 0\n", 2, "`x` is not a literal"),
+        ("p cnf 2 1\n1 2\n", 2, "not ended by 0"),
+        ("p cnf 2 99999999999\n", 1, "cannot fit in the file"),
+        ("p cnf 99999999999 1\n", 1, "variables (at most"),
+        ("p dnf 2 1\n", 1, "expected `p cnf"),
+        ("p cnf 2 1\np cnf 2 1\n", 2, "a second `p` line"),
+    ] {
+        let e = sat::Cnf::parse(text).unwrap_err();
+        assert_eq!(e.line, line, "{text:?}: {e}");
+        assert!(e.what.contains(what), "{text:?}: {e}");
     }
 }
