@@ -1,8 +1,8 @@
 //! The ibis-rs example applications.
 //!
 //! - The Satin applications of thesis section 2.7 ([`fib`], [`nqueens`], [`integrate`],
-//!   [`knapsack`], [`noverk`], [`primes`], [`matmul`]) and [`uts`], the Unbalanced
-//!   Tree Search benchmark: each has a sequential version
+//!   [`knapsack`], [`noverk`], [`primes`], [`matmul`], [`ida`]: IDA* on the
+//!   15-puzzle) and [`uts`], the Unbalanced Tree Search benchmark: each has a sequential version
 //!   (the program with spawn/sync removed) and a Satin version (remote-capable jobs,
 //!   registered with `#[satin::job]`). [`driver`] is the command line their binaries
 //!   share (`fib 30 --check`, alone or under `ipl-run`).
@@ -18,6 +18,7 @@
 pub mod output;
 pub mod driver;
 pub mod fib;
+pub mod ida;
 pub mod integrate;
 pub mod knapsack;
 pub mod matmul;

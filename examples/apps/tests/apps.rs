@@ -1,7 +1,7 @@
 //! Every application's Satin version gives the sequential answer with 1 and several
 //! workers.
 
-use ibis_apps::{fib, integrate, knapsack, matmul, noverk, nqueens, primes, uts};
+use ibis_apps::{fib, ida, integrate, knapsack, matmul, noverk, nqueens, primes, uts};
 use satin::Satin;
 use std::sync::Arc;
 
@@ -105,6 +105,8 @@ fn jobs_are_registered_by_name() {
         "ibis_apps::noverk::NOverK",
         "ibis_apps::nqueens::NQueens",
         "ibis_apps::primes::Primes",
+        "ibis_apps::ida::Ida",
+        "ibis_apps::ida::IdaNode",
     ] {
         assert!(s.registry().contains(name), "{name}: {:?}", s.registry());
     }
@@ -145,5 +147,32 @@ fn uts_counts() {
                 assert_eq!(s.run(uts::Uts::new(*p, spawn_depth)), want, "{p:?}");
             }
         }
+    }
+}
+
+#[test]
+fn ida_counts() {
+    // Two of Korf's instances (some 860,000 nodes), spawning down to 0, 3 and 8 moves;
+    // the first (330,000 nodes) also with every node spawning.
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/korf-easy.txt");
+    let korf: Vec<_> = ida::read_puzzles(&path)
+        .unwrap()
+        .into_iter()
+        .take(2)
+        .collect();
+    let want = ida::ida_seq(&korf);
+    for s in pools() {
+        for spawn_depth in [0, 3, 8] {
+            let got = s.run(ida::Ida {
+                puzzles: korf.clone(),
+                spawn_depth,
+            });
+            assert_eq!(got, want, "spawn depth {spawn_depth}");
+        }
+        let got = s.run(ida::Ida {
+            puzzles: korf[..1].to_vec(),
+            spawn_depth: ida::MAX_MOVES as u8,
+        });
+        assert_eq!(got, want[..1], "every node spawning");
     }
 }
