@@ -197,6 +197,17 @@ fn sat_on_pools() {
     }
 }
 
+#[test]
+fn ida_on_pools() {
+    // Two of Korf's 15-puzzle instances (numbers 12 and 94: about a million nodes),
+    // spawning down to 4 moves.
+    let file = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../examples/apps/tests/data/korf-ida-pool.txt"
+    );
+    every_shape("ida", &[file, "--spawn-depth", "4"]);
+}
+
 /// Work is really stolen across processes (and every job given away came back:
 /// the totals agree), under both policies, inside a cluster and across clusters.
 #[test]

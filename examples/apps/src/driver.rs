@@ -13,7 +13,7 @@
 //! recursion that fits a thread's stack, an allocation the machine can hold, a
 //! tolerance the search reaches, and at most [`max_workers`] worker threads.
 
-use crate::{fib, integrate, knapsack, matmul, noverk, nqueens, primes, sat, uts};
+use crate::{fib, ida, integrate, knapsack, matmul, noverk, nqueens, primes, sat, uts};
 use clap::builder::RangedU64ValueParser;
 use clap::error::ErrorKind;
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
@@ -532,6 +532,59 @@ impl Application for SatArgs {
     }
 }
 
+/// `ida FILE`: IDA* on the 15-puzzle instances of FILE.
+#[derive(Args, Debug, Clone)]
+pub struct IdaArgs {
+    /// The instances: one per line, 16 tiles 0..=15 row by row (0 the blank, the goal
+    /// 0 1 2 ... 15), optionally after the instance's number; `#` starts a comment
+    /// line.
+    pub file: PathBuf,
+    /// Nodes fewer than H moves from the start spawn a job per child; deeper subtrees
+    /// are searched sequentially (0..=80: an optimal solution is at most 80 moves).
+    #[arg(long, value_name = "H", default_value_t = ida::DEFAULT_SPAWN_DEPTH, value_parser = clap::value_parser!(u8).range(0..=ida::MAX_MOVES as i64))]
+    pub spawn_depth: u8,
+}
+
+/// The per-instance results of `ida`, one line each (the result `drive` prints and
+/// checks is the list).
+fn print_solved(solved: &[ida::Solved]) {
+    for s in solved {
+        out!("{s}");
+    }
+}
+
+impl Application for IdaArgs {
+    const NAME: &'static str = "ida";
+    const ABOUT: &'static str =
+        "IDA* on the 15-puzzle with the Manhattan distance: for every instance of FILE the \
+         optimal number of moves, the nodes expanded and the number of optimal solutions";
+    fn run(&self, o: &Options) -> Result<(), String> {
+        let puzzles = ida::read_puzzles(&self.file)?;
+        let spawn_depth = self.spawn_depth;
+        let root = ida::Ida {
+            puzzles: puzzles.clone(),
+            spawn_depth,
+        };
+        let seq_only = o.seq;
+        drive(
+            o,
+            &format!("ida({}, {} instances)", self.file.display(), puzzles.len()),
+            || {
+                let r = ida::ida_seq(&puzzles);
+                if seq_only {
+                    print_solved(&r);
+                }
+                r
+            },
+            |s| {
+                let r = s.run(root.clone());
+                print_solved(&r);
+                r
+            },
+        )
+    }
+}
+
 /// Every application, by name: the command line of `satin-app APP ARGS...`.
 #[derive(Subcommand, Debug, Clone)]
 pub enum App {
@@ -553,6 +606,8 @@ pub enum App {
     Uts(Cli<UtsArgs>),
     /// Is a CNF formula satisfiable (DPLL with speculative branches and abort)?
     Sat(Cli<SatArgs>),
+    /// IDA* on the 15-puzzle instances of a file.
+    Ida(Cli<IdaArgs>),
 }
 
 impl App {
@@ -572,6 +627,7 @@ impl App {
             App::Matmul(c) => go(c),
             App::Uts(c) => go(c),
             App::Sat(c) => go(c),
+            App::Ida(c) => go(c),
         }
     }
 }

@@ -1,9 +1,9 @@
 //! The ibis-rs example applications.
 //!
 //! - The Satin applications of thesis section 2.7 ([`fib`], [`nqueens`], [`integrate`],
-//!   [`knapsack`], [`noverk`], [`primes`], [`matmul`]), [`uts`], the Unbalanced
-//!   Tree Search benchmark, and [`sat`], a DPLL solver with speculative branches and
-//!   abort: each has a sequential version
+//!   [`knapsack`], [`noverk`], [`primes`], [`matmul`], [`ida`]: IDA* on the
+//!   15-puzzle), [`uts`], the Unbalanced Tree Search benchmark, and [`sat`], a DPLL
+//!   solver with speculative branches and abort: each has a sequential version
 //!   (the program with spawn/sync removed) and a Satin version (remote-capable jobs,
 //!   registered with `#[satin::job]`). [`driver`] is the command line their binaries
 //!   share (`fib 30 --check`, alone or under `ipl-run`).
@@ -19,6 +19,7 @@
 pub mod output;
 pub mod driver;
 pub mod fib;
+pub mod ida;
 pub mod integrate;
 pub mod knapsack;
 pub mod matmul;

@@ -1,7 +1,7 @@
 //! Every application's Satin version gives the sequential answer with 1 and several
 //! workers.
 
-use ibis_apps::{fib, integrate, knapsack, matmul, noverk, nqueens, primes, sat, uts};
+use ibis_apps::{fib, ida, integrate, knapsack, matmul, noverk, nqueens, primes, sat, uts};
 use satin::Satin;
 use std::sync::Arc;
 
@@ -106,6 +106,8 @@ fn jobs_are_registered_by_name() {
         "ibis_apps::nqueens::NQueens",
         "ibis_apps::primes::Primes",
         "ibis_apps::sat::Dpll",
+        "ibis_apps::ida::Ida",
+        "ibis_apps::ida::IdaNode",
     ] {
         assert!(s.registry().contains(name), "{name}: {:?}", s.registry());
     }
@@ -226,5 +228,32 @@ fn bad_dimacs_is_an_error_naming_the_line() {
         let e = sat::Cnf::parse(text).unwrap_err();
         assert_eq!(e.line, line, "{text:?}: {e}");
         assert!(e.what.contains(what), "{text:?}: {e}");
+    }
+}
+
+#[test]
+fn ida_counts() {
+    // Two of Korf's instances (some 860,000 nodes), spawning down to 0, 3 and 8 moves;
+    // the first (330,000 nodes) also with every node spawning.
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/korf-easy.txt");
+    let korf: Vec<_> = ida::read_puzzles(&path)
+        .unwrap()
+        .into_iter()
+        .take(2)
+        .collect();
+    let want = ida::ida_seq(&korf);
+    for s in pools() {
+        for spawn_depth in [0, 3, 8] {
+            let got = s.run(ida::Ida {
+                puzzles: korf.clone(),
+                spawn_depth,
+            });
+            assert_eq!(got, want, "spawn depth {spawn_depth}");
+        }
+        let got = s.run(ida::Ida {
+            puzzles: korf[..1].to_vec(),
+            spawn_depth: ida::MAX_MOVES as u8,
+        });
+        assert_eq!(got, want[..1], "every node spawning");
     }
 }

@@ -84,6 +84,71 @@ fn workers_are_bounded_and_bad_options_are_errors() {
     rejects(fib, &["5", "--no-such-flag"], &["--no-such-flag"]);
 }
 
+/// `bin args` fails with exit status 1 and a message (no panic) containing every
+/// `needle`.
+fn fails(bin: &str, args: &[&str], needles: &[&str]) {
+    let out = run(bin, args);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{bin} {args:?}: {out:?}");
+    for n in needles {
+        assert!(err.contains(n), "{bin} {args:?}: {n:?} not in {err}");
+    }
+    assert!(!err.contains("panicked"), "{bin} {args:?} panicked: {err}");
+}
+
+#[test]
+fn ida_rejects_bad_instance_files() {
+    let ida = env!("CARGO_BIN_EXE_ida");
+    let dir = std::env::temp_dir().join(format!("ida-inputs-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = |name: &str, text: &str| {
+        let p = dir.join(name);
+        std::fs::write(&p, text).unwrap();
+        p.to_str().unwrap().to_string()
+    };
+    let goal = "0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15";
+    // Tiles 1 and 2 swapped: the other parity, on line 3 (after a comment and a good
+    // line).
+    let odd = file(
+        "odd.txt",
+        &format!("# two\n{goal}\n0 2 1 3 4 5 6 7 8 9 10 11 12 13 14 15\n"),
+    );
+    fails(ida, &[&odd], &["odd.txt:3:", "cannot reach the goal"]);
+    let short = file("short.txt", "1 2 3\n");
+    fails(ida, &[&short], &["short.txt:1:", "3 numbers"]);
+    let word = file("word.txt", &format!("{goal}\n\n0 1 2 x\n"));
+    fails(ida, &[&word], &["word.txt:3:", "\"x\" is not a number"]);
+    let twice = file("twice.txt", "0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 14\n");
+    fails(ida, &[&twice], &["twice.txt:1:", "tile 14 appears twice"]);
+    let big = file(
+        "big.txt",
+        "0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 99999999999999999999\n",
+    );
+    fails(ida, &[&big], &["big.txt:1:", "not a number"]);
+    let range = file("range.txt", "0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 16\n");
+    fails(
+        ida,
+        &[&range],
+        &["range.txt:1:", "tile 16 is not in 0..=15"],
+    );
+    let empty = file("empty.txt", "# nothing\n\n");
+    fails(ida, &[&empty], &["empty.txt", "no instance"]);
+    let missing = dir.join("missing.txt");
+    fails(ida, &[missing.to_str().unwrap()], &["missing.txt"]);
+    // A file larger than the documented maximum is refused before it is parsed.
+    let huge = dir.join("huge.txt");
+    std::fs::write(&huge, goal.repeat(200_000)).unwrap();
+    fails(ida, &[huge.to_str().unwrap()], &["huge.txt", "larger than"]);
+    let _ = std::fs::remove_dir_all(&dir);
+    // No file at all is a usage error.
+    rejects(ida, &[], &["<FILE>"]);
+    rejects(
+        ida,
+        &["x.txt", "--spawn-depth", "81"],
+        &["--spawn-depth", "0..=80"],
+    );
+}
+
 #[test]
 fn the_largest_accepted_inputs_run() {
     // The edges of the ranges run (small enough to end at once).
