@@ -147,7 +147,7 @@ fn the_ipl_and_rmi_examples_end_quietly_on_a_closed_output() {
         &["24", "--members", "2", "--check"],
     );
     closed_output_is_no_panic(
-        env!("CARGO_BIN_EXE_tsp"),
+        env!("CARGO_BIN_EXE_tsp-repmi"),
         &["8", "--members", "2", "--check"],
     );
     closed_output_is_no_panic(env!("CARGO_BIN_EXE_rpc"), &["2", "10"]);

@@ -1,7 +1,7 @@
 //! Travelling salesperson, branch and bound, with the global bound as a RepMI replicated
 //! object (thesis 2.7.7 and figure 5.4).
 //!
-//! `tsp [N] [--members P] [--seed S] [--depth D] [--read-every R] [--seq] [--check]`
+//! `tsp-repmi [N] [--members P] [--seed S] [--depth D] [--read-every R] [--seq] [--check]`
 //! (defaults N = 13 cities, P = 4 members, S = 1, D = 3, R = 16; `--help`)
 //!
 //! The cities are random points (from the seed) on a 1000 x 1000 grid with rounded
@@ -15,7 +15,7 @@
 //! non-deterministic version: the bound starts unknown).
 //!
 //! Runs in this process with P Ibis instances (default, one command), or under
-//! `ipl-run -n P -- tsp ...` with one member per process (member 0 prints). `--seq` runs
+//! `ipl-run -n P -- tsp-repmi ...` with one member per process (member 0 prints). `--seq` runs
 //! the sequential search only; `--check` runs both and fails (exit 1) unless the optimal
 //! lengths are equal.
 
@@ -306,7 +306,7 @@ fn member(
 /// Travelling salesperson by branch and bound; the global bound and the job counter are
 /// a replicated object (RepMI).
 #[derive(Parser)]
-#[command(name = "tsp")]
+#[command(name = "tsp-repmi")]
 struct Args {
     /// Cities (2 to 63).
     #[arg(default_value_t = 13, value_parser = RangedU64ValueParser::<usize>::new().range(2..=63))]
@@ -335,7 +335,7 @@ fn main() -> ExitCode {
     ipl_tools::init_tracing("warn");
     let mut args = Args::parse();
     args.read_every = args.read_every.max(1);
-    exit_code("tsp", run(args))
+    exit_code("tsp-repmi", run(args))
 }
 
 fn run(a: Args) -> Res<bool> {
