@@ -26,6 +26,8 @@ pub mod noverk;
 pub mod nqueens;
 pub mod primes;
 pub mod sine;
+pub mod tsp;
+pub mod tsplib;
 pub mod uts;
 
 /// The top-level README's examples (the IPL, Satin, RMI, replicated objects), compiled
