@@ -366,15 +366,32 @@ impl Problem {
         length: u64,
         bound: &dyn Bound,
     ) -> Option<Tour> {
-        let mut pi = [0.0; MAX_CITIES];
-        let last = *path.last()? as usize;
-        let target = bound.read().saturating_sub(length);
-        if length + self.lower_bound(last, visited, &mut pi, target, JOB_ITERS) >= bound.read() {
-            return None;
-        }
-        self.search_below(path, visited, length, bound, &pi)
+        self.search_below(path, visited, length, bound, &[0.0; MAX_CITIES])
     }
 
+    /// Child `c` of the path ending in `last` (of `length`, visiting `visited`, with
+    /// penalties `pi`): its length, visited cities and penalties; `None` if `c` is
+    /// visited or the child's lower bound is not below the bound.
+    fn child(
+        &self,
+        last: usize,
+        c: u8,
+        visited: u64,
+        length: u64,
+        pi: &Penalties,
+        bound: &dyn Bound,
+    ) -> Option<(u64, u64, Penalties)> {
+        if visited & (1 << c) != 0 {
+            return None;
+        }
+        let (len, vis) = (length + self.d(last, c as usize), visited | (1 << c));
+        let mut child_pi = *pi;
+        let target = bound.read().saturating_sub(len);
+        let lb = self.lower_bound(c as usize, vis, &mut child_pi, target, NODE_ITERS);
+        (len + lb < bound.read()).then_some((len, vis, child_pi))
+    }
+
+    /// [`Problem::search`] from the penalties `pi` of the path's node.
     fn search_below(
         &self,
         path: &mut Vec<u8>,
@@ -397,17 +414,9 @@ impl Problem {
         }
         let mut best: Option<Tour> = None;
         for &c in &self.near[last] {
-            if visited & (1 << c) != 0 {
+            let Some((len, vis, child_pi)) = self.child(last, c, visited, length, pi, bound) else {
                 continue;
-            }
-            let (len, vis) = (length + self.d(last, c as usize), visited | (1 << c));
-            let mut child_pi = *pi;
-            let target = bound.read().saturating_sub(len);
-            if len + self.lower_bound(c as usize, vis, &mut child_pi, target, NODE_ITERS)
-                >= bound.read()
-            {
-                continue;
-            }
+            };
             path.push(c);
             if let Some(t) = self.search_below(path, vis, len, bound, &child_pi) {
                 if best.as_ref().is_none_or(|b| t.length < b.length) {
@@ -432,9 +441,6 @@ type Penalties = [f64; MAX_CITIES];
 
 /// Subgradient steps per search node (the penalties start from the parent's).
 const NODE_ITERS: usize = 6;
-
-/// Subgradient steps at a job's own node (its penalties start from zero).
-const JOB_ITERS: usize = 40;
 
 /// The problems of this process, by key; and the bounds of the runs.
 struct Registry {
@@ -523,6 +529,9 @@ pub struct Tsp {
     pub length: u64,
     /// The best tour length the spawner knew.
     pub bound: u64,
+    /// The Lagrangian penalties of the path's node, by city (missing ones are 0): the
+    /// children's bounds start from them, as in the sequential search.
+    pub penalties: Vec<f64>,
     /// Paths shorter than this many cities spawn their children.
     pub spawn_depth: u32,
 }
@@ -537,6 +546,7 @@ impl Tsp {
             path: vec![0],
             length: 0,
             bound,
+            penalties: Vec::new(),
             spawn_depth,
         }
     }
@@ -558,32 +568,29 @@ impl Job for Tsp {
         let Some(&last) = self.path.last() else {
             return Ok(None);
         };
+        let mut pi = [0.0; MAX_CITIES];
+        for (p, q) in pi.iter_mut().zip(&self.penalties) {
+            *p = *q;
+        }
         if self.path.len() >= self.spawn_depth as usize || self.path.len() == p.n {
             let mut path = self.path;
-            return Ok(p.search(&mut path, visited, self.length, &*bound));
+            return Ok(p.search_below(&mut path, visited, self.length, &*bound, &pi));
         }
-        let mut pi = [0.0; MAX_CITIES];
-        let target = bound.read().saturating_sub(self.length);
-        let lb = p.lower_bound(last as usize, visited, &mut pi, target, JOB_ITERS);
-        if self.length + lb >= bound.read() {
-            return Ok(None);
-        }
+        let last = last as usize;
         let mut f = ctx.frame();
         let mut tickets = Vec::new();
-        for &c in &p.near[last as usize] {
-            if visited & (1 << c) != 0 {
+        for &c in &p.near[last] {
+            let Some((length, _, child_pi)) = p.child(last, c, visited, self.length, &pi, &*bound)
+            else {
                 continue;
-            }
-            let len = self.length + p.d(last as usize, c as usize);
-            if len + p.rest_bound(c as usize, visited | 1 << c) >= bound.read() {
-                continue;
-            }
+            };
             let mut path = self.path.clone();
             path.push(c);
             tickets.push(f.spawn(Tsp {
                 path,
-                length: len,
+                length,
                 bound: bound.read(),
+                penalties: child_pi[..p.n].to_vec(),
                 ..self.clone()
             }));
         }
@@ -666,14 +673,57 @@ mod tests {
         }
     }
 
+    /// The shortest completion of `path` into a tour, by brute force.
+    fn best_completion(p: &Problem, path: &mut Vec<u8>, visited: u64) -> u64 {
+        if path.len() == p.n {
+            return p.length(path);
+        }
+        let mut best = u64::MAX;
+        for c in 1..p.n as u8 {
+            if visited & (1 << c) == 0 {
+                path.push(c);
+                best = best.min(best_completion(p, path, visited | 1 << c));
+                path.pop();
+            }
+        }
+        best
+    }
+
     #[test]
-    fn the_bound_never_exceeds_the_best_completion() {
-        // Below the path 0, 3 the best completion is at least the bound.
-        let p = random_problem(8, 5);
-        let best = SharedBound::new(u64::MAX);
-        let t = p.search(&mut vec![0, 3], 1 | 1 << 3, p.d(0, 3), &best);
-        let t = t.expect("some tour");
-        assert!(p.d(0, 3) + p.rest_bound(3, 1 | 1 << 3) <= t.length);
+    fn the_bounds_never_exceed_the_best_completion() {
+        for seed in 0..6 {
+            let p = random_problem(9, seed);
+            // Paths 0, a, b of every pair of cities.
+            for a in 1..9u8 {
+                for b in (1..9u8).filter(|&b| b != a) {
+                    let mut path = vec![0, a, b];
+                    let visited = 1 | 1 << a | 1 << b;
+                    let len = p.d(0, a as usize) + p.d(a as usize, b as usize);
+                    let best = best_completion(&p, &mut path, visited) - len;
+                    assert!(p.rest_bound(b as usize, visited) <= best, "{seed} {a} {b}");
+                    let mut pi = [0.0; MAX_CITIES];
+                    let lb = p.lower_bound(b as usize, visited, &mut pi, u64::MAX, 50);
+                    assert!(lb <= best, "seed {seed}, path 0 {a} {b}: {lb} > {best}");
+                    // Penalties inherited from another node still give a valid bound.
+                    let lb = p.lower_bound(b as usize, visited, &mut pi, u64::MAX, 3);
+                    assert!(lb <= best, "seed {seed}, path 0 {a} {b}: {lb} > {best}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn the_lagrangian_bound_is_tighter() {
+        // On the whole, not node by node: the subgradient steps must raise the bound.
+        let p = random_problem(12, 9);
+        let (mut simple, mut lagrangian) = (0, 0);
+        for a in 1..12u8 {
+            let visited = 1 | 1 << a;
+            simple += p.rest_bound(a as usize, visited);
+            let mut pi = [0.0; MAX_CITIES];
+            lagrangian += p.lower_bound(a as usize, visited, &mut pi, u64::MAX, 40);
+        }
+        assert!(lagrangian > simple, "{lagrangian} <= {simple}");
     }
 
     #[test]

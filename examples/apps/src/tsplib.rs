@@ -104,6 +104,22 @@ impl WeightType {
         })
     }
 
+    /// The type's TSPLIB name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Explicit => "EXPLICIT",
+            Self::Euc2d => "EUC_2D",
+            Self::Euc3d => "EUC_3D",
+            Self::Ceil2d => "CEIL_2D",
+            Self::Man2d => "MAN_2D",
+            Self::Man3d => "MAN_3D",
+            Self::Max2d => "MAX_2D",
+            Self::Max3d => "MAX_3D",
+            Self::Att => "ATT",
+            Self::Geo => "GEO",
+        }
+    }
+
     /// The coordinates per city the type needs (0 for `EXPLICIT`).
     fn dims(self) -> usize {
         match self {
@@ -154,6 +170,22 @@ impl WeightFormat {
             "LOWER_DIAG_COL" => Self::LowerDiagCol,
             _ => return None,
         })
+    }
+
+    /// The format's TSPLIB name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Function => "FUNCTION",
+            Self::FullMatrix => "FULL_MATRIX",
+            Self::UpperRow => "UPPER_ROW",
+            Self::LowerRow => "LOWER_ROW",
+            Self::UpperDiagRow => "UPPER_DIAG_ROW",
+            Self::LowerDiagRow => "LOWER_DIAG_ROW",
+            Self::UpperCol => "UPPER_COL",
+            Self::LowerCol => "LOWER_COL",
+            Self::UpperDiagCol => "UPPER_DIAG_COL",
+            Self::LowerDiagCol => "LOWER_DIAG_COL",
+        }
     }
 
     /// The number of weights the section holds for `n` cities.
@@ -472,7 +504,7 @@ impl Parser {
             let Some((l, line)) = lines.next_if(|(_, l)| is_data(l)) else {
                 let missing = seen.iter().position(|s| !s).map_or(0, |i| i + 1);
                 return fail(
-                    last,
+                    lines.peek().map_or(last, |(l, _)| *l),
                     format!(
                         "NODE_COORD_SECTION ends after {read} of {n} cities (city {missing} is missing)"
                     ),
@@ -535,8 +567,11 @@ impl Parser {
         while read < want {
             let Some((l, line)) = lines.next_if(|(_, l)| is_data(l)) else {
                 return fail(
-                    last,
-                    format!("EDGE_WEIGHT_SECTION ends after {read} of the {want} weights of {format:?} for {n} cities"),
+                    lines.peek().map_or(last, |(l, _)| *l),
+                    format!(
+                        "EDGE_WEIGHT_SECTION ends after {read} of the {want} weights of {} for {n} cities",
+                        format.name()
+                    ),
                 );
             };
             last = l;
@@ -544,7 +579,10 @@ impl Parser {
                 let Some((i, j)) = cells.next() else {
                     return fail(
                         l,
-                        format!("EDGE_WEIGHT_SECTION has more than the {want} weights of {format:?} for {n} cities"),
+                        format!(
+                            "EDGE_WEIGHT_SECTION has more than the {want} weights of {} for {n} cities",
+                            format.name()
+                        ),
                     );
                 };
                 let w = match tok.parse::<u32>() {
@@ -604,19 +642,28 @@ impl Parser {
             if self.triangle.is_some() {
                 return fail(
                     last,
-                    format!("an EDGE_WEIGHT_SECTION, but EDGE_WEIGHT_TYPE is {weight_type:?}, not EXPLICIT"),
+                    format!(
+                        "an EDGE_WEIGHT_SECTION, but EDGE_WEIGHT_TYPE is {}, not EXPLICIT",
+                        weight_type.name()
+                    ),
                 );
             }
             if self.format.is_some_and(|f| f != WeightFormat::Function) {
                 return fail(
                     last,
-                    format!("EDGE_WEIGHT_FORMAT is a matrix, but EDGE_WEIGHT_TYPE is {weight_type:?}, not EXPLICIT"),
+                    format!(
+                        "EDGE_WEIGHT_FORMAT is a matrix, but EDGE_WEIGHT_TYPE is {}, not EXPLICIT",
+                        weight_type.name()
+                    ),
                 );
             }
             let Some(c) = self.coords else {
                 return fail(
                     last,
-                    format!("EDGE_WEIGHT_TYPE {weight_type:?} but no NODE_COORD_SECTION"),
+                    format!(
+                        "EDGE_WEIGHT_TYPE {} but no NODE_COORD_SECTION",
+                        weight_type.name()
+                    ),
                 );
             };
             if self.coord_count != weight_type.dims()
@@ -625,7 +672,8 @@ impl Parser {
                 return fail(
                     last,
                     format!(
-                        "EDGE_WEIGHT_TYPE {weight_type:?} needs {} coordinates per city, NODE_COORD_SECTION has {}",
+                        "EDGE_WEIGHT_TYPE {} needs {} coordinates per city, NODE_COORD_SECTION has {}",
+                        weight_type.name(),
                         weight_type.dims(),
                         self.coord_count
                     ),
@@ -649,5 +697,269 @@ fn once(no: usize, key: &str, seen: bool, value: &str) -> Result<String, ParseEr
         fail(no, format!("{key} is given twice"))
     } else {
         Ok(value.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// The 4-city matrix every layout below writes.
+    const M: [[u32; 4]; 4] = [[0, 3, 5, 9], [3, 0, 4, 7], [5, 4, 0, 6], [9, 7, 6, 0]];
+
+    fn explicit(format: &str, section: &str) -> String {
+        format!(
+            "NAME : tiny\nTYPE: TSP\nCOMMENT: four cities\nDIMENSION:4\n\
+             EDGE_WEIGHT_TYPE : EXPLICIT\nEDGE_WEIGHT_FORMAT: {format}\n\
+             EDGE_WEIGHT_SECTION\n{section}\nEOF\n"
+        )
+    }
+
+    fn matrix_of(text: &str) -> Vec<u32> {
+        let inst = Instance::parse(text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+        assert_eq!(inst.dimension, 4);
+        inst.matrix()
+    }
+
+    #[test]
+    fn every_matrix_layout_gives_the_same_matrix() {
+        let want: Vec<u32> = M.iter().flatten().copied().collect();
+        // Hand-written layouts, wrapped differently on purpose.
+        for (format, section) in [
+            ("FULL_MATRIX", "0 3 5 9\n3 0 4 7\n5 4 0 6\n9 7 6 0"),
+            ("FULL_MATRIX", "0 3 5 9 3 0\n4 7 5 4 0 6 9\n7 6 0"),
+            ("UPPER_ROW", "3 5 9\n4 7\n6"),
+            ("UPPER_ROW", "3\n5\n9 4\n7 6"),
+            ("LOWER_ROW", "3\n5 4\n9 7 6"),
+            ("UPPER_DIAG_ROW", "0 3 5 9\n0 4 7\n0 6\n0"),
+            ("LOWER_DIAG_ROW", "0\n3 0\n5 4 0\n9 7 6 0"),
+            ("LOWER_DIAG_ROW", "0 3 0 5 4 0 9 7 6 0"),
+            // Columns of the upper triangle: column 2 is 3; column 3 is 5 4; ...
+            ("UPPER_COL", "3\n5 4\n9 7 6"),
+            // Columns of the lower triangle: column 1 is 3 5 9; column 2 is 4 7; ...
+            ("LOWER_COL", "3 5 9\n4 7\n6"),
+            ("UPPER_DIAG_COL", "0\n3 0\n5 4 0\n9 7 6 0"),
+            ("LOWER_DIAG_COL", "0 3 5 9\n0 4 7\n0 6\n0"),
+        ] {
+            assert_eq!(
+                matrix_of(&explicit(format, section)),
+                want,
+                "{format}: {section:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_diagonal_is_zero_whatever_the_file_says() {
+        let m = matrix_of(&explicit("UPPER_DIAG_ROW", "8 3 5 9\n8 4 7\n8 6\n8"));
+        assert_eq!(m, M.iter().flatten().copied().collect::<Vec<_>>());
+    }
+
+    fn coords(kind: &str, lines: &str, n: usize) -> Instance {
+        let text = format!(
+            "NAME: c\nTYPE: TSP\nDIMENSION: {n}\nEDGE_WEIGHT_TYPE: {kind}\n\
+             NODE_COORD_SECTION\n{lines}\nEOF\n"
+        );
+        Instance::parse(&text).unwrap_or_else(|e| panic!("{e}\n{text}"))
+    }
+
+    #[test]
+    fn coordinate_distances_follow_the_specification() {
+        let two = "1 0 0\n2 3 4";
+        assert_eq!(coords("EUC_2D", two, 2).distance(0, 1), 5);
+        assert_eq!(coords("MAN_2D", two, 2).distance(0, 1), 7);
+        assert_eq!(coords("MAX_2D", two, 2).distance(0, 1), 4);
+        // sqrt(2) = 1.41: rounded to 1, up to 2.
+        let diag = "2 1 1\n1 0 0";
+        assert_eq!(coords("EUC_2D", diag, 2).distance(0, 1), 1);
+        assert_eq!(coords("CEIL_2D", diag, 2).distance(1, 0), 2);
+        // sqrt(10^2 / 10) = 3.16: nint is 3, below it, so 4.
+        assert_eq!(coords("ATT", "1 0 0\n2 10 0", 2).distance(0, 1), 4);
+        // sqrt(30^2 / 10) = 9.49: nint is 9, below it, so 10; 0 stays 0.
+        assert_eq!(coords("ATT", "1 0 0\n2 0 30", 2).distance(0, 1), 10);
+        assert_eq!(coords("ATT", "1 0 0\n2 0 0", 2).distance(0, 1), 0);
+        let three = "1 0 0 0\n2 2 3 6";
+        assert_eq!(coords("EUC_3D", three, 2).distance(0, 1), 7);
+        assert_eq!(coords("MAN_3D", three, 2).distance(0, 1), 11);
+        assert_eq!(coords("MAX_3D", three, 2).distance(0, 1), 6);
+        // GEO: the equator, 1 degree of longitude apart: RRR * (pi/180) = 111.3 km,
+        // truncated after adding 1: 112. 0.30 is 30 minutes, half a degree: 56.
+        assert_eq!(coords("GEO", "1 0 0\n2 0 1", 2).distance(0, 1), 112);
+        assert_eq!(coords("GEO", "1 0 0\n2 0 0.30", 2).distance(0, 1), 56);
+        assert_eq!(coords("GEO", "1 0 0\n2 0 0.30", 2).distance(1, 1), 0);
+    }
+
+    #[test]
+    fn cities_may_come_in_any_order() {
+        let a = coords("EUC_2D", "1 0 0\n2 3 4\n3 6 8", 3);
+        let b = coords("EUC_2D", "3 6 8\n1 0 0\n2 3 4", 3);
+        assert_eq!(a.matrix(), b.matrix());
+        assert_eq!(a.distance(0, 2), 10);
+    }
+
+    #[test]
+    fn display_data_and_a_missing_eof_are_fine() {
+        let text = "NAME: d\nTYPE: TSP\nDIMENSION: 4\nEDGE_WEIGHT_TYPE: EXPLICIT\n\
+                    EDGE_WEIGHT_FORMAT: UPPER_ROW\nDISPLAY_DATA_TYPE: TWOD_DISPLAY\n\
+                    EDGE_WEIGHT_SECTION\n3 5 9\n4 7\n6\nDISPLAY_DATA_SECTION\n1 0 0\n\
+                    2 1.5 2\n3 4 4\n4 5 5\n";
+        assert_eq!(
+            matrix_of(text),
+            M.iter().flatten().copied().collect::<Vec<_>>()
+        );
+    }
+
+    /// The error of `text`: its line and a part of its message.
+    fn error(text: &str, line: usize, part: &str) {
+        let e = Instance::parse(text).expect_err(text);
+        assert_eq!(e.line, line, "{e}\n{text}");
+        assert!(e.message.contains(part), "{part:?} not in {e}\n{text}");
+    }
+
+    #[test]
+    fn errors_name_the_line() {
+        error(
+            "NAME: a\nTYPE: ATSP\nDIMENSION: 3\n",
+            2,
+            "only symmetric TSP",
+        );
+        error("NAME: a\nDIMENSION: 10001\n", 2, "1..=10000");
+        error("NAME: a\nDIMENSION: 0\n", 2, "1..=10000");
+        error("NAME: a\nDIMENSION: -3\n", 2, "1..=10000");
+        error("DIMENSION: 3\nDIMENSION: 3\n", 2, "twice");
+        error("NAME: a\nFOO: bar\n", 2, "unknown");
+        error("NODE_COORD_SECTION\n1 0 0\n", 1, "before DIMENSION");
+        error(
+            "DIMENSION: 2\nEDGE_WEIGHT_TYPE: XRAY1\n",
+            2,
+            "not supported",
+        );
+        let head =
+            "NAME: a\nTYPE: TSP\nDIMENSION: 3\nEDGE_WEIGHT_TYPE: EUC_2D\nNODE_COORD_SECTION\n";
+        error(
+            &format!("{head}1 0 0\n1 1 1\n3 2 2\nEOF\n"),
+            7,
+            "city 1 is given twice",
+        );
+        error(
+            &format!("{head}1 0 0\n3 2 2\nEOF\n"),
+            8,
+            "city 2 is missing",
+        );
+        error(&format!("{head}1 0 0\n3 2 2\n"), 7, "city 2 is missing");
+        error(&format!("{head}1 0 0\n4 1 1\n3 2 2\n"), 7, "1..=3");
+        error(&format!("{head}1 0 0\n2 1\n3 2 2\n"), 7, "coordinates");
+        error(
+            &format!("{head}1 0 0\n2 1 1 1\n3 2 2\n"),
+            7,
+            "the first had 2",
+        );
+        error(&format!("{head}1 0 0\n2 1 x\n3 2 2\n"), 7, "not a number");
+        error(&format!("{head}1 0 0\n2 1 inf\n3 2 2\n"), 7, "finite");
+        error(&format!("{head}1 0 0\n2 1 1e9\n3 2 2\n"), 7, "finite");
+        error(
+            &format!("{head}1 0 0\n2 1 1\n3 2 2\n4 3 3\n"),
+            9,
+            "more than 3",
+        );
+        error(
+            "NAME: a\nTYPE: TSP\nDIMENSION: 3\nEDGE_WEIGHT_TYPE: EUC_3D\nNODE_COORD_SECTION\n\
+             1 0 0\n2 1 1\n3 2 2\nEOF\n",
+            9,
+            "needs 3 coordinates",
+        );
+        error(
+            "NAME: a\nTYPE: TSP\nDIMENSION: 3\nEDGE_WEIGHT_TYPE: EUC_2D\nEOF\n",
+            5,
+            "no NODE_COORD_SECTION",
+        );
+        error(
+            "NAME: a\nTYPE: TSP\nEDGE_WEIGHT_TYPE: EUC_2D\n",
+            3,
+            "no DIMENSION",
+        );
+        // Weights.
+        let t = |format: &str, section: &str| explicit(format, section);
+        error(
+            &t("UPPER_ROW", "3 5 9\n4 x\n6"),
+            9,
+            "\"x\" is not an integer",
+        );
+        error(&t("UPPER_ROW", "3 5 9\n4 -7\n6"), 9, "not an integer");
+        error(
+            &t("UPPER_ROW", "3 5 9\n4 7"),
+            10,
+            "after 5 of the 6 weights of UPPER_ROW",
+        );
+        error(
+            &t("UPPER_ROW", "3 5 9\n4 7\n6 1"),
+            10,
+            "more than the 6 weights",
+        );
+        error(
+            &t("FULL_MATRIX", "0 3 5 9\n3 0 4 7\n5 4 0 6\n9 8 6 0"),
+            11,
+            "not symmetric",
+        );
+        error(&t("TRIANGLE", "3 5 9\n4 7\n6"), 6, "EDGE_WEIGHT_FORMAT");
+        error(
+            "NAME: a\nDIMENSION: 4\nEDGE_WEIGHT_TYPE: EXPLICIT\nEDGE_WEIGHT_SECTION\n1 2\n",
+            4,
+            "without an EDGE_WEIGHT_FORMAT",
+        );
+        error(
+            "NAME: a\nDIMENSION: 2\nEDGE_WEIGHT_TYPE: EXPLICIT\nEDGE_WEIGHT_FORMAT: FUNCTION\nEOF\n",
+            5,
+            "no EDGE_WEIGHT_SECTION",
+        );
+    }
+
+    #[test]
+    fn a_latin1_comment_is_read() {
+        let mut bytes = explicit("UPPER_ROW", "3 5 9\n4 7\n6").into_bytes();
+        let at = bytes.windows(4).position(|w| w == b"four").unwrap();
+        bytes[at] = 0xe4; // 'ä' in Latin-1
+        let inst = Instance::parse_bytes(&bytes).unwrap();
+        assert_eq!(
+            inst.matrix(),
+            M.iter().flatten().copied().collect::<Vec<_>>()
+        );
+    }
+
+    proptest! {
+        #[test]
+        fn random_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..400)) {
+            let _ = Instance::parse_bytes(&bytes);
+        }
+
+        #[test]
+        fn a_damaged_file_never_panics(
+            cuts in proptest::collection::vec((0usize..200, any::<u8>()), 1..8),
+            which in 0usize..3,
+        ) {
+            let texts = [
+                explicit("UPPER_ROW", "3 5 9\n4 7\n6"),
+                explicit("FULL_MATRIX", "0 3 5 9\n3 0 4 7\n5 4 0 6\n9 7 6 0"),
+                "NAME: c\nTYPE: TSP\nDIMENSION: 3\nEDGE_WEIGHT_TYPE: GEO\n\
+                 NODE_COORD_SECTION\n1 16.47 96.10\n2 16.47 94.44\n3 20.09 92.54\nEOF\n"
+                    .to_string(),
+            ];
+            let mut bytes = texts[which].clone().into_bytes();
+            for (at, b) in cuts {
+                let at = at % bytes.len();
+                // Replace a byte by a digit, a separator or anything.
+                bytes[at] = match b % 4 {
+                    0 => b'0' + b % 10,
+                    1 => b' ',
+                    2 => b'\n',
+                    _ => b,
+                };
+            }
+            if let Ok(inst) = Instance::parse_bytes(&bytes) {
+                // A file that reads gives a matrix of its dimension.
+                prop_assert_eq!(inst.matrix().len(), inst.dimension * inst.dimension);
+            }
+        }
     }
 }

@@ -1,7 +1,7 @@
 //! Every application's Satin version gives the sequential answer with 1 and several
 //! workers.
 
-use ibis_apps::{fib, integrate, knapsack, matmul, noverk, nqueens, primes, uts};
+use ibis_apps::{driver, fib, integrate, knapsack, matmul, noverk, nqueens, primes, tsp, uts};
 use satin::Satin;
 use std::sync::Arc;
 
@@ -105,6 +105,7 @@ fn jobs_are_registered_by_name() {
         "ibis_apps::noverk::NOverK",
         "ibis_apps::nqueens::NQueens",
         "ibis_apps::primes::Primes",
+        "ibis_apps::tsp::Tsp",
     ] {
         assert!(s.registry().contains(name), "{name}: {:?}", s.registry());
     }
@@ -144,6 +145,46 @@ fn uts_counts() {
             for spawn_depth in [2, 1000] {
                 assert_eq!(s.run(uts::Uts::new(*p, spawn_depth)), want, "{p:?}");
             }
+        }
+    }
+}
+
+/// A tour through every city once, of the length it claims.
+fn check_tour(p: &tsp::Problem, t: &tsp::Tour, what: &str) {
+    let mut cities = t.cities.clone();
+    cities.sort_unstable();
+    assert_eq!(
+        cities,
+        (0..p.cities() as u8).collect::<Vec<_>>(),
+        "{what}: not every city once"
+    );
+    assert_eq!(t.cities[0], 0, "{what}: starts in city 1");
+    assert_eq!(p.length(&t.cities), t.length, "{what}: the tour's length");
+}
+
+#[test]
+fn tsp_finds_the_known_optima_of_tsplib_instances() {
+    // Public TSPLIB instances (tests/data) and their published optima: GEO, EXPLICIT
+    // LOWER_DIAG_ROW (one row per line in gr17, wrapped anywhere in gr21).
+    let data = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data");
+    let pools = pools();
+    for (file, optimum) in [
+        ("burma14.tsp", 3323),
+        ("gr17.tsp", 2085),
+        ("gr21.tsp", 2707),
+        ("ulysses22.tsp", 7013),
+    ] {
+        let (problem, _) = driver::read_tsp(&data.join(file)).unwrap();
+        let p = tsp::register(problem);
+        let seq = p.solve_seq();
+        assert_eq!(seq.length, optimum, "{file} sequential");
+        check_tour(&p, &seq, file);
+        // A spawn depth per pool: the pools run 1, 2, 4 workers.
+        for (s, depth) in pools.iter().zip([2, 3, 4]) {
+            let t = tsp::solve(s, &p, depth).unwrap();
+            let what = format!("{file} on {} workers, spawn depth {depth}", s.workers());
+            assert_eq!(t.length, optimum, "{what}");
+            check_tour(&p, &t, &what);
         }
     }
 }
