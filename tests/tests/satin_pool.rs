@@ -208,6 +208,20 @@ fn ida_on_pools() {
     every_shape("ida", &[file, "--spawn-depth", "4"]);
 }
 
+#[test]
+fn tsp_on_pools() {
+    // ulysses22 (GEO, optimum 7013; below a second in a debug build): every member
+    // reads the file, so the path is absolute.
+    let file = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../examples/apps/tests/data/ulysses22.tsp"
+    );
+    for &shape in SHAPES {
+        let kv = pool("tsp", &[file, "--spawn-depth", "3"], shape);
+        assert!(kv["result"].starts_with("7013 "), "{shape:?}: {kv:?}");
+    }
+}
+
 /// Work is really stolen across processes (and every job given away came back:
 /// the totals agree), under both policies, inside a cluster and across clusters.
 #[test]

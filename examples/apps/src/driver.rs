@@ -13,7 +13,9 @@
 //! recursion that fits a thread's stack, an allocation the machine can hold, a
 //! tolerance the search reaches, and at most [`max_workers`] worker threads.
 
-use crate::{fib, ida, integrate, knapsack, matmul, noverk, nqueens, primes, sat, uts};
+use crate::{
+    fib, ida, integrate, knapsack, matmul, noverk, nqueens, primes, sat, tsp, tsplib, uts,
+};
 use clap::builder::RangedU64ValueParser;
 use clap::error::ErrorKind;
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
@@ -585,6 +587,73 @@ impl Application for IdaArgs {
     }
 }
 
+/// `tsp FILE.tsp`: the shortest tour of a symmetric TSPLIB instance by branch and
+/// bound.
+#[derive(Args, Debug, Clone)]
+pub struct TspArgs {
+    /// The instance: a TSPLIB file of TYPE TSP (EUC_2D, EUC_3D, CEIL_2D, MAN_2D, MAN_3D,
+    /// MAX_2D, MAX_3D, ATT, GEO or EXPLICIT in any matrix layout) with at most 64 cities.
+    /// On a pool every process reads it: give a path valid on every host.
+    pub file: PathBuf,
+    /// Paths of fewer cities than this spawn a job per next city; longer ones are
+    /// searched sequentially (1..=64).
+    #[arg(long, value_name = "D", default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=tsp::MAX_CITIES as i64))]
+    pub spawn_depth: u32,
+}
+
+/// Reads and checks a TSPLIB file: the problem of the branch and bound and its name.
+pub fn read_tsp(path: &std::path::Path) -> Result<(tsp::Problem, String), String> {
+    let bytes = std::fs::read(path).map_err(|e| format!("reading {}: {e}", path.display()))?;
+    let inst =
+        tsplib::Instance::parse_bytes(&bytes).map_err(|e| format!("{}: {e}", path.display()))?;
+    let problem = tsp::Problem::new(&inst).map_err(|e| format!("{}: {e}", path.display()))?;
+    let name = if inst.name.is_empty() {
+        path.display().to_string()
+    } else {
+        inst.name.clone()
+    };
+    Ok((problem, name))
+}
+
+/// The answer of `tsp`: the optimal tour, or why the Satin run has none.
+pub struct Solved(pub Result<tsp::Tour, String>);
+
+impl PartialEq for Solved {
+    /// Equal lengths (two optimal tours are equal), see [`tsp::Tour`].
+    fn eq(&self, o: &Solved) -> bool {
+        matches!((&self.0, &o.0), (Ok(a), Ok(b)) if a == b)
+    }
+}
+
+impl Debug for Solved {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.0 {
+            Ok(t) => Debug::fmt(t, f),
+            Err(e) => write!(f, "error: {e}"),
+        }
+    }
+}
+
+impl Application for TspArgs {
+    const NAME: &'static str = "tsp";
+    const ABOUT: &'static str =
+        "The shortest tour through the cities of a symmetric TSPLIB instance by branch and \
+         bound; prints its length and the tour (--check compares the lengths)";
+    fn run(&self, o: &Options) -> Result<(), String> {
+        let (problem, name) = read_tsp(&self.file)?;
+        // Before the run, in every process of a pool: the jobs name it by its key.
+        let problem = tsp::register(problem);
+        let spawn_depth = self.spawn_depth;
+        drive(
+            o,
+            &format!("tsp({name}, {} cities)", problem.cities()),
+            || Solved(Ok(problem.solve_seq())),
+            |s| Solved(tsp::solve(s, &problem, spawn_depth)),
+        )?;
+        Ok(())
+    }
+}
+
 /// Every application, by name: the command line of `satin-app APP ARGS...`.
 #[derive(Subcommand, Debug, Clone)]
 pub enum App {
@@ -608,6 +677,8 @@ pub enum App {
     Sat(Cli<SatArgs>),
     /// IDA* on the 15-puzzle instances of a file.
     Ida(Cli<IdaArgs>),
+    /// The shortest tour of a TSPLIB instance by branch and bound.
+    Tsp(Cli<TspArgs>),
 }
 
 impl App {
@@ -628,6 +699,7 @@ impl App {
             App::Uts(c) => go(c),
             App::Sat(c) => go(c),
             App::Ida(c) => go(c),
+            App::Tsp(c) => go(c),
         }
     }
 }

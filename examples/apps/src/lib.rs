@@ -29,6 +29,8 @@ pub mod nqueens;
 pub mod primes;
 pub mod sat;
 pub mod sine;
+pub mod tsp;
+pub mod tsplib;
 pub mod uts;
 
 /// The top-level README's examples (the IPL, Satin, RMI, replicated objects), compiled

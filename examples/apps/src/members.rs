@@ -1,4 +1,4 @@
-//! Start-up of the examples whose members form an IPL pool (asp, tsp): under `ipl-run`
+//! Start-up of the examples whose members form an IPL pool (asp, tsp-repmi): under `ipl-run`
 //! one member per process, otherwise several members as threads of this process on an
 //! embedded registry; each learns its rank from the closed pool's join order. Also what
 //! such a program needs around that: the members' common input generator and the exit.

@@ -1,7 +1,9 @@
 //! Every application's Satin version gives the sequential answer with 1 and several
 //! workers.
 
-use ibis_apps::{fib, ida, integrate, knapsack, matmul, noverk, nqueens, primes, sat, uts};
+use ibis_apps::{
+    driver, fib, ida, integrate, knapsack, matmul, noverk, nqueens, primes, sat, tsp, uts,
+};
 use satin::Satin;
 use std::sync::Arc;
 
@@ -108,6 +110,7 @@ fn jobs_are_registered_by_name() {
         "ibis_apps::sat::Dpll",
         "ibis_apps::ida::Ida",
         "ibis_apps::ida::IdaNode",
+        "ibis_apps::tsp::Tsp",
     ] {
         assert!(s.registry().contains(name), "{name}: {:?}", s.registry());
     }
@@ -255,5 +258,45 @@ fn ida_counts() {
             spawn_depth: ida::MAX_MOVES as u8,
         });
         assert_eq!(got, want[..1], "every node spawning");
+    }
+}
+
+/// A tour through every city once, of the length it claims.
+fn check_tour(p: &tsp::Problem, t: &tsp::Tour, what: &str) {
+    let mut cities = t.cities.clone();
+    cities.sort_unstable();
+    assert_eq!(
+        cities,
+        (0..p.cities() as u8).collect::<Vec<_>>(),
+        "{what}: not every city once"
+    );
+    assert_eq!(t.cities[0], 0, "{what}: starts in city 1");
+    assert_eq!(p.length(&t.cities), t.length, "{what}: the tour's length");
+}
+
+#[test]
+fn tsp_finds_the_known_optima_of_tsplib_instances() {
+    // Public TSPLIB instances (tests/data) and their published optima: GEO, EXPLICIT
+    // LOWER_DIAG_ROW (one row per line in gr17, wrapped anywhere in gr21).
+    let data = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data");
+    let pools = pools();
+    for (file, optimum) in [
+        ("burma14.tsp", 3323),
+        ("gr17.tsp", 2085),
+        ("gr21.tsp", 2707),
+        ("ulysses22.tsp", 7013),
+    ] {
+        let (problem, _) = driver::read_tsp(&data.join(file)).unwrap();
+        let p = tsp::register(problem);
+        let seq = p.solve_seq();
+        assert_eq!(seq.length, optimum, "{file} sequential");
+        check_tour(&p, &seq, file);
+        // A spawn depth per pool: the pools run 1, 2, 4 workers.
+        for (s, depth) in pools.iter().zip([2, 3, 4]) {
+            let t = tsp::solve(s, &p, depth).unwrap();
+            let what = format!("{file} on {} workers, spawn depth {depth}", s.workers());
+            assert_eq!(t.length, optimum, "{what}");
+            check_tour(&p, &t, &what);
+        }
     }
 }

@@ -14,8 +14,10 @@ fn every_application_has_a_clean_command_line() {
         env!("CARGO_BIN_EXE_primes"),
         env!("CARGO_BIN_EXE_matmul"),
         env!("CARGO_BIN_EXE_ida"),
-        env!("CARGO_BIN_EXE_asp"),
+        env!("CARGO_BIN_EXE_sat"),
         env!("CARGO_BIN_EXE_tsp"),
+        env!("CARGO_BIN_EXE_asp"),
+        env!("CARGO_BIN_EXE_tsp-repmi"),
         env!("CARGO_BIN_EXE_rmi-hello"),
         env!("CARGO_BIN_EXE_rpc"),
     ] {

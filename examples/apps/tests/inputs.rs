@@ -212,9 +212,55 @@ fn the_ipl_and_rmi_examples_end_quietly_on_a_closed_output() {
         &["24", "--members", "2", "--check"],
     );
     closed_output_is_no_panic(
-        env!("CARGO_BIN_EXE_tsp"),
+        env!("CARGO_BIN_EXE_tsp-repmi"),
         &["8", "--members", "2", "--check"],
     );
     closed_output_is_no_panic(env!("CARGO_BIN_EXE_rpc"), &["2", "10"]);
     closed_output_is_no_panic(env!("CARGO_BIN_EXE_rmi-hello"), &["tester"]);
+}
+
+/// `tsp FILE` with `text` in FILE fails with exit status 1 and a message with every
+/// `needle`, never a panic.
+fn tsp_rejects(name: &str, text: &str, needles: &[&str]) {
+    let path = std::env::temp_dir().join(format!("tsp-input-{}-{name}.tsp", std::process::id()));
+    std::fs::write(&path, text).unwrap();
+    let file = path.to_str().unwrap();
+    let out = run(env!("CARGO_BIN_EXE_tsp"), &[file, "--workers", "1"]);
+    let _ = std::fs::remove_file(&path);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{name}: {out:?}");
+    for n in needles {
+        assert!(err.contains(n), "{name}: {n:?} not in {err}");
+    }
+    assert!(!err.contains("panicked"), "{name} panicked: {err}");
+}
+
+#[test]
+fn tsp_rejects_bad_files_naming_the_line() {
+    tsp_rejects(
+        "atsp",
+        "NAME: br17\nTYPE: ATSP\nDIMENSION: 17\n",
+        &["line 2", "only symmetric TSP"],
+    );
+    tsp_rejects(
+        "dimension",
+        "NAME: big\nTYPE: TSP\nDIMENSION: 99999999999999999999\n",
+        &["line 3", "1..=10000"],
+    );
+    tsp_rejects(
+        "weight",
+        "NAME: w\nTYPE: TSP\nDIMENSION: 3\nEDGE_WEIGHT_TYPE: EXPLICIT\n\
+         EDGE_WEIGHT_FORMAT: UPPER_ROW\nEDGE_WEIGHT_SECTION\n1 2\nthree\nEOF\n",
+        &["line 8", "ends after 2 of the 3 weights"],
+    );
+    let many: String = (1..=65).map(|i| format!("{i} {i} 0\n")).collect();
+    tsp_rejects(
+        "many",
+        &format!("NAME: many\nTYPE: TSP\nDIMENSION: 65\nEDGE_WEIGHT_TYPE: EUC_2D\nNODE_COORD_SECTION\n{many}EOF\n"),
+        &["65 cities", "at most 64"],
+    );
+    let out = run(env!("CARGO_BIN_EXE_tsp"), &["/nonexistent/dir/x.tsp"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(err.contains("reading /nonexistent/dir/x.tsp"), "{err}");
 }
