@@ -4,26 +4,11 @@
 
 mod common;
 
-use common::bounded;
+use common::{bounded, wait_until, PATIENCE};
 use satin::{Ctx, Job, Satin};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
-
-/// How long a test waits for another thread before it gives up (and fails).
-const PATIENCE: Duration = Duration::from_secs(30);
-
-/// Waits until `cond` holds or [`PATIENCE`] ran out; returns whether it holds.
-fn wait_until(cond: impl Fn() -> bool) -> bool {
-    let deadline = Instant::now() + PATIENCE;
-    while !cond() {
-        if Instant::now() >= deadline {
-            return false;
-        }
-        std::thread::yield_now();
-    }
-    true
-}
+use std::time::Instant;
 
 /// Fails with its number when it is a multiple of 3.
 struct Probe(u32);

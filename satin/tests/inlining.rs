@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 mod common;
-use common::{bounded, Fib};
+use common::{bounded, wait_until, Fib, PATIENCE};
 
 fn fib_seq(n: u32) -> u64 {
     if n < 2 {
@@ -202,21 +202,6 @@ impl Job for Sleepy {
         std::thread::sleep(Duration::from_millis(2));
         self.0
     }
-}
-
-/// How long a test waits for another thread before it gives up (and fails).
-const PATIENCE: Duration = Duration::from_secs(30);
-
-/// Waits until `cond` holds or [`PATIENCE`] ran out; returns whether it holds.
-fn wait_until(cond: impl Fn() -> bool) -> bool {
-    let deadline = Instant::now() + PATIENCE;
-    while !cond() {
-        if Instant::now() >= deadline {
-            return false;
-        }
-        std::thread::yield_now();
-    }
-    true
 }
 
 /// What the thief thread of [`offer`] has done: jobs it took, steal attempts that

@@ -279,35 +279,7 @@ fn all_done(head: *mut Record) -> bool {
 fn wait_stolen(ctx: &mut Ctx, id: u64, head: *mut Record, help: bool) -> bool {
     let mut idle = 0u32;
     while !all_done(head) {
-        // Its own children first: a given-back child is run (or dropped) by its own
-        // frame, so the nesting of runs on this stack stays that of the job tree.
-        if ctx.take_given_back(id, help) {
-            idle = 0;
-            continue;
-        }
-        if help {
-            // A safe point: the job waiting here may have been aborted.
-            if ctx.aborted() {
-                abort::raise(ctx);
-            }
-            if let Some(j) = ctx.pop_any() {
-                ctx.run_own_any(j);
-                idle = 0;
-                continue;
-            }
-            if ctx.steal_and_run() {
-                idle = 0;
-                continue;
-            }
-        }
-        idle += 1;
-        if idle < 64 {
-            std::hint::spin_loop();
-        } else if idle < 128 {
-            std::thread::yield_now();
-        } else {
-            std::thread::park_timeout(std::time::Duration::from_micros(200));
-        }
+        wait_step(ctx, id, help, &mut idle);
     }
     ctx.set_hungry(false);
     let mut p = head;
@@ -322,6 +294,41 @@ fn wait_stolen(ctx: &mut Ctx, id: u64, head: *mut Record, help: bool) -> bool {
         p = rec.next;
     }
     false
+}
+
+/// One step of a sync waiting for children of frame `id` held elsewhere: a child given
+/// back to this frame (run if `help`, else dropped), and if `help` a safe point for an
+/// abort, other work of this worker, or stolen work; else a spin, yield or short park.
+pub(super) fn wait_step(ctx: &mut Ctx, id: u64, help: bool, idle: &mut u32) {
+    // Its own children first: a given-back child is run (or dropped) by its own frame,
+    // so the nesting of runs on this stack stays that of the job tree.
+    if ctx.take_given_back(id, help) {
+        *idle = 0;
+        return;
+    }
+    if help {
+        // A safe point: the job waiting here may have been aborted.
+        if ctx.aborted() {
+            abort::raise(ctx);
+        }
+        if let Some(j) = ctx.pop_any() {
+            ctx.run_own_any(j);
+            *idle = 0;
+            return;
+        }
+        if ctx.steal_and_run() {
+            *idle = 0;
+            return;
+        }
+    }
+    *idle += 1;
+    if *idle < 64 {
+        std::hint::spin_loop();
+    } else if *idle < 128 {
+        std::thread::yield_now();
+    } else {
+        std::thread::park_timeout(std::time::Duration::from_micros(200));
+    }
 }
 
 /// Takes the panic payloads of a synced frame's panicked children; returns the first.

@@ -16,9 +16,9 @@
 //! out of a done slot; a catching spawn never runs its child inline (its error would
 //! have no inlet to go to).
 
-use super::abort::{self, abort_children};
+use super::abort::abort_children;
 use super::ctx::Ctx;
-use super::frame::{abandon, Brand, Frame, Synced};
+use super::frame::{abandon, wait_step, Brand, Frame, Synced};
 use super::record::{
     base_state, slot, CatchVTableOf, JobRef, Record, Slot, ABORT_BIT, DONE, PANICKED, PUBLISHED,
     SEEN_BIT, STOLEN,
@@ -351,7 +351,7 @@ fn catch_loop<'a, E, X>(
                 frame.ctx.set_hungry(false);
                 return Ok(());
             }
-            Look::Pending => wait_step(frame.ctx, frame.id, &mut idle),
+            Look::Pending => wait_step(frame.ctx, frame.id, true, &mut idle),
         }
     }
 }
@@ -379,34 +379,4 @@ fn call<'a, E, X>(
         },
         e,
     )
-}
-
-/// One step of waiting for stolen children: a child given back to this frame, other
-/// work of this worker, stolen work, or a spin, yield or short park.
-fn wait_step(ctx: &mut Ctx, id: u64, idle: &mut u32) {
-    if ctx.take_given_back(id, true) {
-        *idle = 0;
-        return;
-    }
-    // A safe point: the job waiting here may have been aborted.
-    if ctx.aborted() {
-        abort::raise(ctx);
-    }
-    if let Some(j) = ctx.pop_any() {
-        ctx.run_own_any(j);
-        *idle = 0;
-        return;
-    }
-    if ctx.steal_and_run() {
-        *idle = 0;
-        return;
-    }
-    *idle += 1;
-    if *idle < 64 {
-        std::hint::spin_loop();
-    } else if *idle < 128 {
-        std::thread::yield_now();
-    } else {
-        std::thread::park_timeout(std::time::Duration::from_micros(200));
-    }
 }

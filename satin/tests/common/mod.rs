@@ -3,7 +3,7 @@
 use satin::{Ctx, Job};
 use serde::{Deserialize, Serialize};
 use std::sync::mpsc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Runs `f` on a thread and fails the test if it takes longer than a minute.
 pub fn bounded<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
@@ -13,6 +13,23 @@ pub fn bounded<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
     });
     rx.recv_timeout(Duration::from_secs(60))
         .expect("test timed out (hang?)")
+}
+
+/// How long a test waits for another thread before it gives up (and fails).
+#[allow(dead_code)] // not every test binary waits for another thread
+pub const PATIENCE: Duration = Duration::from_secs(30);
+
+/// Waits until `cond` holds or [`PATIENCE`] ran out; returns whether it holds.
+#[allow(dead_code)] // not every test binary waits for another thread
+pub fn wait_until(cond: impl Fn() -> bool) -> bool {
+    let deadline = Instant::now() + PATIENCE;
+    while !cond() {
+        if Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::yield_now();
+    }
+    true
 }
 
 /// Fibonacci with every call spawning; remote-capable.
