@@ -37,6 +37,20 @@ pub enum SatinError {
     /// run for another process; see [`Inlet::abort`](crate::Inlet::abort)).
     #[error("job aborted by its spawner")]
     Aborted,
+    /// A shared object could not be created, found, or updated (see
+    /// [`Shared`](crate::Shared)).
+    #[error("shared object: {0}")]
+    SharedObject(String),
+    /// The guard of a job that came from another process did not hold within the
+    /// guard's patience, even after fetching its sender's copies (see
+    /// [`Job::guard`](crate::Job::guard)).
+    #[error("the guard of job `{job}` did not hold after {waited_ms} ms (and fetching the sender's copies of the shared objects)")]
+    GuardTimeout {
+        /// The job's type name.
+        job: String,
+        /// How long it waited.
+        waited_ms: u64,
+    },
 }
 
 /// The message of a panic payload (`&str` or `String`), or a placeholder.

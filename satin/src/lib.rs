@@ -70,6 +70,7 @@ mod wire;
 
 pub mod dist;
 pub mod env;
+pub mod shared;
 
 pub use dist::{launched, DistConfig, MemberStats, Pool, PoolRun, PoolStats};
 pub use error::SatinError;
@@ -82,6 +83,7 @@ pub use runtime::{
 };
 /// The inter-node scheduler core the distributed layer drives.
 pub use satin_core;
+pub use shared::{Replicated, Shared};
 pub use stats::{NetCounters, NetStats, Stats, WorkerStats};
 pub use wire::{to_wire, ErasedJob, JobRegistration, JobRegistry, Remote};
 
@@ -102,6 +104,17 @@ pub trait Job: Send + Sized + 'static {
     /// The wire operations if the type may be stolen by another process; written by
     /// `#[satin::job]`, `None` otherwise.
     const REMOTE: Option<Remote<Self>> = None;
+
+    /// The job's *guard* (Satin's `guard_<method>`): whether the [`Shared`] objects it
+    /// reads are in a state it may run on, typically that the writes its spawner made
+    /// before spawning it have arrived (`self.bodies.read(|b| b.iteration) ==
+    /// self.iteration`). Evaluated only for a job that came from another process,
+    /// before it runs; while it is false the worker waits for writes and fetches the
+    /// sender's copies (see the [`shared`] module). Jobs that stay in their process
+    /// are not guarded. The default holds always.
+    fn guard(&self) -> bool {
+        true
+    }
 }
 
 #[doc(hidden)]

@@ -133,6 +133,10 @@ pub struct NetCounters {
     pub remote_steal_attempts: AtomicU64,
     /// Successful remote steals.
     pub remote_steal_successes: AtomicU64,
+    /// Jobs from other processes whose guard did not hold at once (they waited).
+    pub guard_waits: AtomicU64,
+    /// Fetches of the sender's shared objects those guards asked for.
+    pub guard_fetches: AtomicU64,
 }
 
 impl NetCounters {
@@ -146,7 +150,16 @@ impl NetCounters {
             deserialize_nanos: self.deserialize_nanos.load(Relaxed),
             remote_steal_attempts: self.remote_steal_attempts.load(Relaxed),
             remote_steal_successes: self.remote_steal_successes.load(Relaxed),
+            guard_waits: self.guard_waits.load(Relaxed),
+            guard_fetches: self.guard_fetches.load(Relaxed),
         }
+    }
+
+    pub(crate) fn add_guard(&self, w: crate::shared::GuardWait) {
+        if w.waited {
+            self.guard_waits.fetch_add(1, Relaxed);
+        }
+        self.guard_fetches.fetch_add(u64::from(w.fetches), Relaxed);
     }
 
     pub(crate) fn reset(&self) {
@@ -159,6 +172,8 @@ impl NetCounters {
             &self.deserialize_nanos,
             &self.remote_steal_attempts,
             &self.remote_steal_successes,
+            &self.guard_waits,
+            &self.guard_fetches,
         ] {
             a.store(0, Relaxed);
         }
@@ -184,6 +199,10 @@ pub struct NetStats {
     pub remote_steal_attempts: u64,
     /// Successful remote steals.
     pub remote_steal_successes: u64,
+    /// Jobs from other processes whose guard did not hold at once.
+    pub guard_waits: u64,
+    /// Fetches of shared objects those guards asked for.
+    pub guard_fetches: u64,
 }
 
 /// The counters of one worker thread.

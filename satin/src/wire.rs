@@ -30,7 +30,11 @@ fn encode<T: Serialize>(v: &T) -> Result<Vec<u8>, SatinError> {
 }
 
 fn decode<T: DeserializeOwned>(b: &[u8]) -> Result<T, SatinError> {
-    postcard::from_bytes(b).map_err(|e| SatinError::Deserialize(e.to_string()))
+    let _ = crate::shared::take_decode_error();
+    postcard::from_bytes(b).map_err(|e| {
+        // A shared object the job refers to that does not exist here says so.
+        SatinError::Deserialize(crate::shared::take_decode_error().unwrap_or_else(|| e.to_string()))
+    })
 }
 
 impl<J> Remote<J>
@@ -78,6 +82,11 @@ pub trait ErasedJob: Send {
     fn name(&self) -> &'static str;
     /// Runs the job on a worker and serializes its result.
     fn run_to_wire(self: Box<Self>, ctx: &mut Ctx) -> Result<Vec<u8>, SatinError>;
+    /// The job's [`Job::guard`]: whether the shared objects it reads are in a state
+    /// it may run on.
+    fn guard(&self) -> bool {
+        true
+    }
 }
 
 struct WireJob<J: Job>(J, Remote<J>);
@@ -90,6 +99,9 @@ impl<J: Job> ErasedJob for WireJob<J> {
         let WireJob(job, remote) = *self;
         let out = job.run(ctx);
         (remote.encode_output)(&out)
+    }
+    fn guard(&self) -> bool {
+        self.0.guard()
     }
 }
 

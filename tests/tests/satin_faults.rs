@@ -88,8 +88,11 @@ fn link_between_members_ends_mid_run() {
 }
 
 /// Finding 1: the link between the master and a member ends mid-run. The member
-/// cannot go on without the master (a clear error); the master redoes its work and
-/// reports the right result.
+/// cannot go on without the master (a clear error; or, when the master ends the run
+/// before the registry's verdict is in, a warning that names the lost link); the
+/// master redoes its work and reports the right result. Either way the member says
+/// why it stopped (before, a member that noticed after the master's `Done` ended
+/// silently and a loaded CI run failed here).
 #[test]
 fn link_to_the_master_ends_mid_run() {
     let start = Instant::now();

@@ -66,6 +66,16 @@ fn report_path() -> std::path::PathBuf {
 /// Runs `app args` on a pool of `shape`; asserts that every member succeeded and the
 /// master's check passed; returns the master's report.
 fn pool(app: &str, args: &[&str], shape: Shape) -> HashMap<String, String> {
+    pool_env(app, args, shape, &[])
+}
+
+/// [`pool`] with more environment variables for every member.
+fn pool_env(
+    app: &str,
+    args: &[&str],
+    shape: Shape,
+    env: &[(&str, &str)],
+) -> HashMap<String, String> {
     let report = report_path();
     let mut argv: Vec<std::ffi::OsString> = vec![app.into()];
     argv.extend(args.iter().map(|a| a.into()));
@@ -77,6 +87,7 @@ fn pool(app: &str, args: &[&str], shape: Shape) -> HashMap<String, String> {
     argv.push(report.clone().into());
     let mut cfg = LaunchConfig::new(shape.n, env!("CARGO_BIN_EXE_satin-app"), argv);
     cfg.clusters = shape.clusters;
+    cfg.env = env.iter().map(|(k, v)| (k.into(), v.into())).collect();
     cfg.timeout = Some(Duration::from_secs(120));
     cfg.grace = Duration::from_secs(20);
     let o = launch(&cfg).expect("launch the pool");
@@ -255,4 +266,46 @@ fn one_member_pool() {
     );
     assert_eq!(kv["result"], "92");
     assert_eq!(kv["remote_steal_successes"], "0");
+}
+
+/// Barnes-Hut with the bodies as a Satin shared object and as job parameters: both
+/// give the sequential simulation's bits on every shape (a stolen job that ran on a
+/// stale copy of the bodies would not). The shared object is written once per
+/// iteration (and once at the start) and sends less than the bodies sent with jobs.
+#[test]
+fn barnes_on_pools() {
+    let args = ["--bodies", "1500", "--iterations", "3", "--leaf", "32"];
+    for &shape in SHAPES {
+        let shared = pool("barnes", &args, shape);
+        assert_eq!(shared["shared_writes"], "4", "{shape:?}: {shared:?}");
+        let mut copied_args = args.to_vec();
+        copied_args.push("--no-shared");
+        let copied = pool("barnes", &copied_args, shape);
+        assert_eq!(copied["shared_writes"], "0", "{shape:?}: {copied:?}");
+        assert_eq!(shared["result"], copied["result"]);
+    }
+}
+
+/// Guards: with the master's writes to the bodies not sent (a test hook), a stolen
+/// job finds the positions of an older iteration on its copy; its guard fails, the
+/// thief fetches the master's copy, and the run still gives the sequential bits. The
+/// report counts the guards that waited and the fetches.
+#[test]
+fn barnes_guards_fetch_the_owners_copy() {
+    let args = ["--bodies", "1500", "--iterations", "3", "--leaf", "32"];
+    for &shape in &SHAPES[..3] {
+        let kv = pool_env(
+            "barnes",
+            &args,
+            shape,
+            &[("SATIN_TEST_DROP_SHARED_WRITES", "1")],
+        );
+        let steals: u64 = kv["remote_steal_successes"].parse().expect("a number");
+        let waits: u64 = kv["guard_waits"].parse().expect("a number");
+        let fetches: u64 = kv["guard_fetches"].parse().expect("a number");
+        // Every job the master gives away finds a stale copy: its thief waits and
+        // fetches (1500 bodies in 64 force jobs per iteration: work moves).
+        assert!(steals > 0, "{shape:?}: no work moved: {kv:?}");
+        assert!(waits > 0 && fetches > 0, "{shape:?}: {kv:?}");
+    }
 }

@@ -14,7 +14,7 @@
 //! tolerance the search reaches, and at most [`max_workers`] worker threads.
 
 use crate::{
-    fib, ida, integrate, knapsack, matmul, noverk, nqueens, primes, sat, tsp, tsplib, uts,
+    barnes, fib, ida, integrate, knapsack, matmul, noverk, nqueens, primes, sat, tsp, tsplib, uts,
 };
 use clap::builder::RangedU64ValueParser;
 use clap::error::ErrorKind;
@@ -56,7 +56,9 @@ pub struct Options {
     /// recovery's counters: `jobs_redone`, `orphans_kept`, `results_announced`,
     /// `lookups`, `results_reused`, `lookup_misses`, `lookups_awaited`, `own_orphan_lookups`, `bytes_fetched`, `restored`,
     /// `elections`, `redo_jobs`, `work_lost_ms`, `recovery_ms`, `restart_ms`;
-    /// adaptivity's `adapt_added`, `adapt_removed`; and `executed_by`, the jobs
+    /// adaptivity's `adapt_added`, `adapt_removed`; `bytes_sent` (all members'
+    /// messages), the shared objects' `shared_writes`, `shared_bytes`, `guard_waits`,
+    /// `guard_fetches`; and `executed_by`, the jobs
     /// stolen from others that each member ran: `member-0:12 member-1:30`), for
     /// tests and scripts.
     #[arg(long, value_name = "FILE")]
@@ -654,6 +656,64 @@ impl Application for TspArgs {
     }
 }
 
+/// `barnes`: a Barnes-Hut N-body simulation of a Plummer model, with the bodies as a
+/// Satin shared object (default) or sent with every job (`--no-shared`).
+#[derive(Args, Debug, Clone)]
+pub struct BarnesArgs {
+    /// The number of bodies, 2..=10000000.
+    #[arg(long, default_value_t = 20_000, value_parser = RangedU64ValueParser::<usize>::new().range(2..=barnes::MAX_BODIES as u64))]
+    pub bodies: usize,
+    /// The iterations (time steps), 1..=100000.
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=barnes::MAX_ITERATIONS as i64))]
+    pub iterations: u32,
+    /// The seed of the initial model.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Force jobs of at most this many bodies run sequentially, 1..=10000000.
+    #[arg(long, default_value_t = 256, value_parser = RangedU64ValueParser::<usize>::new().range(1..=barnes::MAX_BODIES as u64))]
+    pub leaf: usize,
+    /// Send all bodies with every job that leaves its process instead of keeping them
+    /// in a shared object (for comparing the bytes sent).
+    #[arg(long)]
+    pub no_shared: bool,
+}
+
+impl Application for BarnesArgs {
+    const NAME: &'static str = "barnes";
+    const ABOUT: &'static str = "Barnes-Hut N-body simulation of a Plummer model: the bodies \
+         as a Satin shared object updated once per iteration (guards make stolen jobs wait \
+         for their iteration), or sent with every job (--no-shared)";
+    fn run(&self, o: &Options) -> Result<(), String> {
+        let model = barnes::plummer(self.bodies, self.seed);
+        let (iterations, leaf) = (self.iterations, self.leaf);
+        let what = format!(
+            "barnes({} bodies, {} iterations, {})",
+            self.bodies,
+            iterations,
+            if self.no_shared {
+                "bodies as job parameters"
+            } else {
+                "bodies as a shared object"
+            }
+        );
+        // Every process makes its copy before the run (the jobs name it).
+        let shared = if self.no_shared {
+            None
+        } else {
+            Some(barnes::share(&model).map_err(err)?)
+        };
+        drive(
+            o,
+            &what,
+            || barnes::simulate_seq(model.clone(), iterations),
+            |s| match &shared {
+                Some(b) => barnes::simulate_shared(s, b, model.clone(), iterations, leaf),
+                None => barnes::simulate_copied(s, model.clone(), iterations, leaf),
+            },
+        )
+    }
+}
+
 /// Every application, by name: the command line of `satin-app APP ARGS...`.
 #[derive(Subcommand, Debug, Clone)]
 pub enum App {
@@ -679,6 +739,8 @@ pub enum App {
     Ida(Cli<IdaArgs>),
     /// The shortest tour of a TSPLIB instance by branch and bound.
     Tsp(Cli<TspArgs>),
+    /// Barnes-Hut N-body simulation, the bodies as a shared object or as parameters.
+    Barnes(Cli<BarnesArgs>),
 }
 
 impl App {
@@ -700,6 +762,7 @@ impl App {
             App::Sat(c) => go(c),
             App::Ida(c) => go(c),
             App::Tsp(c) => go(c),
+            App::Barnes(c) => go(c),
         }
     }
 }
@@ -773,6 +836,14 @@ fn pool_report(
         ("restart_ms", ms(t.restart_nanos)),
         ("adapt_added", t.adapt_added.to_string()),
         ("adapt_removed", t.adapt_removed.to_string()),
+        (
+            "bytes_sent",
+            t.intra_bytes.saturating_add(t.inter_bytes).to_string(),
+        ),
+        ("shared_writes", t.shared_writes.to_string()),
+        ("shared_bytes", t.shared_bytes.to_string()),
+        ("guard_waits", t.guard_waits.to_string()),
+        ("guard_fetches", t.guard_fetches.to_string()),
         (
             "executed_by",
             s.members

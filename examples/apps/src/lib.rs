@@ -3,7 +3,8 @@
 //! - The Satin applications of thesis section 2.7 ([`fib`], [`nqueens`], [`integrate`],
 //!   [`knapsack`], [`noverk`], [`primes`], [`matmul`], [`ida`]: IDA* on the
 //!   15-puzzle), [`uts`], the Unbalanced Tree Search benchmark, and [`sat`], a DPLL
-//!   solver with speculative branches and abort: each has a sequential version
+//!   solver with speculative branches and abort, and [`barnes`], Barnes-Hut with the
+//!   bodies as a Satin shared object or as job parameters: each has a sequential version
 //!   (the program with spawn/sync removed) and a Satin version (remote-capable jobs,
 //!   registered with `#[satin::job]`). [`driver`] is the command line their binaries
 //!   share (`fib 30 --check`, alone or under `ipl-run`).
@@ -17,6 +18,7 @@
 
 #[macro_use]
 pub mod output;
+pub mod barnes;
 pub mod driver;
 pub mod fib;
 pub mod ida;

@@ -67,6 +67,11 @@ const ELECTION_RETRIES: u32 = 20;
 /// anybody, as a reset link would end it. Ignored when malformed.
 pub(crate) const DROP_LINK_ENV: &str = "SATIN_TEST_DROP_LINK";
 
+/// Test hook: with `SATIN_TEST_DROP_SHARED_WRITES=1` this member sends none of its
+/// writes to shared objects (they stay local), so that the other members' guards
+/// must fetch its copies (tests/tests/satin_pool.rs).
+pub(crate) const DROP_SHARED_WRITES_ENV: &str = "SATIN_TEST_DROP_SHARED_WRITES";
+
 /// Fault-injection hook for tests: `N` makes the first non-master node end its process
 /// at once (exit status 86, without leaving the pool: the others see it die) right
 /// after it gave its `N`-th job to a thief. The job it gave then runs on as an orphan,
@@ -138,6 +143,11 @@ pub(crate) enum Input {
     },
     /// A worker's lookup of a saved result queued something for the driver to do.
     Recovery,
+    /// A write to a shared object made here: broadcast it (see [`crate::shared`]).
+    SharedWrite { object: String, op: Vec<u8> },
+    /// The guard of a job stolen from `from` does not hold: ask it for its copies
+    /// of the shared objects.
+    SharedFetch { from: u32 },
     /// The master's root job returned.
     RootDone,
     /// A member (by IPL member id) died (`died`) or left.
@@ -185,6 +195,7 @@ pub(crate) fn decode_message(m: &mut ReadMessage) -> Option<(Header, Vec<u8>)> {
         Msg::StealReply { job: Some(j), .. } => j.len,
         Msg::Result { outcome: Ok(n), .. } => *n,
         Msg::Fetched { len: Some(n), .. } => *n,
+        Msg::SharedWrite { len, .. } | Msg::SharedState { len, .. } => *len,
         Msg::HandOver { entries } => entries
             .iter()
             .try_fold(0u64, |sum, (_, n)| sum.checked_add(*n))?,
@@ -228,6 +239,23 @@ pub(crate) struct DriverInit {
     pub unreachable: Vec<u32>,
     /// Set to make this member leave gracefully (SIGTERM, `Pool::leave_handle`).
     pub leave: Arc<AtomicBool>,
+}
+
+/// The traffic of the shared objects (see [`crate::shared`]), for the statistics.
+#[derive(Default, Debug, Clone, Copy)]
+struct SharedCounts {
+    /// Writes made here (each broadcast to every other member).
+    writes: u64,
+    /// Write messages sent.
+    updates_sent: u64,
+    /// Writes of others applied here.
+    received: u64,
+    /// Copies sent to members whose guards asked for them.
+    states_sent: u64,
+    /// Fetches this member's guards asked for.
+    fetches: u64,
+    /// Payload bytes of the write and copy messages sent.
+    bytes: u64,
 }
 
 #[derive(PartialEq, Eq, Clone, Copy)]
@@ -291,6 +319,10 @@ pub(crate) struct Driver {
     requests_served: u64,
     jobs_given: u64,
     remote_jobs_executed: u64,
+    /// What this member's shared objects sent and received.
+    shared: SharedCounts,
+    /// The test hook of [`DROP_SHARED_WRITES_ENV`].
+    drop_shared_writes: bool,
     /// Crash recovery: the bookkeeping (shared with the lookups) and whether results
     /// are saved at all (off: only master elections).
     saved: Arc<saved::Shared>,
@@ -394,6 +426,8 @@ impl Driver {
             requests_served: 0,
             jobs_given: 0,
             remote_jobs_executed: 0,
+            shared: SharedCounts::default(),
+            drop_shared_writes: std::env::var(DROP_SHARED_WRITES_ENV).is_ok_and(|v| v == "1"),
             saved: init.saved,
             running: HashMap::new(),
             next_run: 1,
@@ -562,7 +596,13 @@ impl Driver {
         if let Some(d) = self.master_suspect {
             if Instant::now() >= d && self.alive[self.master as usize] {
                 if self.phase == Phase::Ending {
-                    tracing::debug!("lost the link to the master at the end of the run");
+                    // The run is over (the master sent Done): this member's part is
+                    // done, but the user should know its link broke.
+                    tracing::warn!(
+                        "lost the connection to the master, {}, at the end of the run: \
+                         leaving",
+                        self.who(self.master)
+                    );
                     self.exit = true;
                     return Ok(());
                 }
@@ -683,6 +723,11 @@ impl Driver {
             Input::Aborted => self.call_back_aborted(),
             Input::Net { from, msg, payload } => self.message(from, msg, payload),
             Input::Recovery => {}
+            Input::SharedWrite { object, op } => self.shared_write(&object, &op),
+            Input::SharedFetch { from } => {
+                self.shared.fetches += 1;
+                self.send(from, Msg::SharedFetch, &[]);
+            }
             Input::Finished {
                 to,
                 job,
@@ -1253,6 +1298,31 @@ impl Driver {
                     h.abort();
                 }
             }
+            Msg::SharedWrite { object, .. } => {
+                match crate::shared::apply_remote(&object, &payload) {
+                    Ok(true) => self.shared.received += 1,
+                    Ok(false) => tracing::debug!(
+                        object,
+                        "a write to a shared object this member does not have: skipped"
+                    ),
+                    Err(e) => {
+                        tracing::warn!(member = %self.who(from), error = %e, "a write to a shared object dropped")
+                    }
+                }
+            }
+            Msg::SharedFetch => {
+                for (object, state) in crate::shared::snapshots() {
+                    let len = state.len() as u64;
+                    self.shared.states_sent += 1;
+                    self.shared.bytes += len;
+                    self.send(from, Msg::SharedState { object, len }, &state);
+                }
+            }
+            Msg::SharedState { object, .. } => {
+                if let Err(e) = crate::shared::restore(&object, &payload) {
+                    tracing::warn!(member = %self.who(from), error = %e, "a copy of a shared object dropped");
+                }
+            }
             Msg::Done => self.end_message(from, HeldEnd::Done),
             Msg::Stats(s) => {
                 self.reports.insert(from, *s);
@@ -1500,8 +1570,14 @@ impl Driver {
                 let id = wire.job;
                 let abort = AbortHandle::new();
                 self.abortable.insert((owner, id), abort.clone());
+                // The guard's fetch asks the owner: it ran the job's spawner, so its
+                // copies are consistent for the job (journal, section 4.2).
+                let fetch_tx = self.tx.clone();
+                let fetch: Box<dyn Fn() + Send> = Box::new(move || {
+                    let _ = fetch_tx.send(Input::SharedFetch { from: owner });
+                });
                 self.satin
-                    .execute_wire_job(job, wire.redone, abort, move |r| {
+                    .execute_wire_job_from(job, wire.redone, abort, Some(fetch), move |r| {
                         let aborted = r == Err(SatinError::Aborted);
                         let _ = tx.send(Input::Finished {
                             to: owner,
@@ -1520,6 +1596,32 @@ impl Driver {
                     outcome: Err(e.to_string()),
                     aborted: false,
                 });
+            }
+        }
+    }
+
+    /// A write to a shared object made here goes to every other live member (best
+    /// effort: one that joins later, or is unreachable, misses it; guards repair).
+    fn shared_write(&mut self, object: &str, op: &[u8]) {
+        self.shared.writes += 1;
+        if self.drop_shared_writes {
+            if self.shared.writes == 1 {
+                tracing::warn!("test hook: writes to shared objects are not sent");
+            }
+            return;
+        }
+        let len = op.len() as u64;
+        for to in 0..self.ports.len() as u32 {
+            if to == self.me || !self.alive.get(to as usize).copied().unwrap_or(false) {
+                continue;
+            }
+            let msg = Msg::SharedWrite {
+                object: object.to_string(),
+                len,
+            };
+            if self.send(to, msg, op) {
+                self.shared.updates_sent += 1;
+                self.shared.bytes += len;
             }
         }
     }
@@ -1634,6 +1736,13 @@ impl Driver {
             redo_jobs: local.total.redo_jobs,
             adapt_added: self.adapt.added,
             adapt_removed: self.adapt.removed,
+            shared_writes: self.shared.writes,
+            shared_updates_sent: self.shared.updates_sent,
+            shared_updates_received: self.shared.received,
+            shared_states_sent: self.shared.states_sent,
+            shared_bytes: self.shared.bytes,
+            guard_waits: net.guard_waits,
+            guard_fetches: self.shared.fetches,
         }
     }
 }

@@ -62,6 +62,11 @@
 //!   recovery, below): announcements of saved results, and fetching one (its bytes
 //!   follow `Fetched` as payload). A `WireJob` carries `redone`: the thief runs it in
 //!   redo mode.
+//! - `SharedWrite { object, len }` (a write to a [shared object](crate::shared), from
+//!   the member that made it to every other live member; the operation follows as
+//!   payload), `SharedFetch` (a thief whose job's guard does not hold, to the member
+//!   it stole the job from), answered by one `SharedState { object, len }` per shared
+//!   object (its copy follows as payload and replaces the thief's).
 //! - `Sample` (member to master, once per monitoring period, only with
 //!   [Adaptivity](#adaptivity) on): the member's measurements.
 //! - `Leave(Leaving)` (a member that leaves gracefully, to all), answered by
@@ -454,6 +459,18 @@ impl RegistryEventHandler for Departures {
     }
 }
 
+/// Hands writes to shared objects to the driver, which broadcasts them.
+struct SharedLink(mpsc::Sender<Input>);
+
+impl crate::shared::Link for SharedLink {
+    fn write(&self, name: &str, op: Vec<u8>) {
+        let _ = self.0.send(Input::SharedWrite {
+            object: name.to_string(),
+            op,
+        });
+    }
+}
+
 /// Forwards the end of a connection from another member to the driver.
 struct Links(std::sync::Mutex<mpsc::Sender<Input>>);
 
@@ -744,6 +761,8 @@ impl Pool {
             leave: leave.clone(),
         };
         let driver = Driver::new(init)?;
+        // Writes to shared objects are broadcast by the driver from now on.
+        crate::shared::attach(Arc::new(SharedLink(tx.clone())));
         let handle = std::thread::Builder::new()
             .name("satin-driver".into())
             .spawn(move || driver.run())
@@ -900,6 +919,7 @@ impl Pool {
                 .unwrap_or_else(|_| Err(SatinError::Pool("the driver thread panicked".into()))),
             None => Ok(()),
         };
+        crate::shared::detach();
         if let Some(p) = self.port.take() {
             // After a clean end the others disconnect at once; after a failure (this
             // member lost the registry, or was cut off) they may never reach it: no

@@ -98,6 +98,25 @@ pub(crate) enum Msg {
     /// the header and the cluster from its own table; `speed` is the member's raw
     /// benchmark speed (work units per second), made relative by the master.
     Sample(satin_core::adapt::Sample),
+    /// A write to a shared object (see [`crate::shared`]), to every other member:
+    /// the serialized operation follows as payload.
+    SharedWrite {
+        /// The object's name.
+        object: String,
+        /// Length of the serialized operation (the payload).
+        len: u64,
+    },
+    /// A guard of a job stolen from the receiver does not hold: "send me your copies
+    /// of the shared objects", answered by one [`Msg::SharedState`] per object.
+    SharedFetch,
+    /// A copy of a shared object (the answer to [`Msg::SharedFetch`]): its
+    /// serialized state follows as payload.
+    SharedState {
+        /// The object's name.
+        object: String,
+        /// Length of the serialized state (the payload).
+        len: u64,
+    },
 }
 
 /// The messages of a graceful leave, in the order they are sent.

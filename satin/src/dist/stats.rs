@@ -111,6 +111,21 @@ pub struct MemberStats {
     pub adapt_added: u64,
     /// Adaptivity, on the master: members it asked `ipl-run` to remove.
     pub adapt_removed: u64,
+    /// Writes to shared objects made by this member ([`crate::Shared::write`]).
+    pub shared_writes: u64,
+    /// Messages carrying those writes to other members.
+    pub shared_updates_sent: u64,
+    /// Writes of other members applied to this member's copies.
+    pub shared_updates_received: u64,
+    /// Copies of shared objects sent to members whose guards asked for them.
+    pub shared_states_sent: u64,
+    /// Payload bytes of the shared objects' messages sent (writes and copies; they
+    /// are also part of the intra/inter bytes).
+    pub shared_bytes: u64,
+    /// Jobs from other members whose guard did not hold at once (they waited).
+    pub guard_waits: u64,
+    /// Fetches of the job's sender's copies those guards asked for.
+    pub guard_fetches: u64,
 }
 
 impl MemberStats {
@@ -183,6 +198,17 @@ impl MemberStats {
         self.results_stored = self.results_stored.saturating_add(o.results_stored);
         self.restored = self.restored.saturating_add(o.restored);
         self.elections = self.elections.saturating_add(o.elections);
+        self.shared_writes = self.shared_writes.saturating_add(o.shared_writes);
+        self.shared_updates_sent = self
+            .shared_updates_sent
+            .saturating_add(o.shared_updates_sent);
+        self.shared_updates_received = self
+            .shared_updates_received
+            .saturating_add(o.shared_updates_received);
+        self.shared_states_sent = self.shared_states_sent.saturating_add(o.shared_states_sent);
+        self.shared_bytes = self.shared_bytes.saturating_add(o.shared_bytes);
+        self.guard_waits = self.guard_waits.saturating_add(o.guard_waits);
+        self.guard_fetches = self.guard_fetches.saturating_add(o.guard_fetches);
         self.recovery_nanos = self.recovery_nanos.saturating_add(o.recovery_nanos);
         self.restart_nanos = self.restart_nanos.saturating_add(o.restart_nanos);
         self.redo_jobs = self.redo_jobs.saturating_add(o.redo_jobs);
@@ -268,6 +294,20 @@ impl MemberStats {
             ms(self.serialize_nanos),
             ms(self.deserialize_nanos)
         )?;
+        if self.shared_writes != 0 || self.shared_updates_received != 0 || self.guard_waits != 0 {
+            writeln!(
+                f,
+                "SATIN '{who}': SHARED_OBJECTS: writes = {} sent = {} msgs received = {} \
+                 copies sent = {} bytes = {} guard waits = {} guard fetches = {}",
+                self.shared_writes,
+                self.shared_updates_sent,
+                self.shared_updates_received,
+                self.shared_states_sent,
+                self.shared_bytes,
+                self.guard_waits,
+                self.guard_fetches
+            )?;
+        }
         if self.adapt_added != 0 || self.adapt_removed != 0 {
             writeln!(
                 f,

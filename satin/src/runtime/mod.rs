@@ -19,6 +19,7 @@ pub use stealer::ExternalStealer;
 
 use crate::error::SatinError;
 use crate::kernel::{AbortHandle, Ctx};
+use crate::shared::GuardPolicy;
 use crate::stats::{NetCounters, Stats};
 use crate::wire::{ErasedJob, JobRegistry};
 use crate::Job;
@@ -102,11 +103,32 @@ impl Satin {
     ///
     /// The job stops early, with [`SatinError::Aborted`], once `abort` is aborted (its
     /// owner aborted it; see [`Inlet::abort`](crate::Inlet::abort)).
+    ///
+    /// Before it runs, the job's [`Job::guard`] must hold: while it does not, the
+    /// worker waits for writes to the shared objects (see [`crate::shared`]), and
+    /// fails the job with [`SatinError::GuardTimeout`] after the default
+    /// [`GuardPolicy`]'s patience. [`Satin::execute_wire_job_from`] also fetches the
+    /// sender's copies.
     pub fn execute_wire_job(
         &self,
         job: Box<dyn ErasedJob>,
         redone: bool,
         abort: AbortHandle,
+        done: impl FnOnce(Result<Vec<u8>, SatinError>) + Send + 'static,
+    ) {
+        self.execute_wire_job_from(job, redone, abort, None, done)
+    }
+
+    /// [`Satin::execute_wire_job`], where `fetch` asks the process the job came
+    /// from for its copies of the shared objects, when the job's guard does not
+    /// hold ([`GuardPolicy`] says when); the copies replace the local ones as they
+    /// arrive (the distributed layer does that).
+    pub fn execute_wire_job_from(
+        &self,
+        job: Box<dyn ErasedJob>,
+        redone: bool,
+        abort: AbortHandle,
+        fetch: Option<Box<dyn Fn() + Send>>,
         done: impl FnOnce(Result<Vec<u8>, SatinError>) + Send + 'static,
     ) {
         let shared = self.shared.clone();
@@ -116,6 +138,20 @@ impl Satin {
                     if abort.is_aborted() {
                         // Aborted before it started: not run.
                         return Err(SatinError::Aborted);
+                    }
+                    if !job.guard() {
+                        let w = crate::shared::wait_for_guard(
+                            job.name(),
+                            &|| job.guard(),
+                            &|| abort.is_aborted(),
+                            fetch.as_deref().map(|f| f as &dyn Fn()),
+                            GuardPolicy::default(),
+                        );
+                        let w = match w {
+                            Ok(w) => w,
+                            Err(e) => return Err(e),
+                        };
+                        shared.net.add_guard(w);
                     }
                     ctx.with_abort_handle(&abort, |ctx| job.run_to_wire(ctx))
                 }))
