@@ -16,12 +16,11 @@
 //! - within a process by a [`SharedBound`] (an atomic minimum) that every job of the
 //!   same run reads before each pruning decision and lowers when it completes a shorter
 //!   tour;
-//! - between processes each job carries the bound its spawner knew ([`Tsp::bound`]):
-//!   a job stolen by another process starts with it (and lowers that process's
-//!   bound with it), and each job returns the best tour it found below its starting
-//!   bound, so the results carry improvements back. Sharing the bound between processes
-//!   while they search arrives with Satin's shared objects, behind the same [`Bound`]
-//!   trait.
+//! - between processes by a Satin shared object ([`RunBounds`]): a process that
+//!   lowers its bound writes the new length, which is applied to every other
+//!   process's bound as it arrives, while they search. Each job also carries the
+//!   bound its spawner knew ([`Tsp::bound`]), so a stolen job never starts with a
+//!   worse one than its spawner had, and returns the best tour it found below it.
 //!
 //! The distance matrix does not travel with the jobs: a [`Problem`] is registered in a
 //! process-wide table ([`register`]) under a key (a digest of its matrix) that the jobs
@@ -442,11 +441,9 @@ type Penalties = [f64; MAX_CITIES];
 /// Subgradient steps per search node (the penalties start from the parent's).
 const NODE_ITERS: usize = 6;
 
-/// The problems of this process, by key; and the bounds of the runs.
+/// The problems of this process, by key.
 struct Registry {
     problems: HashMap<u64, Arc<Problem>>,
-    /// The bounds of the latest runs (at most [`RUNS_KEPT`]), oldest first.
-    bounds: Vec<(u64, Arc<SharedBound>)>,
 }
 
 /// The runs whose bounds a process keeps. A run whose bound was dropped gets a fresh
@@ -458,13 +455,15 @@ fn registry() -> &'static Mutex<Registry> {
     R.get_or_init(|| {
         Mutex::new(Registry {
             problems: HashMap::new(),
-            bounds: Vec::new(),
         })
     })
 }
 
 /// Registers `problem` in this process for the jobs that name its key; returns it.
+/// Also makes this process's copy of the runs' bounds ([`RunBounds`]), so that
+/// every process of a pool has it before the run.
 pub fn register(problem: Problem) -> Arc<Problem> {
+    let _ = run_bounds();
     registry()
         .lock()
         .problems
@@ -477,22 +476,110 @@ fn problem(key: u64) -> Option<Arc<Problem>> {
     registry().lock().problems.get(&key).cloned()
 }
 
-/// This process's bound of run `run`, lowered to `known`.
-fn run_bound(run: u64, known: u64) -> Arc<SharedBound> {
-    let mut r = registry().lock();
-    let b = match r.bounds.iter().find(|(id, _)| *id == run) {
-        Some((_, b)) => b.clone(),
-        None => {
-            if r.bounds.len() >= RUNS_KEPT {
-                r.bounds.remove(0);
+/// The best tour lengths of the latest runs (at most [`RUNS_KEPT`], oldest first): a
+/// Satin shared object, so that a shorter tour found by any process lowers the bound
+/// of every process of the pool while they search (journal, section 3.1: the
+/// branch-and-bound bound). Each process reads its own copy's atomics at every
+/// pruning decision; a write is `(run, length)`, applied as a minimum, so writes
+/// commute and a lost or repeated one only prunes less.
+#[derive(Debug, Default)]
+pub struct RunBounds {
+    runs: Mutex<Vec<(u64, Arc<SharedBound>)>>,
+}
+
+impl RunBounds {
+    /// The bound of run `run` in this copy, lowered to `known` (made if missing).
+    pub fn get(&self, run: u64, known: u64) -> Arc<SharedBound> {
+        let mut runs = self.runs.lock();
+        let b = match runs.iter().find(|(id, _)| *id == run) {
+            Some((_, b)) => b.clone(),
+            None => {
+                if runs.len() >= RUNS_KEPT {
+                    runs.remove(0);
+                }
+                let b = Arc::new(SharedBound::new(known));
+                runs.push((run, b.clone()));
+                b
             }
-            let b = Arc::new(SharedBound::new(known));
-            r.bounds.push((run, b.clone()));
-            b
+        };
+        b.offer(known);
+        b
+    }
+}
+
+impl Serialize for RunBounds {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let v: Vec<(u64, u64)> = self
+            .runs
+            .lock()
+            .iter()
+            .map(|(r, b)| (*r, b.read()))
+            .collect();
+        v.serialize(s)
+    }
+}
+
+impl<'de> Deserialize<'de> for RunBounds {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let v = Vec::<(u64, u64)>::deserialize(d)?;
+        let b = RunBounds::default();
+        for (run, len) in v.into_iter().rev().take(RUNS_KEPT).rev() {
+            b.get(run, len);
         }
-    };
-    b.offer(known);
-    b
+        Ok(b)
+    }
+}
+
+impl satin::Replicated for RunBounds {
+    /// `(run, length)`: a tour of `length` was found in run `run`.
+    type Op = (u64, u64);
+    /// Whether it lowered this copy's bound.
+    type Output = bool;
+    fn apply(&mut self, &(run, length): &(u64, u64)) -> bool {
+        let b = self.get(run, u64::MAX);
+        b.offer(length)
+    }
+}
+
+/// The name of the runs' bounds shared object.
+pub const BOUNDS_NAME: &str = "ibis_apps::tsp::bounds";
+
+/// This process's copy of the runs' bounds (made on first use).
+fn run_bounds() -> &'static satin::Shared<RunBounds> {
+    static B: OnceLock<satin::Shared<RunBounds>> = OnceLock::new();
+    B.get_or_init(|| {
+        satin::Shared::new(BOUNDS_NAME, RunBounds::default())
+            .or_else(|_| satin::Shared::lookup(BOUNDS_NAME))
+            .expect("the runs' bounds are made once per process, under a name of their own")
+    })
+}
+
+/// The bound a job prunes with: this process's atomic for its run, whose lowering is
+/// also written to the shared object (and so sent to the other processes).
+struct PoolBound {
+    run: u64,
+    local: Arc<SharedBound>,
+}
+
+impl Bound for PoolBound {
+    fn read(&self) -> u64 {
+        self.local.read()
+    }
+    fn offer(&self, length: u64) -> bool {
+        let lowered = self.local.offer(length);
+        if lowered {
+            run_bounds().write((self.run, length));
+        }
+        lowered
+    }
+}
+
+/// This process's bound of run `run`, lowered to `known`.
+fn run_bound(run: u64, known: u64) -> PoolBound {
+    PoolBound {
+        run,
+        local: run_bounds().read(|b| b.get(run, known)),
+    }
 }
 
 /// A run's identity: different for every root job of every process.
@@ -574,13 +661,13 @@ impl Job for Tsp {
         }
         if self.path.len() >= self.spawn_depth as usize || self.path.len() == p.n {
             let mut path = self.path;
-            return Ok(p.search_below(&mut path, visited, self.length, &*bound, &pi));
+            return Ok(p.search_below(&mut path, visited, self.length, &bound, &pi));
         }
         let last = last as usize;
         let mut f = ctx.frame();
         let mut tickets = Vec::new();
         for &c in &p.near[last] {
-            let Some((length, _, child_pi)) = p.child(last, c, visited, self.length, &pi, &*bound)
+            let Some((length, _, child_pi)) = p.child(last, c, visited, self.length, &pi, &bound)
             else {
                 continue;
             };
