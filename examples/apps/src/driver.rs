@@ -402,6 +402,21 @@ pub struct UtsArgs {
     /// sequentially (0..=1000: each level is a nested frame on a worker's stack).
     #[arg(long, value_name = "H", default_value_t = 8, value_parser = clap::value_parser!(u32).range(0..=1000))]
     pub spawn_depth: u32,
+    /// Below the spawn depth a job walks C nodes and spawns a job for each node left
+    /// (0: a job walks its whole subtree), 0 or 16..=10^12 (each job left unfinished
+    /// is a nested frame on a worker's stack: at least 16 nodes per job keeps a
+    /// thousands of levels deep binomial tree within it).
+    #[arg(long, value_name = "C", default_value_t = uts::DEFAULT_CHUNK, value_parser = chunk)]
+    pub chunk: u64,
+}
+
+fn chunk(s: &str) -> Result<u64, String> {
+    let x: u64 = s.parse().map_err(|e| format!("{e}"))?;
+    if x == 0 || (16..=1_000_000_000_000).contains(&x) {
+        Ok(x)
+    } else {
+        Err(format!("{s} is not 0 or in 16..=1000000000000"))
+    }
 }
 
 fn branching(s: &str) -> Result<f64, String> {
@@ -446,7 +461,7 @@ impl Application for UtsArgs {
          tree (the reference program's options: uts -t 1 -a 3 -d 10 -b 4 -r 19)";
     fn run(&self, o: &Options) -> Result<(), String> {
         let p = self.params();
-        let spawn_depth = self.spawn_depth;
+        let (spawn_depth, chunk) = (self.spawn_depth, self.chunk);
         drive(
             o,
             &format!(
@@ -462,7 +477,7 @@ impl Application for UtsArgs {
                 self.granularity
             ),
             || uts::uts_seq(&p),
-            |s| s.run(uts::Uts::new(p, spawn_depth)),
+            |s| s.run(uts::Uts::new(p, spawn_depth).with_chunk(chunk)),
         )
     }
 }

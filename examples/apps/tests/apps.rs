@@ -150,6 +150,10 @@ fn uts_counts() {
             for spawn_depth in [2, 1000] {
                 assert_eq!(s.run(uts::Uts::new(*p, spawn_depth)), want, "{p:?}");
             }
+            for chunk in [0, 1, 64] {
+                let job = uts::Uts::new(*p, 2).with_chunk(chunk);
+                assert_eq!(s.run(job), want, "{p:?} chunk {chunk}");
+            }
         }
     }
 }
