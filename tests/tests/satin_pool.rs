@@ -249,7 +249,8 @@ fn raytrace_on_pools() {
 #[test]
 fn setcover_on_pools() {
     // An OR-Library-format file (30 rows, 20 columns; every member reads it by its
-    // absolute path) and a random instance, spawning down to 4 and 8 decisions.
+    // absolute path) and a random instance of some ten thousand nodes, spawning down
+    // to 4 and 8 decisions.
     let file = concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/../examples/apps/tests/data/scp-small.txt"
@@ -259,11 +260,11 @@ fn setcover_on_pools() {
         "setcover",
         &[
             "--random",
-            "40",
-            "60",
-            "0.08",
+            "70",
+            "160",
+            "0.05",
             "--seed",
-            "5",
+            "1",
             "--spawn-depth",
             "8",
         ],
