@@ -39,8 +39,6 @@ pub const DEFAULT_BLOCK: u32 = 32;
 /// The nearest distance along a ray that counts as a hit (so that a ray leaving a
 /// surface does not hit that surface again).
 const EPSILON: f64 = 1e-9;
-/// The ambient light's share of a surface's colour.
-const AMBIENT: f64 = 0.1;
 
 /// A ray: an origin and a unit direction.
 #[derive(Debug, Clone, Copy)]
@@ -167,7 +165,7 @@ impl Scene {
         }
         let view = -ray.dir;
         let intensity = 1.0 / (sphereflake::LIGHTS.len() as f64).sqrt();
-        let mut color = m.color * AMBIENT;
+        let mut color = m.color * m.ka;
         for light in sphereflake::LIGHTS {
             let to = light - p;
             let dist = to.length();

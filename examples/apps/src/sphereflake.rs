@@ -6,7 +6,9 @@
 //! A sphere's children touch it: six around its equator, 60 degrees apart, and three
 //! on its upper hemisphere (60 degrees above the equator, between the equator's),
 //! "up" being the direction from its parent (the root's is +z). The bottom hemisphere
-//! is where it sits on its parent, so it carries nothing. Size `n` has
+//! is where it sits on its parent, so it carries nothing. (The SPD program tilts three
+//! trios of children instead: the counts, radii, lights, view, colours and surfaces
+//! here are the SPD's, the children's angles are not.) Size `n` has
 //! `1 + 9 + ... + 9^n` spheres ([`sphere_count`]): 7381 at size 4.
 //!
 //! The spheres are stored as a tree, each node with the radius of a sphere around its
@@ -39,14 +41,16 @@ pub const LIGHTS: [V3; 3] = [
 /// The floor: the square `|x|, |y| <= FLOOR_HALF` at `z = FLOOR_Z`, under the root.
 pub const FLOOR_Z: f64 = -0.5;
 /// Half the side of the floor square.
-pub const FLOOR_HALF: f64 = 6.0;
+pub const FLOOR_HALF: f64 = 12.0;
 
-/// A surface: its colour and Phong coefficients (diffuse, specular, the specular
-/// exponent); the specular coefficient is also the reflectance.
+/// A surface: its colour and Phong coefficients (ambient, diffuse, specular, the
+/// specular exponent); the specular coefficient is also the reflectance.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Material {
     /// The colour, each channel in 0..=1.
     pub color: V3,
+    /// The ambient coefficient.
+    pub ka: f64,
     /// The diffuse coefficient.
     pub kd: f64,
     /// The specular coefficient (and the reflectance).
@@ -55,17 +59,19 @@ pub struct Material {
     pub shine: f64,
 }
 
-/// The spheres' surface (the SPD's: a shiny cream).
+/// The spheres' surface (the SPD's: a mirrored cream).
 pub const SPHERE_MATERIAL: Material = Material {
     color: V3::new(1.0, 0.9, 0.7),
+    ka: 0.0,
     kd: 0.5,
     ks: 0.5,
-    shine: 3.0827,
+    shine: 37.0,
 };
 
-/// The floor's surface (matte orange).
+/// The floor's surface (the SPD's matte beige).
 pub const FLOOR_MATERIAL: Material = Material {
     color: V3::new(1.0, 0.75, 0.33),
+    ka: 0.2,
     kd: 0.8,
     ks: 0.0,
     shine: 0.0,
