@@ -4,11 +4,10 @@
 //! (level); a square floor under it, three lights and the SPD's viewpoint.
 //!
 //! A sphere's children touch it: six around its equator, 60 degrees apart, and three
-//! on its upper hemisphere (60 degrees above the equator, between the equator's),
-//! "up" being the direction from its parent (the root's is +z). The bottom hemisphere
-//! is where it sits on its parent, so it carries nothing. (The SPD program tilts three
-//! trios of children instead: the counts, radii, lights, view, colours and surfaces
-//! here are the SPD's, the children's angles are not.) Size `n` has
+//! on its upper hemisphere (54.7 degrees above the equator, between the equator's),
+//! "up" being the direction from its parent (the root's is +z); the SPD's placement.
+//! The bottom hemisphere is where it sits on its parent, so it carries nothing. Size
+//! `n` has
 //! `1 + 9 + ... + 9^n` spheres ([`sphere_count`]): 7381 at size 4.
 //!
 //! The spheres are stored as a tree, each node with the radius of a sphere around its
@@ -114,25 +113,38 @@ pub fn sphere_count(size: u32) -> Option<u64> {
     Some(total)
 }
 
-/// The directions of a sphere's 9 children, in the frame whose "up" is `axis` (unit).
+/// `v` turned by the rotation that takes +z to the unit vector `d` (about the axis
+/// perpendicular to both; a half turn about y if `d` is -z).
+fn rotate_from_z(v: V3, d: V3) -> V3 {
+    if d.z >= 1.0 {
+        return v;
+    }
+    if d.z <= -1.0 {
+        return V3::new(-v.x, v.y, -v.z);
+    }
+    let axis = V3::new(0.0, 0.0, 1.0).cross(d).normalized();
+    let (sin, cos) = (1.0 - d.z * d.z).sqrt().min(1.0).atan2(d.z).sin_cos();
+    // Rodrigues' formula.
+    v * cos + axis.cross(v) * sin + axis * (axis.dot(v) * (1.0 - cos))
+}
+
+/// The directions of a sphere's 9 children when its "up" is `axis` (unit): in the
+/// frame where up is +z, six on the equator at azimuths 15, 75, ..., 315 degrees and
+/// three at the elevation asin(2 / sqrt 6) (54.7 degrees) at azimuths 45, 165 and 285
+/// (the SPD's set: a tilted trio turned by thirds of a turn), turned by the rotation
+/// that takes +z to `axis`.
 fn child_directions(axis: V3) -> [V3; 9] {
-    // Any vector not parallel to the axis gives the frame's first horizontal axis.
-    let helper = if axis.x.abs() < 0.9 {
-        V3::new(1.0, 0.0, 0.0)
-    } else {
-        V3::new(0.0, 1.0, 0.0)
-    };
-    let u = axis.cross(helper).normalized();
-    let v = axis.cross(u);
+    let top = (2.0 / 6.0f64.sqrt()).asin();
     let mut dirs = [V3::ZERO; 9];
     for (k, d) in dirs.iter_mut().enumerate() {
-        let (azimuth, elevation): (f64, f64) = if k < 6 {
-            (k as f64 * 60.0, 0.0)
+        let (azimuth, elevation) = if k < 6 {
+            ((15.0 + 60.0 * k as f64).to_radians(), 0.0)
         } else {
-            ((k - 6) as f64 * 120.0 + 30.0, 60.0)
+            ((45.0 + 120.0 * (k - 6) as f64).to_radians(), top)
         };
-        let (a, e) = (azimuth.to_radians(), elevation.to_radians());
-        *d = (u * (a.cos() * e.cos()) + v * (a.sin() * e.cos()) + axis * e.sin()).normalized();
+        let (sa, ca) = azimuth.sin_cos();
+        let (se, ce) = f64::sin_cos(elevation);
+        *d = rotate_from_z(V3::new(ca * ce, sa * ce, se), axis).normalized();
     }
     dirs
 }
@@ -228,11 +240,45 @@ mod tests {
                 assert!((c.radius - p.radius / 3.0).abs() < 1e-15);
                 let d = (c.center - p.center).length();
                 assert!((d - (p.radius + c.radius)).abs() < 1e-12, "touching: {d}");
+                // Not below the parent's equator: that is where the parent sits.
+                let up = if i == 0 {
+                    UP
+                } else {
+                    let grand = (0..i).find(|&g| f.children(g).contains(&p)).unwrap();
+                    (p.center - f.nodes[grand].center).normalized()
+                };
+                let elevation = ((c.center - p.center).normalized().dot(up)).asin();
+                assert!(elevation > -1e-12, "a child below the equator: {elevation}");
                 for o in &kids[a + 1..] {
                     let gap = (o.center - c.center).length() - 2.0 * c.radius;
                     assert!(gap > 0.0, "siblings overlap by {gap}");
                 }
             }
+        }
+    }
+
+    #[test]
+    fn the_rotation_takes_z_to_the_axis() {
+        let z = V3::new(0.0, 0.0, 1.0);
+        for d in [
+            V3::new(1.0, 2.0, 3.0),
+            V3::new(-1.0, 0.5, -2.0),
+            V3::new(0.0, 1.0, 0.0),
+            V3::new(0.0, 0.0, -1.0),
+            z,
+        ] {
+            let d = d.normalized();
+            assert!((rotate_from_z(z, d) - d).length() < 1e-12, "{d:?}");
+            let v = V3::new(0.3, -0.7, 0.2);
+            let r = rotate_from_z(v, d);
+            assert!(
+                (r.length() - v.length()).abs() < 1e-12,
+                "a rotation keeps lengths"
+            );
+            assert!(
+                (r.dot(d) - v.dot(z)).abs() < 1e-12,
+                "and angles to the axis"
+            );
         }
     }
 
