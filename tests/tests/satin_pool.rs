@@ -237,6 +237,55 @@ fn tsp_on_pools() {
     }
 }
 
+#[test]
+fn raytrace_on_pools() {
+    // The sphereflake of size 2 at 64x48 in blocks of 8 (48 jobs): the master checks
+    // every pixel against the sequential image and writes the PNG.
+    for &shape in SHAPES {
+        let png = report_path().with_extension("png");
+        let out = png.to_str().expect("a UTF-8 temp path");
+        let kv = pool(
+            "raytrace",
+            &[
+                "--size", "2", "--width", "64", "--height", "48", "--block", "8", "--output", out,
+            ],
+            shape,
+        );
+        assert!(kv["result"].starts_with("64x48, pixels "), "{kv:?}");
+        let bytes = std::fs::read(&png).unwrap_or_else(|e| panic!("{shape:?}: no PNG: {e}"));
+        let _ = std::fs::remove_file(&png);
+        assert!(
+            bytes.starts_with(b"\x89PNG\r\n\x1a\n"),
+            "{shape:?}: not a PNG"
+        );
+    }
+}
+
+#[test]
+fn setcover_on_pools() {
+    // An OR-Library-format file (30 rows, 20 columns; every member reads it by its
+    // absolute path) and a random instance of some ten thousand nodes, spawning down
+    // to 4 and 8 decisions.
+    let file = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../examples/apps/tests/data/scp-small.txt"
+    );
+    every_shape("setcover", &[file, "--spawn-depth", "4"]);
+    every_shape(
+        "setcover",
+        &[
+            "--random",
+            "70",
+            "160",
+            "0.05",
+            "--seed",
+            "1",
+            "--spawn-depth",
+            "8",
+        ],
+    );
+}
+
 /// Work is really stolen across processes (and every job given away came back:
 /// the totals agree), under both policies, inside a cluster and across clusters.
 #[test]

@@ -14,7 +14,8 @@
 //! tolerance the search reaches, and at most [`max_workers`] worker threads.
 
 use crate::{
-    barnes, fib, ida, integrate, knapsack, matmul, noverk, nqueens, primes, sat, tsp, tsplib, uts,
+    barnes, fib, ida, integrate, knapsack, matmul, noverk, nqueens, primes, raytrace, sat, scp,
+    setcover, sphereflake, tsp, tsplib, uts,
 };
 use clap::builder::RangedU64ValueParser;
 use clap::error::ErrorKind;
@@ -729,6 +730,209 @@ impl Application for BarnesArgs {
     }
 }
 
+/// `raytrace --size N --width W --height H --output FILE.png`: the SPD sphereflake
+/// rendered by a Whitted raytracer.
+#[derive(Args, Debug, Clone)]
+pub struct RaytraceArgs {
+    /// The sphereflake's size: levels of 9 spheres below the root, 0..=7
+    /// (1 + 9 + ... + 9^N spheres: 7381 at 4, 5.4 million at 7).
+    #[arg(long, value_name = "N", default_value_t = 4, value_parser = clap::value_parser!(u32).range(0..=sphereflake::MAX_SIZE as i64))]
+    pub size: u32,
+    /// The image's width in pixels, 1..=16384.
+    #[arg(long, value_name = "W", default_value_t = 512, value_parser = clap::value_parser!(u32).range(1..=raytrace::MAX_SIDE as i64))]
+    pub width: u32,
+    /// The image's height in pixels, 1..=16384 (at most 2^26 pixels in all).
+    #[arg(long, value_name = "H", default_value_t = 512, value_parser = clap::value_parser!(u32).range(1..=raytrace::MAX_SIDE as i64))]
+    pub height: u32,
+    /// The PNG file to write (on a pool the master writes it).
+    #[arg(long, value_name = "FILE.png")]
+    pub output: PathBuf,
+    /// Rectangles of at most B x B pixels are rendered without spawning, 1..=16384.
+    #[arg(long, value_name = "B", default_value_t = raytrace::DEFAULT_BLOCK, value_parser = clap::value_parser!(u32).range(1..=raytrace::MAX_SIDE as i64))]
+    pub block: u32,
+}
+
+/// The image `raytrace` rendered, or why the Satin run has none. Equal when both are
+/// images with the same pixels; printed as the size and a digest of the pixels.
+pub struct Rendered(pub Result<Arc<raytrace::Image>, String>);
+
+impl PartialEq for Rendered {
+    fn eq(&self, o: &Rendered) -> bool {
+        matches!((&self.0, &o.0), (Ok(a), Ok(b)) if a == b)
+    }
+}
+
+impl Debug for Rendered {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.0 {
+            Ok(i) => Debug::fmt(i, f),
+            Err(e) => write!(f, "error: {e}"),
+        }
+    }
+}
+
+impl Application for RaytraceArgs {
+    const NAME: &'static str = "raytrace";
+    const ABOUT: &'static str =
+        "A Whitted raytracer (shadows, reflection, Phong shading) of the SPD \"balls\" \
+         scene, the sphereflake, to a PNG file; prints the size and a digest of the pixels \
+         (--check compares every pixel)";
+    fn validate(&self) -> Result<(), String> {
+        raytrace::check_dimensions(self.width, self.height)
+    }
+    fn run(&self, o: &Options) -> Result<(), String> {
+        let (size, w, h, block) = (self.size, self.width, self.height, self.block);
+        let scene = raytrace::scene(size)
+            .ok_or_else(|| format!("size {size} is beyond {}", sphereflake::MAX_SIZE))?;
+        // The image to write: the Satin one (or the sequential one of `--seq`), kept
+        // by the process that rendered the root.
+        let written: parking_lot::Mutex<Option<Arc<raytrace::Image>>> = Default::default();
+        let seq_only = o.seq;
+        drive(
+            o,
+            &format!(
+                "raytrace(size {size}: {} spheres, {w}x{h})",
+                scene.flake.nodes.len()
+            ),
+            || {
+                let img = Arc::new(raytrace::render_seq(&scene, w, h));
+                if seq_only {
+                    *written.lock() = Some(img.clone());
+                }
+                Rendered(Ok(img))
+            },
+            |s| {
+                let r = raytrace::render_satin(s, size, w, h, block).map(Arc::new);
+                if let Ok(img) = &r {
+                    *written.lock() = Some(img.clone());
+                }
+                Rendered(r)
+            },
+        )?;
+        if let Some(img) = written.lock().take() {
+            img.write_png(&self.output)?;
+            out!("wrote {}", self.output.display());
+        }
+        Ok(())
+    }
+}
+
+/// `setcover FILE | --random ROWS COLUMNS DENSITY`: the minimum-cost set cover by
+/// branch and bound.
+#[derive(Args, Debug, Clone)]
+pub struct SetCoverArgs {
+    /// An instance in the OR-Library's SCP format (rows and columns, every column's
+    /// cost, then each row's number of columns and their 1-based numbers). On a pool
+    /// every process reads it: give a path valid on every host.
+    #[arg(required_unless_present = "random", conflicts_with = "random")]
+    pub file: Option<PathBuf>,
+    /// A random instance instead: ROWS and COLUMNS (1..=100000 each, at most 2^26
+    /// pairs), each column covering each row with probability DENSITY (0 < DENSITY <=
+    /// 1), costs 1..=100.
+    #[arg(long, num_args = 3, value_names = ["ROWS", "COLUMNS", "DENSITY"])]
+    pub random: Option<Vec<String>>,
+    /// The random instance's seed.
+    #[arg(long, value_name = "S", default_value_t = 1)]
+    pub seed: u64,
+    /// Every column costs 1: the fewest columns that cover every row.
+    #[arg(long)]
+    pub unicost: bool,
+    /// Nodes with fewer include/exclude decisions spawn both children, 0..=64.
+    #[arg(long, value_name = "D", default_value_t = 10, value_parser = clap::value_parser!(u32).range(0..=64))]
+    pub spawn_depth: u32,
+}
+
+impl SetCoverArgs {
+    /// The random instance's sizes and density, checked.
+    fn random_args(r: &[String]) -> Result<(usize, usize, f64), String> {
+        let count = |what: &str, s: &str| -> Result<usize, String> {
+            match s.parse::<usize>() {
+                Ok(n) if (1..=100_000).contains(&n) => Ok(n),
+                _ => Err(format!("--random: {what} `{s}` is not in 1..=100000")),
+            }
+        };
+        let [rows, columns, density] = r else {
+            return Err("--random takes ROWS COLUMNS DENSITY".into());
+        };
+        let (rows, columns) = (count("ROWS", rows)?, count("COLUMNS", columns)?);
+        if rows * columns > 1 << 26 {
+            return Err(format!(
+                "--random: {rows} x {columns} is more than 2^26 (row, column) pairs"
+            ));
+        }
+        match density.parse::<f64>() {
+            Ok(d) if d > 0.0 && d <= 1.0 => Ok((rows, columns, d)),
+            _ => Err(format!("--random: DENSITY `{density}` is not in (0, 1]")),
+        }
+    }
+
+    /// The instance: read from the file, or generated.
+    pub fn instance(&self) -> Result<scp::Instance, String> {
+        let inst = match (&self.file, &self.random) {
+            (Some(path), _) => scp::Instance::read(path)?,
+            (None, Some(r)) => {
+                let (rows, columns, density) = Self::random_args(r)?;
+                scp::Instance::random(rows, columns, density, self.seed)
+            }
+            (None, None) => return Err("a FILE or --random ROWS COLUMNS DENSITY is needed".into()),
+        };
+        Ok(if self.unicost { inst.unicost() } else { inst })
+    }
+}
+
+/// The answer of `setcover`: the optimal cover, or why the Satin run has none.
+pub struct Covered(pub Result<setcover::Cover, String>);
+
+impl PartialEq for Covered {
+    /// Equal costs (two optimal covers are equal), see [`setcover::Cover`].
+    fn eq(&self, o: &Covered) -> bool {
+        matches!((&self.0, &o.0), (Ok(a), Ok(b)) if a == b)
+    }
+}
+
+impl Debug for Covered {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.0 {
+            Ok(c) => Debug::fmt(c, f),
+            Err(e) => write!(f, "error: {e}"),
+        }
+    }
+}
+
+impl Application for SetCoverArgs {
+    const NAME: &'static str = "setcover";
+    const ABOUT: &'static str =
+        "The minimum-cost set cover of an OR-Library SCP instance (or a random one) by \
+         branch and bound; prints the cost and the columns (--check compares the costs)";
+    fn validate(&self) -> Result<(), String> {
+        match &self.random {
+            Some(r) => Self::random_args(r).map(|_| ()),
+            None => Ok(()),
+        }
+    }
+    fn run(&self, o: &Options) -> Result<(), String> {
+        let inst = self.instance()?;
+        let what = format!(
+            "setcover({}{} rows, {} columns{})",
+            self.file
+                .as_ref()
+                .map_or(String::new(), |p| format!("{}: ", p.display())),
+            inst.rows,
+            inst.columns(),
+            if self.unicost { ", unicost" } else { "" }
+        );
+        // Before the run, in every process of a pool: the jobs name it by its key.
+        let problem = setcover::register(setcover::Problem::new(&inst));
+        let spawn_depth = self.spawn_depth;
+        drive(
+            o,
+            &what,
+            || Covered(Ok(problem.solve_seq())),
+            |s| Covered(setcover::solve(s, &problem, spawn_depth)),
+        )
+    }
+}
+
 /// Every application, by name: the command line of `satin-app APP ARGS...`.
 #[derive(Subcommand, Debug, Clone)]
 pub enum App {
@@ -756,6 +960,10 @@ pub enum App {
     Tsp(Cli<TspArgs>),
     /// Barnes-Hut N-body simulation, the bodies as a shared object or as parameters.
     Barnes(Cli<BarnesArgs>),
+    /// The SPD sphereflake rendered by a raytracer to a PNG file.
+    Raytrace(Cli<RaytraceArgs>),
+    /// The minimum-cost set cover of an SCP instance by branch and bound.
+    Setcover(Cli<SetCoverArgs>),
 }
 
 impl App {
@@ -778,6 +986,8 @@ impl App {
             App::Ida(c) => go(c),
             App::Tsp(c) => go(c),
             App::Barnes(c) => go(c),
+            App::Raytrace(c) => go(c),
+            App::Setcover(c) => go(c),
         }
     }
 }

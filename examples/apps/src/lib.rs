@@ -3,8 +3,11 @@
 //! - The Satin applications of thesis section 2.7 ([`fib`], [`nqueens`], [`integrate`],
 //!   [`knapsack`], [`noverk`], [`primes`], [`matmul`], [`ida`]: IDA* on the
 //!   15-puzzle), [`uts`], the Unbalanced Tree Search benchmark, and [`sat`], a DPLL
-//!   solver with speculative branches and abort, and [`barnes`], Barnes-Hut with the
-//!   bodies as a Satin shared object or as job parameters: each has a sequential version
+//!   solver with speculative branches and abort, [`raytrace`], a Whitted raytracer of
+//!   the SPD sphereflake ([`sphereflake`], [`vec3`]) writing PNG files,
+//!   [`setcover`], the minimum-cost set cover by branch and bound on OR-Library files
+//!   ([`scp`]), and [`barnes`], Barnes-Hut with the bodies as a Satin shared object or
+//!   as job parameters: each has a sequential version
 //!   (the program with spawn/sync removed) and a Satin version (remote-capable jobs,
 //!   registered with `#[satin::job]`). [`driver`] is the command line their binaries
 //!   share (`fib 30 --check`, alone or under `ipl-run`).
@@ -29,11 +32,16 @@ pub mod members;
 pub mod noverk;
 pub mod nqueens;
 pub mod primes;
+pub mod raytrace;
 pub mod sat;
+pub mod scp;
+pub mod setcover;
 pub mod sine;
+pub mod sphereflake;
 pub mod tsp;
 pub mod tsplib;
 pub mod uts;
+pub mod vec3;
 
 /// The top-level README's examples (the IPL, Satin, RMI, replicated objects), compiled
 /// and run as doc tests: this crate depends on every model they use.

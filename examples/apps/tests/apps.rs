@@ -2,7 +2,8 @@
 //! workers.
 
 use ibis_apps::{
-    driver, fib, ida, integrate, knapsack, matmul, noverk, nqueens, primes, sat, tsp, uts,
+    driver, fib, ida, integrate, knapsack, matmul, noverk, nqueens, primes, raytrace, sat, scp,
+    setcover, tsp, uts,
 };
 use satin::Satin;
 use std::sync::Arc;
@@ -111,6 +112,8 @@ fn jobs_are_registered_by_name() {
         "ibis_apps::ida::Ida",
         "ibis_apps::ida::IdaNode",
         "ibis_apps::tsp::Tsp",
+        "ibis_apps::raytrace::Render",
+        "ibis_apps::setcover::SetCover",
     ] {
         assert!(s.registry().contains(name), "{name}: {:?}", s.registry());
     }
@@ -301,6 +304,63 @@ fn tsp_finds_the_known_optima_of_tsplib_instances() {
             let what = format!("{file} on {} workers, spawn depth {depth}", s.workers());
             assert_eq!(t.length, optimum, "{what}");
             check_tour(&p, &t, &what);
+        }
+    }
+}
+
+#[test]
+fn raytrace_images_equal_the_rows_image() {
+    // Every pixel of the Satin image equals the row-by-row one, whatever the blocks,
+    // for a square and a wide image (halved across their longer sides).
+    for (size, w, h) in [(2, 40, 40), (3, 61, 17)] {
+        let scene = raytrace::scene(size).unwrap();
+        let want = raytrace::render_seq(&scene, w, h);
+        for (s, block) in pools().iter().zip([3, 8, 64]) {
+            let got = raytrace::render_satin(s, size, w, h, block).unwrap();
+            assert!(
+                got == want,
+                "size {size}, {w}x{h} on {} workers, block {block}",
+                s.workers()
+            );
+        }
+    }
+}
+
+#[test]
+fn setcover_finds_the_optimum_of_a_file_and_of_random_instances() {
+    // tests/data/scp-small.txt: 30 rows, 20 columns, in the OR-Library's format; its
+    // optimum by trying all 2^20 subsets of the columns.
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/scp-small.txt");
+    let inst = scp::Instance::read(&path).unwrap();
+    assert_eq!((inst.rows, inst.columns()), (30, 20));
+    let p = setcover::register(setcover::Problem::new(&inst));
+    let brute = (0u32..1 << 20)
+        .filter_map(|set| {
+            let cols: Vec<u32> = (0..20).filter(|j| set & (1 << j) != 0).collect();
+            p.cost_of(&cols)
+        })
+        .min()
+        .unwrap();
+    let seq = p.solve_seq();
+    assert_eq!(seq.cost, brute);
+    let random = setcover::register(setcover::Problem::new(&scp::Instance::random(
+        40, 60, 0.08, 5,
+    )));
+    let random_seq = random.solve_seq();
+    for (s, depth) in pools().iter().zip([2, 6, 10]) {
+        for (p, want) in [(&p, &seq), (&random, &random_seq)] {
+            let got = setcover::solve(s, p, depth).unwrap();
+            assert_eq!(
+                got.cost,
+                want.cost,
+                "{} workers, depth {depth}",
+                s.workers()
+            );
+            assert_eq!(
+                p.cost_of(&got.columns),
+                Some(got.cost),
+                "a cover of its cost"
+            );
         }
     }
 }

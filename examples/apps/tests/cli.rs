@@ -16,6 +16,8 @@ fn every_application_has_a_clean_command_line() {
         env!("CARGO_BIN_EXE_ida"),
         env!("CARGO_BIN_EXE_sat"),
         env!("CARGO_BIN_EXE_tsp"),
+        env!("CARGO_BIN_EXE_raytrace"),
+        env!("CARGO_BIN_EXE_setcover"),
         env!("CARGO_BIN_EXE_asp"),
         env!("CARGO_BIN_EXE_tsp-repmi"),
         env!("CARGO_BIN_EXE_rmi-hello"),

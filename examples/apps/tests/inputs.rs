@@ -264,3 +264,92 @@ fn tsp_rejects_bad_files_naming_the_line() {
     assert_eq!(out.status.code(), Some(1), "{out:?}");
     assert!(err.contains("reading /nonexistent/dir/x.tsp"), "{err}");
 }
+
+#[test]
+fn raytrace_rejects_scenes_and_images_beyond_memory() {
+    let rt = env!("CARGO_BIN_EXE_raytrace");
+    let out = std::env::temp_dir().join(format!("raytrace-inputs-{}.png", std::process::id()));
+    let out = out.to_str().unwrap();
+    rejects(rt, &["--size", "8", "--output", out], &["--size", "0..=7"]);
+    rejects(
+        rt,
+        &["--width", "0", "--output", out],
+        &["--width", "1..=16384"],
+    );
+    rejects(
+        rt,
+        &["--height", "16385", "--output", out],
+        &["--height", "1..=16384"],
+    );
+    rejects(
+        rt,
+        &["--width", "16384", "--height", "16384", "--output", out],
+        &["16384x16384", "at most 67108864"],
+    );
+    rejects(rt, &["--block", "0", "--output", out], &["--block"]);
+    rejects(rt, &["--size", "1"], &["--output"]);
+    // An output that cannot be written is an error after the run, exit status 1.
+    fails(
+        rt,
+        &[
+            "--size",
+            "0",
+            "--width",
+            "4",
+            "--height",
+            "4",
+            "--output",
+            "/nonexistent/dir/x.png",
+        ],
+        &["writing /nonexistent/dir/x.png"],
+    );
+}
+
+#[test]
+fn setcover_rejects_bad_arguments_and_files_naming_the_line() {
+    let sc = env!("CARGO_BIN_EXE_setcover");
+    rejects(sc, &[], &["<FILE>"]);
+    rejects(sc, &["--random", "0", "10", "0.1"], &["ROWS", "1..=100000"]);
+    rejects(
+        sc,
+        &["--random", "10", "x", "0.1"],
+        &["COLUMNS", "1..=100000"],
+    );
+    rejects(sc, &["--random", "10", "10", "0"], &["DENSITY", "(0, 1]"]);
+    rejects(sc, &["--random", "10", "10", "NaN"], &["DENSITY", "(0, 1]"]);
+    rejects(sc, &["--random", "100000", "100000", "0.5"], &["2^26"]);
+    rejects(
+        sc,
+        &["--random", "10", "10", "0.5", "--spawn-depth", "65"],
+        &["0..=64"],
+    );
+    let dir = std::env::temp_dir().join(format!("setcover-inputs-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = |name: &str, text: &str| {
+        let p = dir.join(name);
+        std::fs::write(&p, text).unwrap();
+        p.to_str().unwrap().to_string()
+    };
+    let range = file("range.txt", "2 3\n1 1 1\n2 1 2\n1 4\n");
+    fails(
+        sc,
+        &[&range],
+        &["range.txt: line 4:", "column 1 of row 2 is 4"],
+    );
+    let short = file("short.txt", "2 3\n1 1 1\n2 1 2\n2 3\n");
+    fails(
+        sc,
+        &[&short],
+        &["short.txt: line 4:", "ends before column 2 of row 2"],
+    );
+    let word = file("word.txt", "2 3\n1 one 1\n");
+    fails(
+        sc,
+        &[&word],
+        &["word.txt: line 2:", "the cost of column 2 is `one`"],
+    );
+    let empty = file("empty.txt", "");
+    fails(sc, &[&empty], &["empty.txt: line 1:", "the number of rows"]);
+    fails(sc, &["/nonexistent/dir/x.txt"], &["/nonexistent/dir/x.txt"]);
+    let _ = std::fs::remove_dir_all(&dir);
+}
