@@ -2,8 +2,9 @@
 //!
 //! - The Satin applications of thesis section 2.7 ([`fib`], [`nqueens`], [`integrate`],
 //!   [`knapsack`], [`noverk`], [`primes`], [`matmul`], [`ida`]: IDA* on the
-//!   15-puzzle), [`uts`], the Unbalanced Tree Search benchmark, and [`sat`], a DPLL
-//!   solver with speculative branches and abort: each has a sequential version
+//!   15-puzzle), [`uts`], the Unbalanced Tree Search benchmark, [`sat`], a DPLL
+//!   solver with speculative branches and abort, and [`othello`], alpha-beta game-tree
+//!   search whose speculative children are aborted on a cutoff: each has a sequential version
 //!   (the program with spawn/sync removed) and a Satin version (remote-capable jobs,
 //!   registered with `#[satin::job]`). [`driver`] is the command line their binaries
 //!   share (`fib 30 --check`, alone or under `ipl-run`).
@@ -26,6 +27,7 @@ pub mod matmul;
 pub mod members;
 pub mod noverk;
 pub mod nqueens;
+pub mod othello;
 pub mod primes;
 pub mod sat;
 pub mod sine;

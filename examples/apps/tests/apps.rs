@@ -111,6 +111,7 @@ fn jobs_are_registered_by_name() {
         "ibis_apps::ida::Ida",
         "ibis_apps::ida::IdaNode",
         "ibis_apps::tsp::Tsp",
+        "ibis_apps::othello::Node",
     ] {
         assert!(s.registry().contains(name), "{name}: {:?}", s.registry());
     }
