@@ -197,6 +197,44 @@ fn sat_on_pools() {
     }
 }
 
+/// Othello: alpha-beta from the initial position and from the one after d3 (White to
+/// move, given as text), spawning the children after the first at the nodes fewer than
+/// 3 plies from the root; a cutoff aborts the speculative siblings on whatever process
+/// they run (and, once, without abort). The master's check compares the value with
+/// the sequential search. The root's window is infinite, so its children after the
+/// first are never aborted: each gives its value to an inlet.
+#[test]
+fn othello_on_pools() {
+    let after_d3 = concat!(
+        "--------",
+        "--------",
+        "---X----",
+        "---XX---",
+        "---XO---",
+        "--------",
+        "--------",
+        "-------- O"
+    );
+    for (position, abort) in [(None, true), (Some(after_d3), true), (None, false)] {
+        let mut args = vec!["--depth", "8", "--spawn-depth", "3"];
+        if let Some(p) = position {
+            args.extend(["--position", p]);
+        }
+        if !abort {
+            args.push("--no-abort");
+        }
+        let shapes: &[Shape] = if abort { SHAPES } else { &SHAPES[..1] };
+        for &shape in shapes {
+            let kv = pool("othello", &args, shape);
+            let inlets: u64 = kv["inlets"].parse().expect("a number");
+            // The initial position has 4 moves, the one after d3 3: the root's
+            // inlets alone.
+            assert!(inlets >= 2, "{shape:?}: {kv:?}");
+            assert!(kv["result"].starts_with("value "), "{shape:?}: {kv:?}");
+        }
+    }
+}
+
 #[test]
 fn ida_on_pools() {
     // Two of Korf's 15-puzzle instances (numbers 12 and 94: about a million nodes),

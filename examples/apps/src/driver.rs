@@ -665,8 +665,9 @@ pub struct OthelloArgs {
     /// pool every process reads it: give a path valid on every host.
     #[arg(conflicts_with = "position")]
     pub file: Option<PathBuf>,
-    /// The position as text instead of a file (the same format).
-    #[arg(long, value_name = "TEXT")]
+    /// The position as text instead of a file (the same format; it may start with
+    /// `-`).
+    #[arg(long, value_name = "TEXT", allow_hyphen_values = true)]
     pub position: Option<String>,
     /// Plies to search, 1..=60 (a pass is a ply).
     #[arg(long, value_name = "D", default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=othello::MAX_DEPTH as i64))]

@@ -37,6 +37,19 @@ fn othello_reads_positions_and_rejects_bad_ones() {
     assert!(out.contains("best move d3"), "{out}");
     assert!(out.contains("check: OK"), "{out}");
 
+    // The position after d3 (White to move) as text: it starts with `-`.
+    let after_d3 = format!(
+        "{}X{}XX{}XO{} O",
+        "-".repeat(19),
+        "-".repeat(7),
+        "-".repeat(6),
+        "-".repeat(27)
+    );
+    let r = cli::run(bin, &["--position", &after_d3, "--depth", "1"]);
+    let out = String::from_utf8_lossy(&r.stdout);
+    assert_eq!(r.status.code(), Some(0), "{r:?}");
+    assert!(out.contains(&after_d3), "{out}");
+
     let dir = std::env::temp_dir().join(format!("othello-cli-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let short = dir.join("short.txt");
