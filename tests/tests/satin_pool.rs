@@ -197,12 +197,13 @@ fn sat_on_pools() {
     }
 }
 
-/// Othello: alpha-beta from the initial position and from the one after d3 (White to
-/// move, given as text), spawning the children after the first at the nodes fewer than
-/// 3 plies from the root; a cutoff aborts the speculative siblings on whatever process
-/// they run (and, once, without abort). The master's check compares the value with
-/// the sequential search. The root's window is infinite, so its children after the
-/// first are never aborted: each gives its value to an inlet.
+/// Othello: alpha-beta from the initial position, from the one after d3 (White to
+/// move, given as text) and from FFO endgame position 40 (a file every member reads),
+/// spawning the children after the first at the nodes fewer than 3 plies from the
+/// root; a cutoff aborts the speculative siblings on whatever process they run (and,
+/// once, without abort). The master's check compares the value with the sequential
+/// search. The root's window is infinite, so its children after the first are never
+/// aborted: each gives its value to an inlet.
 #[test]
 fn othello_on_pools() {
     let after_d3 = concat!(
@@ -215,20 +216,24 @@ fn othello_on_pools() {
         "--------",
         "-------- O"
     );
-    for (position, abort) in [(None, true), (Some(after_d3), true), (None, false)] {
-        let mut args = vec!["--depth", "8", "--spawn-depth", "3"];
-        if let Some(p) = position {
-            args.extend(["--position", p]);
-        }
-        if !abort {
-            args.push("--no-abort");
-        }
-        let shapes: &[Shape] = if abort { SHAPES } else { &SHAPES[..1] };
+    let ffo40 = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../examples/apps/tests/data/ffo-40.txt"
+    );
+    let common = ["--spawn-depth", "3"];
+    let cases: [(Vec<&str>, bool); 4] = [
+        (vec!["--depth", "8"], true),
+        (vec!["--depth", "8", "--position", after_d3], true),
+        (vec![ffo40, "--depth", "7"], true),
+        (vec!["--depth", "8", "--no-abort"], false),
+    ];
+    for (args, every) in cases {
+        let args: Vec<&str> = args.into_iter().chain(common).collect();
+        let shapes: &[Shape] = if every { SHAPES } else { &SHAPES[..1] };
         for &shape in shapes {
             let kv = pool("othello", &args, shape);
             let inlets: u64 = kv["inlets"].parse().expect("a number");
-            // The initial position has 4 moves, the one after d3 3: the root's
-            // inlets alone.
+            // The root has at least 3 moves in each: its own inlets alone.
             assert!(inlets >= 2, "{shape:?}: {kv:?}");
             assert!(kv["result"].starts_with("value "), "{shape:?}: {kv:?}");
         }

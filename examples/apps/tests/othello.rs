@@ -197,6 +197,28 @@ fn final_score_gives_the_empties_to_the_winner() {
     assert_eq!(draw.final_score(), 0);
 }
 
+/// FFO endgame test positions 40 and 41 (public test data: 20 and 22 empty squares,
+/// Black to move).
+const FFO_40: &str = include_str!("data/ffo-40.txt");
+const FFO_41: &str = include_str!("data/ffo-41.txt");
+
+fn ffo(text: &str) -> Board {
+    let p = Position::parse(text).expect("an FFO position");
+    assert_eq!(p.to_move, Colour::Black);
+    p.board
+}
+
+#[test]
+fn the_ffo_files_are_read() {
+    let b = ffo(FFO_40);
+    assert_eq!(b.empties(), 20);
+    // Position 40: Black (X) has 12 discs, White 32; Black's moves include a2, the
+    // known best one.
+    assert_eq!((b.me.count_ones(), b.opp.count_ones()), (12, 32));
+    assert!(b.moves() & (1 << parse_square("a2").unwrap()) != 0);
+    assert_eq!(ffo(FFO_41).empties(), 22);
+}
+
 fn pools() -> Vec<Satin> {
     [1, 2, 4]
         .iter()
@@ -209,6 +231,8 @@ fn satin_equals_the_sequential_value() {
     let pools = pools();
     let mut cases = positions();
     cases.push((Board::INITIAL, 8));
+    cases.push((ffo(FFO_40), 5));
+    cases.push((ffo(FFO_41), 4));
     for (b, depth) in cases {
         let want = othello_seq(&b, depth);
         for s in &pools {
