@@ -329,3 +329,33 @@ fn search_evaluates_from_the_side_to_move() {
         }
     }
 }
+
+proptest::proptest! {
+    /// Any text is a position or a typed error, never a panic; a position read prints
+    /// as text that reads back to it.
+    #[test]
+    fn any_text_parses_or_is_an_error(text in "[XOxo*.\\- ;#\\n?a-z]{0,90}") {
+        if let Ok(p) = Position::parse(&text) {
+            proptest::prop_assert_eq!(Position::parse(&p.to_string()), Ok(p));
+        }
+    }
+
+    /// Every board of 64 squares and a side reads, and prints as the same text.
+    #[test]
+    fn every_board_reads_and_prints_back(text in "[XO\\-]{64} [XO]") {
+        let p = Position::parse(&text);
+        proptest::prop_assert!(p.is_ok(), "{:?}", p);
+        proptest::prop_assert_eq!(p.map(|p| p.to_string()), Ok(text));
+    }
+
+    /// Squares flipped by any move on any board are the opponent's, and a legal move
+    /// flips at least one.
+    #[test]
+    fn flips_are_the_opponents_discs(me in proptest::num::u64::ANY, opp in proptest::num::u64::ANY, sq in 0u8..64) {
+        let opp = opp & !me;
+        let f = board::flips(me, opp, sq);
+        proptest::prop_assert_eq!(f & !opp, 0);
+        let legal = board::moves(me, opp) & (1 << sq) != 0;
+        proptest::prop_assert_eq!(legal, f != 0 && (me | opp) & (1 << sq) == 0);
+    }
+}
