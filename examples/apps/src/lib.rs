@@ -3,10 +3,10 @@
 //! - The Satin applications of thesis section 2.7 ([`fib`], [`nqueens`], [`integrate`],
 //!   [`knapsack`], [`noverk`], [`primes`], [`matmul`], [`ida`]: IDA* on the
 //!   15-puzzle), [`uts`], the Unbalanced Tree Search benchmark, [`sat`], a DPLL
-//!   solver with speculative branches and abort, and [`othello`], alpha-beta game-tree
-//!   search whose speculative children are aborted on a cutoff: each has a sequential version
-//!   (the program with spawn/sync removed) and a Satin version (remote-capable jobs,
-//!   registered with `#[satin::job]`). [`driver`] is the command line their binaries
+//!   solver with speculative branches and abort, and [`othello`], alpha-beta
+//!   game-tree search whose speculative children are aborted on a cutoff: each has a
+//!   sequential version (the program with spawn/sync removed) and a Satin version
+//!   (remote-capable jobs, registered with `#[satin::job]`). [`driver`] is the command line their binaries
 //!   share (`fib 30 --check`, alone or under `ipl-run`).
 //! - [`members`]: the RMI programs' start-up, members of an IPL pool as processes under
 //!   a launcher or as threads of one process.
