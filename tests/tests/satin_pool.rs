@@ -208,6 +208,49 @@ fn sat_on_pools() {
     }
 }
 
+/// Othello: alpha-beta from the initial position, from the one after d3 (White to
+/// move, given as text) and from FFO endgame position 40 (a file every member reads),
+/// spawning the children after the first at the nodes fewer than 3 plies from the
+/// root; a cutoff aborts the speculative siblings on whatever process they run (and,
+/// once, without abort). The master's check compares the value with the sequential
+/// search. The root's window is infinite, so its children after the first are never
+/// aborted: each gives its value to an inlet.
+#[test]
+fn othello_on_pools() {
+    let after_d3 = concat!(
+        "--------",
+        "--------",
+        "---X----",
+        "---XX---",
+        "---XO---",
+        "--------",
+        "--------",
+        "-------- O"
+    );
+    let ffo40 = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../examples/apps/tests/data/ffo-40.txt"
+    );
+    let common = ["--spawn-depth", "3"];
+    let cases: [(Vec<&str>, bool); 4] = [
+        (vec!["--depth", "8"], true),
+        (vec!["--depth", "8", "--position", after_d3], true),
+        (vec![ffo40, "--depth", "7"], true),
+        (vec!["--depth", "8", "--no-abort"], false),
+    ];
+    for (args, every) in cases {
+        let args: Vec<&str> = args.into_iter().chain(common).collect();
+        let shapes: &[Shape] = if every { SHAPES } else { &SHAPES[..1] };
+        for &shape in shapes {
+            let kv = pool("othello", &args, shape);
+            let inlets: u64 = kv["inlets"].parse().expect("a number");
+            // The root has at least 3 moves in each: its own inlets alone.
+            assert!(inlets >= 2, "{shape:?}: {kv:?}");
+            assert!(kv["result"].starts_with("value "), "{shape:?}: {kv:?}");
+        }
+    }
+}
+
 #[test]
 fn ida_on_pools() {
     // Two of Korf's 15-puzzle instances (numbers 12 and 94: about a million nodes),

@@ -14,8 +14,8 @@
 //! tolerance the search reaches, and at most [`max_workers`] worker threads.
 
 use crate::{
-    barnes, fib, ida, integrate, knapsack, matmul, noverk, nqueens, primes, raytrace, sat, scp,
-    setcover, sphereflake, tsp, tsplib, uts,
+    barnes, fib, ida, integrate, knapsack, matmul, noverk, nqueens, othello, primes, raytrace, sat,
+    scp, setcover, sphereflake, tsp, tsplib, uts,
 };
 use clap::builder::RangedU64ValueParser;
 use clap::error::ErrorKind;
@@ -933,6 +933,89 @@ impl Application for SetCoverArgs {
     }
 }
 
+/// `othello [FILE | --position TEXT] --depth D`: the value of an Othello position to D
+/// plies, a best move and the nodes searched, with speculative children aborted on a
+/// cutoff.
+#[derive(Args, Debug, Clone)]
+pub struct OthelloArgs {
+    /// A file holding the position: 64 squares from a1 to h8 (`X` black, `O` white, `-`
+    /// empty), then the side to move (`X` or `O`); blanks and line ends anywhere, `;` or
+    /// `#` start a comment. Without FILE or --position: the initial position. On a
+    /// pool every process reads it: give a path valid on every host.
+    #[arg(conflicts_with = "position")]
+    pub file: Option<PathBuf>,
+    /// The position as text instead of a file (the same format; it may start with
+    /// `-`).
+    #[arg(long, value_name = "TEXT", allow_hyphen_values = true)]
+    pub position: Option<String>,
+    /// Plies to search, 1..=60 (a pass is a ply).
+    #[arg(long, value_name = "D", default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=othello::MAX_DEPTH as i64))]
+    pub depth: u32,
+    /// Nodes fewer than S plies from the root spawn their children after the first;
+    /// deeper subtrees are searched sequentially (0..=60).
+    #[arg(long, value_name = "S", default_value_t = 3, value_parser = clap::value_parser!(u32).range(0..=othello::MAX_DEPTH as i64))]
+    pub spawn_depth: u32,
+    /// A cutoff does not abort the other children (for comparison: they run to their
+    /// end).
+    #[arg(long)]
+    pub no_abort: bool,
+}
+
+/// The largest position file `othello` reads (a position is 66 characters; the rest
+/// is room for comments).
+pub const MAX_POSITION_FILE: u64 = 64 * 1024;
+
+impl OthelloArgs {
+    /// The position: read from the file or the text, or the initial one.
+    pub fn position(&self) -> Result<othello::board::Position, String> {
+        use othello::board::Position;
+        match (&self.file, &self.position) {
+            (Some(path), _) => {
+                use std::io::Read as _;
+                let f = std::fs::File::open(path)
+                    .map_err(|e| format!("reading {}: {e}", path.display()))?;
+                let mut bytes = Vec::new();
+                f.take(MAX_POSITION_FILE + 1)
+                    .read_to_end(&mut bytes)
+                    .map_err(|e| format!("reading {}: {e}", path.display()))?;
+                if bytes.len() as u64 > MAX_POSITION_FILE {
+                    return Err(format!(
+                        "{}: larger than {MAX_POSITION_FILE} bytes (a position is 66 characters)",
+                        path.display()
+                    ));
+                }
+                let text = String::from_utf8(bytes)
+                    .map_err(|_| format!("{}: not UTF-8 text", path.display()))?;
+                Position::parse(&text).map_err(|e| format!("{}: {e}", path.display()))
+            }
+            (None, Some(text)) => Position::parse(text).map_err(|e| format!("--position: {e}")),
+            (None, None) => Ok(Position::INITIAL),
+        }
+    }
+}
+
+impl Application for OthelloArgs {
+    const NAME: &'static str = "othello";
+    const ABOUT: &'static str =
+        "The value of an Othello position to --depth plies by alpha-beta, a best move and \
+         the nodes searched; speculative children are aborted on a cutoff (--check \
+         compares the values)";
+    fn run(&self, o: &Options) -> Result<(), String> {
+        let p = self.position()?;
+        let (depth, spawn_depth, abort) = (self.depth, self.spawn_depth, !self.no_abort);
+        let b = p.board;
+        drive(
+            o,
+            &format!(
+                "othello({p}, depth {depth}, spawn depth {spawn_depth}{})",
+                if abort { "" } else { ", no abort" }
+            ),
+            || othello::othello_seq(&b, depth),
+            |s| othello::othello_satin(s, &b, depth, spawn_depth, abort),
+        )
+    }
+}
+
 /// Every application, by name: the command line of `satin-app APP ARGS...`.
 #[derive(Subcommand, Debug, Clone)]
 pub enum App {
@@ -960,6 +1043,8 @@ pub enum App {
     Tsp(Cli<TspArgs>),
     /// Barnes-Hut N-body simulation, the bodies as a shared object or as parameters.
     Barnes(Cli<BarnesArgs>),
+    /// The value of an Othello position by alpha-beta with speculative children.
+    Othello(Cli<OthelloArgs>),
     /// The SPD sphereflake rendered by a raytracer to a PNG file.
     Raytrace(Cli<RaytraceArgs>),
     /// The minimum-cost set cover of an SCP instance by branch and bound.
@@ -986,6 +1071,7 @@ impl App {
             App::Ida(c) => go(c),
             App::Tsp(c) => go(c),
             App::Barnes(c) => go(c),
+            App::Othello(c) => go(c),
             App::Raytrace(c) => go(c),
             App::Setcover(c) => go(c),
         }

@@ -2,12 +2,13 @@
 //!
 //! - The Satin applications of thesis section 2.7 ([`fib`], [`nqueens`], [`integrate`],
 //!   [`knapsack`], [`noverk`], [`primes`], [`matmul`], [`ida`]: IDA* on the
-//!   15-puzzle), [`uts`], the Unbalanced Tree Search benchmark, and [`sat`], a DPLL
-//!   solver with speculative branches and abort, [`raytrace`], a Whitted raytracer of
-//!   the SPD sphereflake ([`sphereflake`], [`vec3`]) writing PNG files,
-//!   [`setcover`], the minimum-cost set cover by branch and bound on OR-Library files
-//!   ([`scp`]), and [`barnes`], Barnes-Hut with the bodies as a Satin shared object or
-//!   as job parameters: each has a sequential version
+//!   15-puzzle), [`uts`], the Unbalanced Tree Search benchmark, [`sat`], a DPLL
+//!   solver with speculative branches and abort, [`othello`], alpha-beta game-tree
+//!   search whose speculative children are aborted on a cutoff, [`raytrace`], a
+//!   Whitted raytracer of the SPD sphereflake ([`sphereflake`], [`vec3`]) writing PNG
+//!   files, [`setcover`], the minimum-cost set cover by branch and bound on
+//!   OR-Library files ([`scp`]), and [`barnes`], Barnes-Hut with the bodies as a
+//!   Satin shared object or as job parameters: each has a sequential version
 //!   (the program with spawn/sync removed) and a Satin version (remote-capable jobs,
 //!   registered with `#[satin::job]`). [`driver`] is the command line their binaries
 //!   share (`fib 30 --check`, alone or under `ipl-run`).
@@ -31,6 +32,7 @@ pub mod matmul;
 pub mod members;
 pub mod noverk;
 pub mod nqueens;
+pub mod othello;
 pub mod primes;
 pub mod raytrace;
 pub mod sat;

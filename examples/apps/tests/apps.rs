@@ -114,6 +114,9 @@ fn jobs_are_registered_by_name() {
         "ibis_apps::tsp::Tsp",
         "ibis_apps::raytrace::Render",
         "ibis_apps::setcover::SetCover",
+        "ibis_apps::othello::Node",
+        "ibis_apps::barnes::ForcesShared",
+        "ibis_apps::barnes::ForcesCopied",
     ] {
         assert!(s.registry().contains(name), "{name}: {:?}", s.registry());
     }
