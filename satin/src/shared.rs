@@ -34,7 +34,7 @@
 //!   to every other member of the pool without waiting (best effort: a member that
 //!   joins later, or one whose link breaks, misses it; copies may apply writes of
 //!   different writers in different orders);
-//! - a job that came from another process runs only once its [`Job::guard`] holds on
+//! - a job that came from another process runs only once its [`Job::guard`](crate::Job::guard) holds on
 //!   the local copies. While it does not, the worker waits for pushed writes, then
 //!   asks the process the job came from (which ran its spawner, so its copies are
 //!   consistent for the job) for its copies, and waits again ([`GuardPolicy`]);
@@ -341,7 +341,7 @@ pub(crate) fn restore(name: &str, state: &[u8]) -> Result<bool, SatinError> {
 }
 
 /// When a guard that does not hold waits, fetches, and gives up: the policy of
-/// [`wait_for_guard`], a pure function of the time waited ([`GuardPolicy::step`]).
+/// the wait of a stolen job's guard, a pure function of the time waited ([`GuardPolicy::step`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct GuardPolicy {
     /// Wait this long for pushed writes before the first fetch.

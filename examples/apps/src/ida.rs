@@ -181,7 +181,7 @@ pub struct Node {
     pub h: u8,
     /// The iteration's bound on `g + h`.
     pub bound: u8,
-    /// The move that led here (a direction, [`NO_MOVE`] at the root).
+    /// The move that led here (a direction, 4 at the root).
     pub last: u8,
 }
 

@@ -476,7 +476,7 @@ fn problem(key: u64) -> Option<Arc<Problem>> {
     registry().lock().problems.get(&key).cloned()
 }
 
-/// The best tour lengths of the latest runs (at most [`RUNS_KEPT`], oldest first): a
+/// The best tour lengths of the latest runs (at most 64, oldest first): a
 /// Satin shared object, so that a shorter tour found by any process lowers the bound
 /// of every process of the pool while they search (journal, section 3.1: the
 /// branch-and-bound bound). Each process reads its own copy's atomics at every
