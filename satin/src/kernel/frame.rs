@@ -5,7 +5,7 @@
 use super::abort;
 use super::ctx::Ctx;
 use super::record::{
-    base_state, init_header, init_slot, slot, JobRef, Record, Slot, VTable, VTableOf, ABORT_BIT,
+    base_state, init_header, init_slot, needs_release, slot, JobRef, Record, Slot, VTable, VTableOf, ABORT_BIT,
     PANICKED, PUBLISHED, STOLEN,
 };
 use crate::Job;
@@ -30,6 +30,12 @@ pub struct Frame<'a> {
     pub(super) id: u64,
     /// The newest record of the frame's list (null: nothing queued, or synced).
     pub(super) head: *mut Record,
+    /// The oldest record of the frame's list (its first child; valid while `head`
+    /// is not null).
+    pub(super) tail: *mut Record,
+    /// Whether a record of the list needs its vtable's `release` (known per job
+    /// type at compile time).
+    pub(super) drops: bool,
     /// Children not known to have run on this thread.
     pub(super) outstanding: usize,
     pub(super) _brand: PhantomData<fn(&'a ()) -> &'a ()>,
@@ -140,6 +146,12 @@ impl<'a> Frame<'a> {
         unsafe { init_header(r, ctx.owner_tag, self.id, self.head, vt) };
         // SAFETY: the record is ours (I1) and its slot uninitialized.
         unsafe { init_slot(r, job) };
+        if self.head.is_null() {
+            self.tail = r.as_ptr();
+        }
+        if needs_release::<J>() {
+            self.drops = true;
+        }
         self.head = r.as_ptr();
         self.outstanding += 1;
         ctx.push_private(JobRef(r));
@@ -185,8 +197,7 @@ impl<'a> Frame<'a> {
             }
             // The records of the frame synced before are dead: no Synced of it can
             // be alive while this frame borrows the context.
-            self.ctx.release_deferred();
-            self.ctx.deferred = head;
+            self.ctx.defer(head, self.tail, self.drops);
         }
         Synced {
             id: self.id,

@@ -194,6 +194,13 @@ pub(super) const fn fits_inline<J: Job>() -> bool {
     mem::size_of::<Slot<J>>() <= INLINE_BYTES && mem::align_of::<Slot<J>>() <= 8
 }
 
+/// Whether the slot of a `J` needs its vtable's `release` (it holds something to drop
+/// or is boxed); records of other types are returned to the pool by one splice of
+/// their frame's list ([`RecordPool::free_chain`](super::record_pool::RecordPool::free_chain)).
+pub(super) const fn needs_release<J: Job>() -> bool {
+    !fits_inline::<J>() || mem::needs_drop::<Slot<J>>()
+}
+
 /// The slot of a record holding a `J`.
 ///
 /// # Safety
@@ -317,10 +324,10 @@ pub(super) struct VTableOf<J>(PhantomData<J>);
 impl<J: Job> VTableOf<J> {
     pub(super) const VT: VTable = VTable {
         run: vt_run::<J>,
-        release: if fits_inline::<J>() && !mem::needs_drop::<Slot<J>>() {
-            None
-        } else {
+        release: if needs_release::<J>() {
             Some(vt_release::<J>)
+        } else {
+            None
         },
         to_wire: vt_to_wire::<J>,
         complete_wire: vt_complete_wire::<J>,
