@@ -4,8 +4,8 @@
 use super::abort;
 use super::frame::Frame;
 use super::record::{
-    owner_depth, owner_index, owner_redone, JobRef, Record, ABORT_BIT, DONE, LOCAL, MAX_WORKERS,
-    PANICKED, PUBLISHED, STATE_MASK, STOLEN,
+    owner_depth, owner_index, owner_redone, JobRef, Record, RunFn, ABORT_BIT, DONE, LOCAL,
+    MAX_WORKERS, PANICKED, PUBLISHED, STATE_MASK, STOLEN,
 };
 use super::record_pool::RecordPool;
 use crate::runtime::{Injected, Rerun, ResultLookup, Shared};
@@ -124,6 +124,8 @@ impl Ctx {
             head: ptr::null_mut(),
             tail: ptr::null_mut(),
             drops: false,
+            run: None,
+            mixed: false,
             outstanding: 0,
             _brand: PhantomData,
         }
@@ -424,14 +426,27 @@ impl Ctx {
     /// [`Ctx::run_local_redo`], which may hand the record to the result lookup).
     #[inline(always)]
     pub(super) fn run_local(&mut self, j: JobRef) {
+        self.run_local_as(j, None)
+    }
+
+    /// [`Ctx::run_local`] with the `run` of the record's vtable if the caller knows
+    /// it (`Frame::run`: the frame's children all have it). Where the frame is
+    /// inlined it is a constant, and the call goes straight to the job type's `run`,
+    /// which the compiler can inline into the sync.
+    #[inline(always)]
+    pub(super) fn run_local_as(&mut self, j: JobRef, run: Option<RunFn>) {
         debug_assert!(!self.redo, "a record run in redo mode without its offer");
         let r = j.0;
-        // SAFETY: the record is live because its frame is suspended below us on this
-        // thread (I3); the vtable is immutable.
-        let run = unsafe { (*r.as_ptr()).vtable.run };
+        let run = match run {
+            Some(run) => run,
+            // SAFETY: the record is live because its frame is suspended below us on
+            // this thread (I3); the vtable is immutable.
+            None => unsafe { (*r.as_ptr()).vtable.run },
+        };
         // SAFETY: we popped it from our own stack or deque, so we hold the slot (I2)
         // and its state is QUEUED or LOCAL, which its frame counts as done once it is
-        // popped; the vtable is the record's own (I5).
+        // popped; `run` is the record's own vtable's (I5: a given `run` equals the
+        // `run` of every record of the popping frame's).
         unsafe { run(r, self) }
     }
 

@@ -53,10 +53,14 @@ pub(super) enum Slot<J: Job> {
     Empty,
 }
 
+/// [`VTable::run`]: takes the job out of the slot, runs it, stores `Done(output)`;
+/// may unwind.
+pub(super) type RunFn = unsafe fn(NonNull<Record>, &mut Ctx);
+
 /// Type-erased operations on a record, one static table per job type.
 pub(super) struct VTable {
     /// Takes the job out of the slot, runs it, stores `Done(output)`; may unwind.
-    pub(super) run: unsafe fn(NonNull<Record>, &mut Ctx),
+    pub(super) run: RunFn,
     /// Drops whatever the slot holds and frees a boxed slot (`None`: nothing to do).
     pub(super) release: Option<unsafe fn(NonNull<Record>)>,
     /// Serializes the job if its type is remote-capable (`None` otherwise).
