@@ -424,3 +424,102 @@ fn a_stolen_child_that_failed_elsewhere_is_that_error_not_a_panic() {
         assert_eq!(e, SatinError::Remote("the thief's process died".into()));
     })
 }
+
+/// A job of one type that spawns children of three types into one frame, in an order
+/// given by `mix` (the sync of a frame with one job type calls the children's `run`
+/// directly; a frame with several must run each child by its own type).
+struct Mixed {
+    n: u32,
+    mix: u32,
+}
+
+/// Doubles its argument (a second job type, with another output type).
+struct Twice(u32);
+impl Job for Twice {
+    type Output = u64;
+    fn run(self, _: &mut Ctx) -> u64 {
+        2 * self.0 as u64
+    }
+}
+
+/// Its argument as text (a third job type, whose output owns memory).
+struct Text(u32);
+impl Job for Text {
+    type Output = String;
+    fn run(self, _: &mut Ctx) -> String {
+        self.0.to_string()
+    }
+}
+
+impl Job for Mixed {
+    type Output = u64;
+    fn run(self, ctx: &mut Ctx) -> u64 {
+        if self.n == 0 {
+            return 1;
+        }
+        let mut f = ctx.frame();
+        let (a, b, c) = match self.mix % 3 {
+            0 => {
+                let a = f.spawn(Mixed {
+                    n: self.n - 1,
+                    mix: self.mix + 1,
+                });
+                let b = f.spawn(Twice(self.n));
+                let c = f.spawn(Text(self.n));
+                (a, b, c)
+            }
+            1 => {
+                let c = f.spawn(Text(self.n));
+                let a = f.spawn(Mixed {
+                    n: self.n - 1,
+                    mix: self.mix + 1,
+                });
+                let b = f.spawn(Twice(self.n));
+                (a, b, c)
+            }
+            _ => {
+                let b = f.spawn(Twice(self.n));
+                let c = f.spawn(Text(self.n));
+                let a = f.spawn(Mixed {
+                    n: self.n - 1,
+                    mix: self.mix + 1,
+                });
+                (a, b, c)
+            }
+        };
+        let r = f.sync();
+        let text: u64 = r.get(c).parse().expect("a number");
+        r.get(a) + r.get(b) + text
+    }
+}
+
+/// [`Mixed`]'s answer, computed sequentially.
+fn mixed_seq(n: u32) -> u64 {
+    if n == 0 {
+        1
+    } else {
+        mixed_seq(n - 1) + 3 * n as u64
+    }
+}
+
+#[test]
+fn a_frame_of_several_job_types_runs_each_child_as_its_own_type() {
+    bounded(|| {
+        for workers in [1, 2] {
+            for depth in DEPTHS {
+                let s = Satin::builder()
+                    .workers(workers)
+                    .inline_depth(depth)
+                    .build()
+                    .unwrap();
+                for mix in 0..3 {
+                    assert_eq!(
+                        s.run(Mixed { n: 40, mix }),
+                        mixed_seq(40),
+                        "workers {workers}, inline depth {depth}, mix {mix}"
+                    );
+                }
+            }
+        }
+    });
+}

@@ -4,8 +4,8 @@
 use super::abort;
 use super::frame::Frame;
 use super::record::{
-    owner_depth, owner_index, owner_redone, JobRef, Record, ABORT_BIT, DONE, LOCAL, MAX_WORKERS,
-    PANICKED, PUBLISHED, STATE_MASK, STOLEN,
+    owner_depth, owner_index, owner_redone, JobRef, Record, RunFn, ABORT_BIT, DONE, LOCAL,
+    MAX_WORKERS, PANICKED, PUBLISHED, STATE_MASK, STOLEN,
 };
 use super::record_pool::RecordPool;
 use crate::runtime::{Injected, Rerun, ResultLookup, Shared};
@@ -56,8 +56,14 @@ pub struct Ctx {
     pub(super) pool: RecordPool,
     /// Whether this worker is counted in `Shared::hungry` (it found no work).
     pub(super) hungry: bool,
-    /// The records of the last synced frame whose results may still be read.
+    /// The records of the last synced frame whose results may still be read (its
+    /// list's head, newest first).
     pub(super) deferred: *mut Record,
+    /// The last (oldest) record of the `deferred` list.
+    pub(super) deferred_tail: *mut Record,
+    /// Whether a record of the `deferred` list needs its vtable's `release` (else
+    /// the list goes back to the pool in one splice).
+    pub(super) deferred_drops: bool,
     pub(crate) stats: LocalStats,
     /// This worker's reference to the result lookup, as of generation `lookup_gen`
     /// of `Shared`'s (`u64::MAX`: not read yet); used in redo mode only.
@@ -91,6 +97,8 @@ impl Ctx {
             pool: RecordPool::new(),
             next_frame_id: 1,
             deferred: ptr::null_mut(),
+            deferred_tail: ptr::null_mut(),
+            deferred_drops: false,
             stats: LocalStats::default(),
             rng: 0x9E37_79B9_7F4A_7C15 ^ ((worker as u64 + 1) << 17),
             hungry: false,
@@ -114,6 +122,10 @@ impl Ctx {
             ctx: self,
             id: 0,
             head: ptr::null_mut(),
+            tail: ptr::null_mut(),
+            drops: false,
+            run: None,
+            mixed: false,
             outstanding: 0,
             _brand: PhantomData,
         }
@@ -132,7 +144,27 @@ impl Ctx {
     #[inline(always)]
     pub(crate) fn release_deferred(&mut self) {
         let head = mem::replace(&mut self.deferred, ptr::null_mut());
-        self.release_list(head);
+        if let Some(head) = NonNull::new(head) {
+            match NonNull::new(self.deferred_tail) {
+                // SAFETY: the list of a dead frame of this worker (I3: the frame was
+                // synced and no Synced of it is alive any more) from `head` to its
+                // tail, none of whose records needs a release (`deferred_drops`).
+                Some(tail) if !self.deferred_drops => unsafe { self.pool.free_chain(head, tail) },
+                // SAFETY: the list's records belong to a dead frame of this worker (I3).
+                _ => unsafe { self.pool.free_list(head) },
+            }
+        }
+    }
+
+    /// Releases the records of the frame synced before and keeps those of the frame
+    /// just synced (list `head`..`tail`; `drops`: whether one needs a release) until
+    /// no result of it can be read any more.
+    #[inline(always)]
+    pub(super) fn defer(&mut self, head: *mut Record, tail: *mut Record, drops: bool) {
+        self.release_deferred();
+        self.deferred = head;
+        self.deferred_tail = tail;
+        self.deferred_drops = drops;
     }
 
     /// Returns every record of a dead frame's list to the pool, dropping what their
@@ -394,14 +426,27 @@ impl Ctx {
     /// [`Ctx::run_local_redo`], which may hand the record to the result lookup).
     #[inline(always)]
     pub(super) fn run_local(&mut self, j: JobRef) {
+        self.run_local_as(j, None)
+    }
+
+    /// [`Ctx::run_local`] with the `run` of the record's vtable if the caller knows
+    /// it (`Frame::run`: the frame's children all have it). Where the frame is
+    /// inlined it is a constant, and the call goes straight to the job type's `run`,
+    /// which the compiler can inline into the sync.
+    #[inline(always)]
+    pub(super) fn run_local_as(&mut self, j: JobRef, run: Option<RunFn>) {
         debug_assert!(!self.redo, "a record run in redo mode without its offer");
         let r = j.0;
-        // SAFETY: the record is live because its frame is suspended below us on this
-        // thread (I3); the vtable is immutable.
-        let run = unsafe { (*r.as_ptr()).vtable.run };
+        let run = match run {
+            Some(run) => run,
+            // SAFETY: the record is live because its frame is suspended below us on
+            // this thread (I3); the vtable is immutable.
+            None => unsafe { (*r.as_ptr()).vtable.run },
+        };
         // SAFETY: we popped it from our own stack or deque, so we hold the slot (I2)
         // and its state is QUEUED or LOCAL, which its frame counts as done once it is
-        // popped; the vtable is the record's own (I5).
+        // popped; `run` is the record's own vtable's (I5: a given `run` equals the
+        // `run` of every record of the popping frame's).
         unsafe { run(r, self) }
     }
 

@@ -5,8 +5,8 @@
 use super::abort;
 use super::ctx::Ctx;
 use super::record::{
-    base_state, init_header, init_slot, slot, JobRef, Record, Slot, VTable, VTableOf, ABORT_BIT,
-    PANICKED, PUBLISHED, STOLEN,
+    base_state, init_header, init_slot, needs_release, slot, JobRef, Record, RunFn, Slot, VTable,
+    VTableOf, ABORT_BIT, PANICKED, PUBLISHED, STOLEN,
 };
 use crate::Job;
 use std::any::Any;
@@ -30,6 +30,20 @@ pub struct Frame<'a> {
     pub(super) id: u64,
     /// The newest record of the frame's list (null: nothing queued, or synced).
     pub(super) head: *mut Record,
+    /// The oldest record of the frame's list (its first child; valid while `head`
+    /// is not null).
+    pub(super) tail: *mut Record,
+    /// Whether a record of the list needs its vtable's `release` (known per job
+    /// type at compile time).
+    pub(super) drops: bool,
+    /// The `run` of the vtable of the last spawned child's job type, inlined or not
+    /// (`None`: nothing spawned yet).
+    pub(super) run: Option<RunFn>,
+    /// Whether two spawns of the frame had different `run`s. If not, every record of
+    /// the frame has `run`: where the frame is inlined and spawns one job type, both
+    /// are constants (the test of each spawn folds), and the sync calls the
+    /// children's `run` directly (see [`Ctx::run_local_as`]).
+    pub(super) mixed: bool,
     /// Children not known to have run on this thread.
     pub(super) outstanding: usize,
     pub(super) _brand: PhantomData<fn(&'a ()) -> &'a ()>,
@@ -105,8 +119,11 @@ impl<'a> Frame<'a> {
     /// idle worker (or, when the job type is remote-capable, by another process).
     #[inline(always)]
     pub fn spawn<J: Job>(&mut self, job: J) -> Spawned<'a, J> {
-        let ctx = &mut *self.ctx;
-        if ctx.private.len() >= ctx.inline_at && !ctx.shared.any_hungry() {
+        if self.ctx.private.len() >= self.ctx.inline_at && !self.ctx.shared.any_hungry() {
+            // Noted for inlined children too, so that `run` is the same constant on
+            // every path to the sync.
+            self.note_run(VTableOf::<J>::VT.run);
+            let ctx = &mut *self.ctx;
             return Spawned {
                 ticket: Ticket::Ready(ctx.run_inline(job)),
                 _brand: PhantomData,
@@ -116,6 +133,17 @@ impl<'a> Frame<'a> {
             ticket: Ticket::Record(self.spawn_record(job, &VTableOf::<J>::VT)),
             _brand: PhantomData,
         }
+    }
+
+    /// Notes the `run` of a spawned child's job type (see `Frame::run`).
+    #[inline(always)]
+    fn note_run(&mut self, run: RunFn) {
+        if let Some(f) = self.run {
+            if !ptr::fn_addr_eq(f, run) {
+                self.mixed = true;
+            }
+        }
+        self.run = Some(run);
     }
 
     /// Queues `job` in a fresh record with the vtable `vt` (one of `J`'s, I5).
@@ -140,9 +168,16 @@ impl<'a> Frame<'a> {
         unsafe { init_header(r, ctx.owner_tag, self.id, self.head, vt) };
         // SAFETY: the record is ours (I1) and its slot uninitialized.
         unsafe { init_slot(r, job) };
+        if self.head.is_null() {
+            self.tail = r.as_ptr();
+        }
+        if needs_release::<J>() {
+            self.drops = true;
+        }
         self.head = r.as_ptr();
         self.outstanding += 1;
         ctx.push_private(JobRef(r));
+        self.note_run(vt.run);
         r
     }
 
@@ -177,7 +212,13 @@ impl<'a> Frame<'a> {
         if !head.is_null() {
             // If a child run here panics, the unwinding passes through this frame's
             // Drop, which waits for the stolen children and releases the records.
-            let failed = sync_children(self.ctx, self.id, head, self.outstanding);
+            let failed = sync_children(
+                self.ctx,
+                self.id,
+                head,
+                self.outstanding,
+                if self.mixed { None } else { self.run },
+            );
             // The frame is now empty: its Drop does nothing.
             self.head = ptr::null_mut();
             if failed {
@@ -185,8 +226,7 @@ impl<'a> Frame<'a> {
             }
             // The records of the frame synced before are dead: no Synced of it can
             // be alive while this frame borrows the context.
-            self.ctx.release_deferred();
-            self.ctx.deferred = head;
+            self.ctx.defer(head, self.tail, self.drops);
         }
         Synced {
             id: self.id,
@@ -196,9 +236,16 @@ impl<'a> Frame<'a> {
 }
 
 /// Runs a frame's own children from the private stack (then the deque), then waits
-/// for stolen ones. Returns whether a stolen child panicked.
+/// for stolen ones. Returns whether a stolen child panicked. `run`: the `run` all of
+/// the frame's records share, if known (`Frame::run`).
 #[inline(always)]
-fn sync_children(ctx: &mut Ctx, id: u64, head: *mut Record, mut outstanding: usize) -> bool {
+fn sync_children(
+    ctx: &mut Ctx,
+    id: u64,
+    head: *mut Record,
+    mut outstanding: usize,
+    run: Option<RunFn>,
+) -> bool {
     // The mode is the frame's job's own for the whole sync (nested runs restore it),
     // so one test per sync keeps the loop below as it is without redo mode.
     if ctx.redo {
@@ -208,7 +255,7 @@ fn sync_children(ctx: &mut Ctx, id: u64, head: *mut Record, mut outstanding: usi
         match ctx.pop_own(id) {
             Some(j) => {
                 outstanding -= 1;
-                ctx.run_local(j);
+                ctx.run_local_as(j, run);
             }
             // Every remaining child of this frame was stolen.
             None => return wait_stolen(ctx, id, head, true),
@@ -373,7 +420,7 @@ fn frame_drop_slow(ctx: &mut Ctx, id: u64, head: *mut Record, outstanding: usize
     }
     ctx.stats.syncs += 1;
     match panic::catch_unwind(AssertUnwindSafe(|| {
-        sync_children(ctx, id, head, outstanding)
+        sync_children(ctx, id, head, outstanding, None)
     })) {
         Ok(false) => ctx.release_list(head),
         Ok(true) => sync_failed(ctx, head),

@@ -170,8 +170,7 @@ impl<'a, E: Send + 'static> CatchFrame<'a, E> {
         match res {
             Ok(()) => {
                 if !head.is_null() {
-                    frame.ctx.release_deferred();
-                    frame.ctx.deferred = head;
+                    frame.ctx.defer(head, frame.tail, frame.drops);
                 }
                 Ok(Synced {
                     id,

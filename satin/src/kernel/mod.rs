@@ -79,6 +79,14 @@
 //!   every record of that worker (the worker thread leaves its loop only when idle).
 //! - I5: `Slot<J>` of a record is accessed only through the vtable or ticket of the
 //!   same `J` it was created with (the vtable is written at spawn; tickets carry `J`
+//!   in their type). A frame's sync may call its children's `run` through a function
+//!   pointer the frame noted at its spawns instead of each record's vtable: only when
+//!   every spawn of the frame had that same `run` (`Frame::run`, `Frame::mixed`), so
+//!   it is the `run` of every record's own vtable.
+//!
+//! A synced frame's records go back to the pool in one splice of its list (head to
+//! tail) when no child's type needs a release (known per type at compile time,
+//! `record::needs_release`); otherwise each record's `release` is called (I3, I5).
 
 mod abort;
 mod ctx;

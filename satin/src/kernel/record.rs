@@ -53,10 +53,14 @@ pub(super) enum Slot<J: Job> {
     Empty,
 }
 
+/// [`VTable::run`]: takes the job out of the slot, runs it, stores `Done(output)`;
+/// may unwind.
+pub(super) type RunFn = unsafe fn(NonNull<Record>, &mut Ctx);
+
 /// Type-erased operations on a record, one static table per job type.
 pub(super) struct VTable {
     /// Takes the job out of the slot, runs it, stores `Done(output)`; may unwind.
-    pub(super) run: unsafe fn(NonNull<Record>, &mut Ctx),
+    pub(super) run: RunFn,
     /// Drops whatever the slot holds and frees a boxed slot (`None`: nothing to do).
     pub(super) release: Option<unsafe fn(NonNull<Record>)>,
     /// Serializes the job if its type is remote-capable (`None` otherwise).
@@ -194,6 +198,13 @@ pub(super) const fn fits_inline<J: Job>() -> bool {
     mem::size_of::<Slot<J>>() <= INLINE_BYTES && mem::align_of::<Slot<J>>() <= 8
 }
 
+/// Whether the slot of a `J` needs its vtable's `release` (it holds something to drop
+/// or is boxed); records of other types are returned to the pool by one splice of
+/// their frame's list ([`RecordPool::free_chain`](super::record_pool::RecordPool::free_chain)).
+pub(super) const fn needs_release<J: Job>() -> bool {
+    !fits_inline::<J>() || mem::needs_drop::<Slot<J>>()
+}
+
 /// The slot of a record holding a `J`.
 ///
 /// # Safety
@@ -317,10 +328,10 @@ pub(super) struct VTableOf<J>(PhantomData<J>);
 impl<J: Job> VTableOf<J> {
     pub(super) const VT: VTable = VTable {
         run: vt_run::<J>,
-        release: if fits_inline::<J>() && !mem::needs_drop::<Slot<J>>() {
-            None
-        } else {
+        release: if needs_release::<J>() {
             Some(vt_release::<J>)
+        } else {
+            None
         },
         to_wire: vt_to_wire::<J>,
         complete_wire: vt_complete_wire::<J>,

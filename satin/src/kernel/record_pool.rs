@@ -63,6 +63,22 @@ impl RecordPool {
         unsafe { NonNull::new_unchecked(base) }
     }
 
+    /// Returns a dead frame's list of records whose slots hold nothing to drop (their
+    /// vtables have no `release`), from `head` (the newest) to `tail` (the oldest,
+    /// whose `next` is null), in one splice: no record but `tail` is touched.
+    ///
+    /// # Safety
+    /// As [`RecordPool::free_list`]; also `tail` is the last record of the list that
+    /// starts at `head`, and no record of the list has a `release` in its vtable.
+    #[inline(always)]
+    pub(super) unsafe fn free_chain(&mut self, head: NonNull<Record>, tail: NonNull<Record>) {
+        // SAFETY: `tail` is a live record of the dead frame's list (caller contract),
+        // ours alone; its `next` (null, the end of the list) now links to the old
+        // free list. The records' slots need no drop (caller contract).
+        unsafe { (*tail.as_ptr()).next = self.free };
+        self.free = head.as_ptr();
+    }
+
     /// Returns a dead frame's list of records (linked by `next`, ending in null) to
     /// the pool, dropping what their slots hold.
     ///
