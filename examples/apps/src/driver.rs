@@ -403,10 +403,11 @@ pub struct UtsArgs {
     /// sequentially (0..=1000: each level is a nested frame on a worker's stack).
     #[arg(long, value_name = "H", default_value_t = 8, value_parser = clap::value_parser!(u32).range(0..=1000))]
     pub spawn_depth: u32,
-    /// Below the spawn depth a job walks C nodes and spawns a job for each node left
-    /// (0: a job walks its whole subtree), 0 or 16..=10^12 (each job left unfinished
-    /// is a nested frame on a worker's stack: at least 16 nodes per job keeps a
-    /// thousands of levels deep binomial tree within it).
+    /// Below the spawn depth a job walks C nodes at a time and after each C the older
+    /// half of the nodes left becomes a job of its own (0: a job walks its whole
+    /// subtree), 0 or 16..=10^12 (each split is a nested frame on a worker's stack: at
+    /// least 16 nodes per split keeps a thousands of levels deep binomial tree within
+    /// it).
     #[arg(long, value_name = "C", default_value_t = uts::DEFAULT_CHUNK, value_parser = chunk)]
     pub chunk: u64,
 }

@@ -258,7 +258,7 @@ pub fn uts_seq(p: &Params) -> Counts {
 
 /// Walks at most `budget` nodes of the subtree of the node at `height` (depth first,
 /// as [`walk`]); returns their counts and the nodes still to walk (empty when the
-/// subtree is done).
+/// subtree is done), oldest (nearest the root) first.
 pub fn walk_bounded(
     p: &Params,
     state: RngState,
@@ -267,10 +267,19 @@ pub fn walk_bounded(
 ) -> (Counts, Vec<(RngState, u32)>) {
     let mut c = Counts::default();
     let mut stack = vec![(state, height)];
-    while c.nodes < budget {
+    walk_some(p, &mut stack, budget, &mut c);
+    (c, stack)
+}
+
+/// Walks at most `budget` nodes from the top of `stack` (depth first), adding them to
+/// `c` and pushing their children.
+fn walk_some(p: &Params, stack: &mut Vec<(RngState, u32)>, budget: u64, c: &mut Counts) {
+    let mut walked = 0;
+    while walked < budget {
         let Some((s, h)) = stack.pop() else {
             break;
         };
+        walked += 1;
         c.nodes += 1;
         c.depth = c.depth.max(h);
         let n = p.children(h, &s);
@@ -279,17 +288,66 @@ pub fn walk_bounded(
         }
         stack.extend((0..n).map(|i| (p.child(&s, i), h + 1)));
     }
-    (c, stack)
 }
 
-/// The default of [`Uts::chunk`]: about a millisecond of SHA-1 work per job.
+/// Walks the nodes of `stack` and their subtrees: `chunk` nodes at a time, and after
+/// each chunk the older half of the nodes still to walk becomes a job of its own
+/// ([`UtsNodes`]), the one a thief takes first. The stolen work is then always a
+/// sizeable share of what is left (the oldest nodes are nearest the root), never
+/// single leaves: the reference's chunked stealing, in spawn/sync form.
+fn walk_split(p: &Params, mut stack: Vec<(RngState, u32)>, chunk: u64, ctx: &mut Ctx) -> Counts {
+    let mut c = Counts::default();
+    let mut f = ctx.frame();
+    let mut tickets = Vec::new();
+    loop {
+        walk_some(p, &mut stack, chunk, &mut c);
+        if stack.is_empty() {
+            break;
+        }
+        if stack.len() >= 2 {
+            let newer = stack.split_off(stack.len() / 2);
+            let older = std::mem::replace(&mut stack, newer);
+            tickets.push(f.spawn(UtsNodes {
+                params: *p,
+                nodes: older,
+                chunk,
+            }));
+        }
+    }
+    let r = f.sync();
+    for t in tickets {
+        c.add(r.get(t));
+    }
+    c
+}
+
+/// Nodes of a tree still to walk with their subtrees (a split of [`Uts`]'s walk).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct UtsNodes {
+    /// The tree.
+    pub params: Params,
+    /// The nodes (state, height), oldest first.
+    pub nodes: Vec<(RngState, u32)>,
+    /// Nodes walked between splits.
+    pub chunk: u64,
+}
+
+#[satin::job(name = "ibis_apps::uts::UtsNodes")]
+impl Job for UtsNodes {
+    type Output = Counts;
+    fn run(self, ctx: &mut Ctx) -> Counts {
+        walk_split(&self.params, self.nodes, self.chunk.max(1), ctx)
+    }
+}
+
+/// The default of [`Uts::chunk`]: about a fifth of a millisecond of SHA-1 work.
 pub const DEFAULT_CHUNK: u64 = 2048;
 
 /// Counts the subtree of one node: nodes above [`Uts::spawn_depth`] spawn one job per
-/// child; deeper ones are walked sequentially, [`Uts::chunk`] nodes per job, and the
-/// nodes left when a job's chunk is used up become jobs of their own. So the deep,
-/// thin subtrees of binomial trees (T3: depth 1572 with 2000 children at the root)
-/// are split among thieves wherever they grow, not only near the root.
+/// child; deeper ones are walked sequentially [`Uts::chunk`] nodes at a time, and
+/// after each chunk the older half of the nodes left becomes a job ([`UtsNodes`]). So
+/// the deep, thin subtrees of binomial trees (T3: depth 1572 with 2000 children at
+/// the root) are split among thieves wherever they grow, not only near the root.
 #[derive(Debug, Clone, Copy, Serialize, Deserialize)]
 pub struct Uts {
     /// The tree.
@@ -332,26 +390,12 @@ impl Job for Uts {
             if self.chunk == 0 {
                 return walk(&self.params, self.state, self.height);
             }
-            let (mut c, rest) = walk_bounded(&self.params, self.state, self.height, self.chunk);
-            if rest.is_empty() {
-                return c;
-            }
-            let mut f = ctx.frame();
-            let tickets: Vec<_> = rest
-                .into_iter()
-                .map(|(state, height)| {
-                    f.spawn(Uts {
-                        state,
-                        height,
-                        ..self
-                    })
-                })
-                .collect();
-            let r = f.sync();
-            for t in tickets {
-                c.add(r.get(t));
-            }
-            return c;
+            return walk_split(
+                &self.params,
+                vec![(self.state, self.height)],
+                self.chunk,
+                ctx,
+            );
         }
         let n = self.params.children(self.height, &self.state);
         let mut c = Counts {

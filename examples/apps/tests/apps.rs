@@ -117,6 +117,8 @@ fn jobs_are_registered_by_name() {
         "ibis_apps::othello::Node",
         "ibis_apps::barnes::ForcesShared",
         "ibis_apps::barnes::ForcesCopied",
+        "ibis_apps::uts::Uts",
+        "ibis_apps::uts::UtsNodes",
     ] {
         assert!(s.registry().contains(name), "{name}: {:?}", s.registry());
     }
