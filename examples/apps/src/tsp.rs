@@ -664,31 +664,48 @@ impl Job for Tsp {
             return Ok(p.search_below(&mut path, visited, self.length, &bound, &pi));
         }
         let last = last as usize;
-        let mut f = ctx.frame();
-        let mut tickets = Vec::new();
-        for &c in &p.near[last] {
-            let Some((length, _, child_pi)) = p.child(last, c, visited, self.length, &pi, &bound)
-            else {
-                continue;
-            };
+        let mut best: Option<Tour> = None;
+        let keep = |found: Option<Tour>, best: &mut Option<Tour>| {
+            if let Some(tour) = found {
+                if best.as_ref().is_none_or(|b| tour.length < b.length) {
+                    *best = Some(tour);
+                }
+            }
+        };
+        let child = |c: u8, bound: &PoolBound| {
+            let (length, _, child_pi) = p.child(last, c, visited, self.length, &pi, bound)?;
             let mut path = self.path.clone();
             path.push(c);
-            tickets.push(f.spawn(Tsp {
+            Some(Tsp {
                 path,
                 length,
                 bound: bound.read(),
                 penalties: child_pi[..p.n].to_vec(),
                 ..self.clone()
-            }));
+            })
+        };
+        // The nearest city first, searched here before the others are spawned (young
+        // brothers wait): it is the sequential search's first choice and the likeliest
+        // to lower the bound that prunes its siblings. (Spawned with them, it would run
+        // after them: the sync takes the newest first, and spawns past the inlining
+        // depth run at once.)
+        let mut near = p.near[last].iter().copied();
+        for c in near.by_ref() {
+            if let Some(job) = child(c, &bound) {
+                keep(job.run(ctx)?, &mut best);
+                break;
+            }
+        }
+        let mut f = ctx.frame();
+        let mut tickets = Vec::new();
+        for c in near {
+            if let Some(job) = child(c, &bound) {
+                tickets.push(f.spawn(job));
+            }
         }
         let r = f.sync();
-        let mut best: Option<Tour> = None;
         for t in tickets {
-            if let Some(tour) = r.get(t)? {
-                if best.as_ref().is_none_or(|b| tour.length < b.length) {
-                    best = Some(tour);
-                }
-            }
+            keep(r.get(t)?, &mut best);
         }
         Ok(best)
     }
