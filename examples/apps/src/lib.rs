@@ -23,6 +23,7 @@
 #[macro_use]
 pub mod output;
 pub mod barnes;
+pub mod bound;
 pub mod driver;
 pub mod fib;
 pub mod ida;

@@ -17,23 +17,23 @@
 //!
 //! The Satin version ([`SetCover`]) spawns both children of every node with fewer
 //! decisions than its spawn depth and searches sequentially below. The best cost is
-//! shared as in [`crate::tsp`]: by a [`SharedBound`] within a process, and between
-//! processes by the bound each job carries (a job stolen by another process starts with
-//! the bound its spawner knew; results carry the better covers back). The instance is
+//! shared as in [`crate::tsp`] ([`crate::bound`]): by a [`SharedBound`] within a
+//! process, between processes by a Satin shared object that lowers every process's
+//! bound while they search, and by the bound each job carries (a job stolen by another
+//! process starts with the bound its spawner knew). The instance is
 //! registered in every process under a digest ([`register`]) that the jobs name.
 //!
 //! Several covers may be optimal and which one a parallel run finds depends on the
 //! timing, so [`Cover`] compares by cost (`--check` compares the optimal costs).
 
+use crate::bound::{new_run_id, run_bound, Bound, SharedBound};
 use crate::scp::Instance;
-use crate::tsp::{Bound, SharedBound};
 use parking_lot::Mutex;
 use satin::{Ctx, Job};
 use serde::{Deserialize, Serialize};
 use sha1::{Digest, Sha1};
 use std::collections::HashMap;
 use std::fmt;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
 /// A cover: its cost and its columns (0-based, ascending). Compared by cost only: two
@@ -351,70 +351,32 @@ impl<'p> State<'p> {
     }
 }
 
-/// The problems of this process, by key; and the bounds of the runs.
+/// The problems of this process, by key.
 struct Registry {
     problems: HashMap<u64, Arc<Problem>>,
-    /// The bounds of the latest runs (at most [`RUNS_KEPT`]), oldest first.
-    bounds: Vec<(u64, Arc<SharedBound>)>,
 }
-
-/// The runs whose bounds a process keeps (a run whose bound was dropped gets a fresh
-/// one: it prunes less, never wrongly).
-const RUNS_KEPT: usize = 64;
 
 fn registry() -> &'static Mutex<Registry> {
     static R: OnceLock<Mutex<Registry>> = OnceLock::new();
     R.get_or_init(|| {
         Mutex::new(Registry {
             problems: HashMap::new(),
-            bounds: Vec::new(),
         })
     })
 }
 
 /// Registers `problem` in this process for the jobs that name its key; returns it.
+/// Also makes this process's copy of the runs' bounds
+/// ([`RunBounds`](crate::bound::RunBounds)), so that every process of a pool has it
+/// before the run.
 pub fn register(problem: Problem) -> Arc<Problem> {
+    crate::bound::prepare();
     registry()
         .lock()
         .problems
         .entry(problem.key)
         .or_insert_with(|| Arc::new(problem))
         .clone()
-}
-
-/// This process's bound of run `run`, lowered to `known`.
-fn run_bound(run: u64, known: u64) -> Arc<SharedBound> {
-    let mut r = registry().lock();
-    let b = match r.bounds.iter().find(|(id, _)| *id == run) {
-        Some((_, b)) => b.clone(),
-        None => {
-            if r.bounds.len() >= RUNS_KEPT {
-                r.bounds.remove(0);
-            }
-            let b = Arc::new(SharedBound::new(known));
-            r.bounds.push((run, b.clone()));
-            b
-        }
-    };
-    b.offer(known);
-    b
-}
-
-/// A run's identity: different for every root job of every process (the time, the
-/// process and a counter, hashed).
-fn new_run_id() -> u64 {
-    static NEXT: AtomicU64 = AtomicU64::new(0);
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as u64);
-    let mut h = Sha1::new();
-    h.update(nanos.to_le_bytes());
-    h.update(std::process::id().to_le_bytes());
-    h.update(NEXT.fetch_add(1, Ordering::Relaxed).to_le_bytes());
-    let d = h.finalize();
-    let mut b = [0u8; 8];
-    b.copy_from_slice(&d[..8]);
-    u64::from_le_bytes(b)
 }
 
 /// A job's answer: the cheapest cover it found below its starting bound, if any; an
@@ -470,10 +432,10 @@ impl Job for SetCover {
             s.out[j as usize] = true;
         }
         if (self.include.len() + self.exclude.len()) as u32 >= self.spawn_depth {
-            return Ok(s.search(&*bound, &mut || ctx.poll()));
+            return Ok(s.search(&bound, &mut || ctx.poll()));
         }
         let j = match s.examine(bound.read()) {
-            Node::Covered => return Ok(s.offer(&*bound)),
+            Node::Covered => return Ok(s.offer(&bound)),
             Node::Pruned => return Ok(None),
             Node::Branch(j) => j,
         };

@@ -238,16 +238,7 @@ impl Counts {
 /// stack (binomial trees are thousands of levels deep).
 pub fn walk(p: &Params, state: RngState, height: u32) -> Counts {
     let mut c = Counts::default();
-    let mut stack = vec![(state, height)];
-    while let Some((s, h)) = stack.pop() {
-        c.nodes += 1;
-        c.depth = c.depth.max(h);
-        let n = p.children(h, &s);
-        if n == 0 {
-            c.leaves += 1;
-        }
-        stack.extend((0..n).map(|i| (p.child(&s, i), h + 1)));
-    }
+    walk_some(p, &mut vec![(state, height)], u64::MAX, &mut c);
     c
 }
 
