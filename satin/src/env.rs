@@ -9,6 +9,7 @@
 //! | `SATIN_REDO_DEPTH` | [`SatinBuilder::redo_depth`](crate::SatinBuilder::redo_depth) | a number, or `max` / `unbounded` (no bound) |
 //! | `SATIN_POLICY` | [`SatinBuilder::policy`](crate::SatinBuilder::policy) | `rs`, `crs`, `acrs`, `cmrs:K` |
 //! | `SATIN_STEAL_BACKOFF_US` | [`SatinBuilder::steal_backoff`](crate::SatinBuilder::steal_backoff) | microseconds |
+//! | `SATIN_GUARD_PATIENCE_MS` | [`SatinBuilder::guard_patience`](crate::SatinBuilder::guard_patience) | milliseconds |
 //! | `SATIN_SAVE_RESULTS` | [`SatinBuilder::save_results`](crate::SatinBuilder::save_results) | `1`/`on`/`true` or `0`/`off`/`false` |
 //! | `SATIN_CHECKPOINT_DIR` | [`SatinBuilder::checkpoint_dir`](crate::SatinBuilder::checkpoint_dir) | a directory |
 //! | `SATIN_CHECKPOINT_INTERVAL_MS` | [`SatinBuilder::checkpoint_interval`](crate::SatinBuilder::checkpoint_interval) | milliseconds |
@@ -61,6 +62,16 @@ fn apply_from(config: &mut Config, var: impl Fn(&str) -> Option<String>) -> Resu
             .parse()
             .map_err(|_| bad("SATIN_STEAL_BACKOFF_US", &v, "not a number of microseconds"))?;
         config.dist.steal_backoff = Duration::from_micros(us);
+    }
+    if let Some(v) = get("SATIN_GUARD_PATIENCE_MS") {
+        let ms: u64 = v.trim().parse().map_err(|_| {
+            bad(
+                "SATIN_GUARD_PATIENCE_MS",
+                &v,
+                "not a number of milliseconds",
+            )
+        })?;
+        config.guard_patience = Duration::from_millis(ms);
     }
     let switch = |name: &str, v: &str| match v.trim().to_ascii_lowercase().as_str() {
         "1" | "on" | "true" | "yes" => Ok(true),
@@ -162,6 +173,13 @@ mod tests {
         assert_eq!(c.redo_depth, 3);
         assert_eq!(c.dist.policy, Policy::Rs);
         assert_eq!(c.dist.steal_backoff, Duration::from_micros(150));
+        assert_eq!(
+            with(&[("SATIN_GUARD_PATIENCE_MS", "1500")])
+                .unwrap()
+                .guard_patience,
+            Duration::from_millis(1500)
+        );
+        assert!(with(&[("SATIN_GUARD_PATIENCE_MS", "soon")]).is_err());
         assert_eq!(
             with(&[("SATIN_INLINE_DEPTH", "max")]).unwrap().inline_depth,
             usize::MAX

@@ -38,7 +38,9 @@
 //!   the local copies. While it does not, the worker waits for pushed writes, then
 //!   asks the process the job came from (which ran its spawner, so its copies are
 //!   consistent for the job) for its copies, and waits again ([`GuardPolicy`]);
-//!   a guard that never holds fails the job with [`SatinError::GuardTimeout`].
+//!   a guard that does not hold within the patience
+//!   ([`SatinBuilder::guard_patience`](crate::SatinBuilder::guard_patience)) fails the
+//!   job with [`SatinError::GuardTimeout`].
 //!   Jobs that stay in their process are not guarded: their spawner saw the same copy.
 //!
 //! A shared object is named: every process of the pool creates it under the same name

@@ -332,3 +332,75 @@ fn more_workers_than_a_record_can_name_is_a_config_error() {
         Ok(_) => panic!("built with more than MAX_WORKERS workers"),
     }
 }
+
+/// A shared object's version, and a job whose guard wants a version.
+#[derive(Serialize, Deserialize)]
+struct Version(u32);
+impl satin::Replicated for Version {
+    type Op = u32;
+    type Output = ();
+    fn apply(&mut self, v: &u32) {
+        self.0 = self.0.max(*v);
+    }
+}
+
+#[derive(Serialize, Deserialize)]
+struct NeedsVersion(u32, satin::Shared<Version>);
+#[satin::job]
+impl Job for NeedsVersion {
+    type Output = u32;
+    fn run(self, _ctx: &mut Ctx) -> u32 {
+        self.1.read(|v| v.0)
+    }
+    fn guard(&self) -> bool {
+        self.1.read(|v| v.0 >= self.0)
+    }
+}
+
+/// A job from the wire runs once its guard holds (a write that comes while it waits
+/// lets it go), and fails with `GuardTimeout` after the builder's guard patience when
+/// the guard never holds, fetching the sender's copies (here: a counter) meanwhile.
+#[test]
+fn a_wire_job_waits_for_its_guard_and_times_out_after_the_patience() {
+    let s = Satin::builder()
+        .workers(1)
+        .guard_patience(Duration::from_millis(300))
+        .build()
+        .unwrap();
+    let v = satin::Shared::new("runtime-test-version", Version(0)).unwrap();
+    let run = |want: u32, fetched: Arc<AtomicUsize>| {
+        let (name, bytes) = satin::to_wire(&NeedsVersion(want, v.clone())).unwrap();
+        let job = s.from_wire(name, &bytes).unwrap();
+        let (tx, rx) = mpsc::channel();
+        let fetch: Box<dyn Fn() + Send> = Box::new(move || {
+            fetched.fetch_add(1, Ordering::Relaxed);
+        });
+        s.execute_wire_job_from(
+            job,
+            false,
+            satin::AbortHandle::new(),
+            Some(fetch),
+            move |r| tx.send(r).unwrap(),
+        );
+        rx
+    };
+    // The guard holds at once.
+    let fetched = Arc::new(AtomicUsize::new(0));
+    let out = run(0, fetched.clone()).recv_timeout(STEP).unwrap().unwrap();
+    let remote = <NeedsVersion as Job>::REMOTE.unwrap();
+    assert_eq!(remote.decode_output(&out).unwrap(), 0);
+    assert_eq!(fetched.load(Ordering::Relaxed), 0);
+    // It never holds: the job fails after the patience, having asked for copies.
+    let r = run(7, fetched.clone()).recv_timeout(STEP).unwrap();
+    assert!(
+        matches!(r, Err(SatinError::GuardTimeout { ref job, .. }) if job.ends_with("::NeedsVersion")),
+        "{r:?}"
+    );
+    assert!(fetched.load(Ordering::Relaxed) >= 1);
+    assert_eq!(s.net_counters().guard_waits.load(Ordering::Relaxed), 1);
+    // It holds once a write arrives (while it waits, or before it starts).
+    let rx = run(2, Arc::new(AtomicUsize::new(0)));
+    v.write(2);
+    let out = rx.recv_timeout(STEP).unwrap().unwrap();
+    assert_eq!(remote.decode_output(&out).unwrap(), 2);
+}

@@ -37,6 +37,8 @@ pub(crate) struct Config {
     pub(crate) inline_depth: usize,
     /// See [`SatinBuilder::redo_depth`].
     pub(crate) redo_depth: usize,
+    /// See [`SatinBuilder::guard_patience`].
+    pub(crate) guard_patience: Duration,
     /// The settings of the distributed layer.
     pub(crate) dist: DistConfig,
 }
@@ -46,6 +48,7 @@ impl Default for Config {
         Config {
             inline_depth: DEFAULT_INLINE_DEPTH,
             redo_depth: DEFAULT_REDO_DEPTH,
+            guard_patience: crate::shared::GuardPolicy::default().patience,
             dist: DistConfig::default(),
         }
     }
@@ -64,6 +67,7 @@ pub struct SatinBuilder {
     redo_depth: Option<usize>,
     policy: Option<Policy>,
     steal_backoff: Option<Duration>,
+    guard_patience: Option<Duration>,
     join_timeout: Option<Duration>,
     end_timeout: Option<Duration>,
     save_results: Option<bool>,
@@ -83,6 +87,7 @@ impl Default for SatinBuilder {
             redo_depth: None,
             policy: None,
             steal_backoff: None,
+            guard_patience: None,
             join_timeout: None,
             end_timeout: None,
             save_results: None,
@@ -144,6 +149,15 @@ impl SatinBuilder {
     /// the next one (default: none; environment: `SATIN_STEAL_BACKOFF_US`).
     pub fn steal_backoff(mut self, pause: Duration) -> Self {
         self.steal_backoff = Some(pause);
+        self
+    }
+
+    /// How long a job that came from another process waits for its
+    /// [`Job::guard`](crate::Job::guard) to hold (pushed writes, then fetches of the
+    /// sender's copies) before it fails with [`SatinError::GuardTimeout`] (default
+    /// 30 s; environment: `SATIN_GUARD_PATIENCE_MS`).
+    pub fn guard_patience(mut self, patience: Duration) -> Self {
+        self.guard_patience = Some(patience);
         self
     }
 
@@ -244,6 +258,9 @@ impl SatinBuilder {
         if let Some(b) = self.steal_backoff {
             c.dist.steal_backoff = b;
         }
+        if let Some(p) = self.guard_patience {
+            c.guard_patience = p;
+        }
         if let Some(t) = self.join_timeout {
             c.dist.join_timeout = t;
         }
@@ -288,6 +305,10 @@ impl SatinBuilder {
         }
         let registry = self.registry.unwrap_or_else(JobRegistry::from_inventory);
         let (shared, deques) = Shared::new(n, registry, config.inline_depth, config.redo_depth);
+        shared.guard_patience_ms.store(
+            u64::try_from(config.guard_patience.as_millis()).unwrap_or(u64::MAX),
+            std::sync::atomic::Ordering::Relaxed,
+        );
         let mut handles = Vec::with_capacity(n);
         for (i, d) in deques.into_iter().enumerate() {
             let sh = shared.clone();

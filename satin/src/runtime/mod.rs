@@ -27,6 +27,7 @@ use std::panic::{self, AssertUnwindSafe};
 use std::sync::atomic::Ordering;
 use std::sync::{mpsc, Arc};
 use std::thread::JoinHandle;
+use std::time::Duration;
 
 /// The callback of [`Satin::set_idle_hook`].
 type IdleHook = Box<dyn Fn() + Send + Sync>;
@@ -106,8 +107,8 @@ impl Satin {
     ///
     /// Before it runs, the job's [`Job::guard`] must hold: while it does not, the
     /// worker waits for writes to the shared objects (see [`crate::shared`]), and
-    /// fails the job with [`SatinError::GuardTimeout`] after the default
-    /// [`GuardPolicy`]'s patience. [`Satin::execute_wire_job_from`] also fetches the
+    /// fails the job with [`SatinError::GuardTimeout`] after
+    /// [`SatinBuilder::guard_patience`]. [`Satin::execute_wire_job_from`] also fetches the
     /// sender's copies.
     pub fn execute_wire_job(
         &self,
@@ -145,13 +146,24 @@ impl Satin {
                             &|| job.guard(),
                             &|| abort.is_aborted(),
                             fetch.as_deref().map(|f| f as &dyn Fn()),
-                            GuardPolicy::default(),
+                            GuardPolicy {
+                                patience: Duration::from_millis(
+                                    shared.guard_patience_ms.load(Ordering::Relaxed),
+                                ),
+                                ..GuardPolicy::default()
+                            },
                         );
-                        let w = match w {
-                            Ok(w) => w,
-                            Err(e) => return Err(e),
-                        };
-                        shared.net.add_guard(w);
+                        match w {
+                            Ok(w) => shared.net.add_guard(w),
+                            Err(e) => {
+                                // It waited too (and failed): counted as a wait.
+                                shared.net.add_guard(crate::shared::GuardWait {
+                                    waited: true,
+                                    fetches: 0,
+                                });
+                                return Err(e);
+                            }
+                        }
                     }
                     ctx.with_abort_handle(&abort, |ctx| job.run_to_wire(ctx))
                 }))

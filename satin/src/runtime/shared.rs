@@ -58,6 +58,9 @@ pub(crate) struct Shared {
     pub(super) abort_hook: OnceLock<IdleHook>,
     /// Spawns run inline once a worker holds this many unstarted jobs.
     pub(crate) inline_depth: usize,
+    /// How long a job from another process waits for its guard, in milliseconds (see
+    /// [`crate::SatinBuilder::guard_patience`]).
+    pub(crate) guard_patience_ms: std::sync::atomic::AtomicU64,
     /// Jobs of a redone subtree down to this depth below the redone job are marked
     /// and offered to the result lookup (`u32::MAX`: unbounded; see
     /// [`crate::SatinBuilder::redo_depth`]).
@@ -101,6 +104,9 @@ impl Shared {
             abort_hook: OnceLock::new(),
             thieves: AtomicBool::new(workers > 1),
             inline_depth,
+            guard_patience_ms: std::sync::atomic::AtomicU64::new(
+                crate::shared::GuardPolicy::default().patience.as_millis() as u64,
+            ),
             // Depths in owner words saturate at MAX_REDO_DEPTH: from there on, no bound.
             redo_depth: if redo_depth >= crate::kernel::MAX_REDO_DEPTH {
                 u32::MAX
