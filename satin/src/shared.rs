@@ -402,31 +402,33 @@ pub(crate) struct GuardWait {
 
 /// Waits until `holds()` (a stolen job's guard) is true, following `policy`:
 /// `fetch()` asks the job's sender for its copies; `aborted()` ends the wait early
-/// ([`SatinError::Aborted`]). `job` names the job in the timeout's error.
+/// ([`SatinError::Aborted`]). `job` names the job in the timeout's error. Returns what
+/// the wait did (for the statistics) and whether the guard came to hold.
 pub(crate) fn wait_for_guard(
     job: &str,
     holds: &dyn Fn() -> bool,
     aborted: &dyn Fn() -> bool,
     fetch: Option<&dyn Fn()>,
     policy: GuardPolicy,
-) -> Result<GuardWait, SatinError> {
+) -> (GuardWait, Result<(), SatinError>) {
     let mut w = GuardWait::default();
     let start = Instant::now();
     loop {
         let seen = *TABLE.changes.lock();
         if holds() {
-            return Ok(w);
+            return (w, Ok(()));
         }
         w.waited = true;
         if aborted() {
-            return Err(SatinError::Aborted);
+            return (w, Err(SatinError::Aborted));
         }
         match policy.step(start.elapsed(), w.fetches) {
             GuardStep::GiveUp => {
-                return Err(SatinError::GuardTimeout {
+                let e = SatinError::GuardTimeout {
                     job: job.to_string(),
                     waited_ms: start.elapsed().as_millis() as u64,
-                })
+                };
+                return (w, Err(e));
             }
             GuardStep::Fetch => {
                 w.fetches += 1;
@@ -563,7 +565,7 @@ mod tests {
             })
         };
         let holds = || c.read(|c| c.0 == 1);
-        let w = wait_for_guard(
+        let (w, r) = wait_for_guard(
             "t",
             &holds,
             &|| false,
@@ -572,8 +574,8 @@ mod tests {
                 patience: Duration::from_secs(60),
                 ..GuardPolicy::default()
             },
-        )
-        .unwrap();
+        );
+        r.unwrap();
         writer.join().unwrap();
         assert!(holds());
         // Without a fetcher, fetch steps only count.
@@ -591,13 +593,17 @@ mod tests {
             refetch: Duration::from_millis(10),
             patience: Duration::from_millis(50),
         };
-        let e = wait_for_guard("j", &|| false, &|| false, Some(&fetch), policy).unwrap_err();
+        let (w, r) = wait_for_guard("j", &|| false, &|| false, Some(&fetch), policy);
+        let e = r.unwrap_err();
         assert!(matches!(e, SatinError::GuardTimeout { ref job, .. } if job == "j"));
         assert!(fetched.load(Relaxed) >= 1);
-        let e = wait_for_guard("j", &|| false, &|| true, Some(&fetch), policy).unwrap_err();
-        assert_eq!(e, SatinError::Aborted);
+        assert!(w.waited);
+        assert_eq!(u64::from(w.fetches), fetched.load(Relaxed));
+        let (_, r) = wait_for_guard("j", &|| false, &|| true, Some(&fetch), policy);
+        assert_eq!(r.unwrap_err(), SatinError::Aborted);
         // A guard that holds costs nothing.
-        let w = wait_for_guard("j", &|| true, &|| true, None, policy).unwrap();
+        let (w, r) = wait_for_guard("j", &|| true, &|| true, None, policy);
+        r.unwrap();
         assert_eq!(w, GuardWait::default());
     }
 }

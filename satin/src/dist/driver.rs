@@ -252,8 +252,6 @@ struct SharedCounts {
     received: u64,
     /// Copies sent to members whose guards asked for them.
     states_sent: u64,
-    /// Fetches this member's guards asked for.
-    fetches: u64,
     /// Payload bytes of the write and copy messages sent.
     bytes: u64,
 }
@@ -725,7 +723,6 @@ impl Driver {
             Input::Recovery => {}
             Input::SharedWrite { object, op } => self.shared_write(&object, &op),
             Input::SharedFetch { from } => {
-                self.shared.fetches += 1;
                 self.send(from, Msg::SharedFetch, &[]);
             }
             Input::Finished {
@@ -1742,7 +1739,7 @@ impl Driver {
             shared_states_sent: self.shared.states_sent,
             shared_bytes: self.shared.bytes,
             guard_waits: net.guard_waits,
-            guard_fetches: self.shared.fetches,
+            guard_fetches: net.guard_fetches,
         }
     }
 }

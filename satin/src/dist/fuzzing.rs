@@ -113,6 +113,21 @@ pub fn sample_messages(name: &str, job: &[u8], output: &[u8]) -> Vec<Vec<u8>> {
         (Msg::Leave(super::protocol::LeaveMsg::Leaving), &[]),
         (Msg::Leave(super::protocol::LeaveMsg::Done), &[]),
         (Msg::Leave(super::protocol::LeaveMsg::Stays), &[]),
+        (
+            Msg::SharedWrite {
+                object: "bodies".into(),
+                len: output.len() as u64,
+            },
+            output,
+        ),
+        (Msg::SharedFetch, &[]),
+        (
+            Msg::SharedState {
+                object: "bodies".into(),
+                len: job.len() as u64,
+            },
+            job,
+        ),
     ];
     msgs.into_iter()
         .filter_map(|(msg, payload)| {
@@ -133,7 +148,7 @@ mod tests {
     #[test]
     fn the_samples_decode_with_their_payloads() {
         let samples = sample_messages("x::Job", b"job bytes", b"out");
-        assert_eq!(samples.len(), 15);
+        assert_eq!(samples.len(), 19);
         let port = super::super::port_type().unwrap();
         let got: Vec<_> = samples
             .into_iter()
@@ -142,6 +157,10 @@ mod tests {
         assert_eq!(got[2], Some((1, 9)));
         assert_eq!(got[3], Some((1, 3)));
         assert_eq!(got[10], Some((1, 3)));
+        // The shared objects' write, fetch and copy.
+        assert_eq!(got[16], Some((1, 3)));
+        assert_eq!(got[17], Some((1, 0)));
+        assert_eq!(got[18], Some((1, 9)));
         assert!(got.iter().all(Option::is_some));
     }
 

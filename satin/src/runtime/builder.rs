@@ -304,10 +304,12 @@ impl SatinBuilder {
             )));
         }
         let registry = self.registry.unwrap_or_else(JobRegistry::from_inventory);
-        let (shared, deques) = Shared::new(n, registry, config.inline_depth, config.redo_depth);
-        shared.guard_patience_ms.store(
-            u64::try_from(config.guard_patience.as_millis()).unwrap_or(u64::MAX),
-            std::sync::atomic::Ordering::Relaxed,
+        let (shared, deques) = Shared::new(
+            n,
+            registry,
+            config.inline_depth,
+            config.redo_depth,
+            config.guard_patience,
         );
         let mut handles = Vec::with_capacity(n);
         for (i, d) in deques.into_iter().enumerate() {

@@ -27,7 +27,6 @@ use std::panic::{self, AssertUnwindSafe};
 use std::sync::atomic::Ordering;
 use std::sync::{mpsc, Arc};
 use std::thread::JoinHandle;
-use std::time::Duration;
 
 /// The callback of [`Satin::set_idle_hook`].
 type IdleHook = Box<dyn Fn() + Send + Sync>;
@@ -141,29 +140,18 @@ impl Satin {
                         return Err(SatinError::Aborted);
                     }
                     if !job.guard() {
-                        let w = crate::shared::wait_for_guard(
+                        let (w, r) = crate::shared::wait_for_guard(
                             job.name(),
                             &|| job.guard(),
                             &|| abort.is_aborted(),
                             fetch.as_deref().map(|f| f as &dyn Fn()),
                             GuardPolicy {
-                                patience: Duration::from_millis(
-                                    shared.guard_patience_ms.load(Ordering::Relaxed),
-                                ),
+                                patience: shared.guard_patience,
                                 ..GuardPolicy::default()
                             },
                         );
-                        match w {
-                            Ok(w) => shared.net.add_guard(w),
-                            Err(e) => {
-                                // It waited too (and failed): counted as a wait.
-                                shared.net.add_guard(crate::shared::GuardWait {
-                                    waited: true,
-                                    fetches: 0,
-                                });
-                                return Err(e);
-                            }
-                        }
+                        shared.net.add_guard(w);
+                        r?;
                     }
                     ctx.with_abort_handle(&abort, |ctx| job.run_to_wire(ctx))
                 }))

@@ -58,9 +58,9 @@ pub(crate) struct Shared {
     pub(super) abort_hook: OnceLock<IdleHook>,
     /// Spawns run inline once a worker holds this many unstarted jobs.
     pub(crate) inline_depth: usize,
-    /// How long a job from another process waits for its guard, in milliseconds (see
+    /// How long a job from another process waits for its guard (see
     /// [`crate::SatinBuilder::guard_patience`]).
-    pub(crate) guard_patience_ms: std::sync::atomic::AtomicU64,
+    pub(crate) guard_patience: std::time::Duration,
     /// Jobs of a redone subtree down to this depth below the redone job are marked
     /// and offered to the result lookup (`u32::MAX`: unbounded; see
     /// [`crate::SatinBuilder::redo_depth`]).
@@ -84,6 +84,7 @@ impl Shared {
         registry: JobRegistry,
         inline_depth: usize,
         redo_depth: usize,
+        guard_patience: std::time::Duration,
     ) -> (Arc<Shared>, Vec<Worker<JobRef>>) {
         let deques: Vec<Worker<JobRef>> = (0..workers).map(|_| Worker::new_lifo()).collect();
         let shared = Arc::new(Shared {
@@ -104,9 +105,7 @@ impl Shared {
             abort_hook: OnceLock::new(),
             thieves: AtomicBool::new(workers > 1),
             inline_depth,
-            guard_patience_ms: std::sync::atomic::AtomicU64::new(
-                crate::shared::GuardPolicy::default().patience.as_millis() as u64,
-            ),
+            guard_patience,
             // Depths in owner words saturate at MAX_REDO_DEPTH: from there on, no bound.
             redo_depth: if redo_depth >= crate::kernel::MAX_REDO_DEPTH {
                 u32::MAX
