@@ -972,21 +972,9 @@ impl OthelloArgs {
         use othello::board::Position;
         match (&self.file, &self.position) {
             (Some(path), _) => {
-                use std::io::Read as _;
-                let f = std::fs::File::open(path)
-                    .map_err(|e| format!("reading {}: {e}", path.display()))?;
-                let mut bytes = Vec::new();
-                f.take(MAX_POSITION_FILE + 1)
-                    .read_to_end(&mut bytes)
-                    .map_err(|e| format!("reading {}: {e}", path.display()))?;
-                if bytes.len() as u64 > MAX_POSITION_FILE {
-                    return Err(format!(
-                        "{}: larger than {MAX_POSITION_FILE} bytes (a position is 66 characters)",
-                        path.display()
-                    ));
-                }
-                let text = String::from_utf8(bytes)
-                    .map_err(|_| format!("{}: not UTF-8 text", path.display()))?;
+                let text =
+                    crate::input::read_text(path, MAX_POSITION_FILE, "a position is 66 characters")
+                        .map_err(|e| format!("reading {e}"))?;
                 Position::parse(&text).map_err(|e| format!("{}: {e}", path.display()))
             }
             (None, Some(text)) => Position::parse(text).map_err(|e| format!("--position: {e}")),

@@ -431,19 +431,8 @@ impl Job for Ida {
 /// Reads the instances of `path` (see the module doc); an error names the file and
 /// the line.
 pub fn read_puzzles(path: &Path) -> Result<Vec<Puzzle>, String> {
-    use std::io::Read as _;
     let name = path.display();
-    let file = std::fs::File::open(path).map_err(|e| format!("{name}: {e}"))?;
-    let mut bytes = Vec::new();
-    file.take(MAX_FILE_BYTES + 1)
-        .read_to_end(&mut bytes)
-        .map_err(|e| format!("{name}: {e}"))?;
-    if bytes.len() as u64 > MAX_FILE_BYTES {
-        return Err(format!(
-            "{name}: larger than {MAX_FILE_BYTES} bytes (the most an instance file may hold)"
-        ));
-    }
-    let text = String::from_utf8(bytes).map_err(|e| format!("{name}: not UTF-8 text: {e}"))?;
+    let text = crate::input::read_text(path, MAX_FILE_BYTES, "the most an instance file may hold")?;
     let puzzles = parse_puzzles(&text).map_err(|e| format!("{name}:{e}"))?;
     if puzzles.is_empty() {
         return Err(format!("{name}: no instance in the file"));

@@ -180,17 +180,8 @@ impl Instance {
     /// Reads an instance file (at most [`MAX_FILE_BYTES`]); errors name the file and
     /// the line.
     pub fn read(path: &Path) -> Result<Instance, String> {
-        use std::io::Read as _;
         let name = path.display();
-        let file = std::fs::File::open(path).map_err(|e| format!("{name}: {e}"))?;
-        let mut bytes = Vec::new();
-        file.take(MAX_FILE_BYTES + 1)
-            .read_to_end(&mut bytes)
-            .map_err(|e| format!("{name}: {e}"))?;
-        if bytes.len() as u64 > MAX_FILE_BYTES {
-            return Err(format!("{name}: larger than {MAX_FILE_BYTES} bytes"));
-        }
-        let text = String::from_utf8(bytes).map_err(|e| format!("{name}: not text: {e}"))?;
+        let text = crate::input::read_text(path, MAX_FILE_BYTES, "the most an SCP file may hold")?;
         Instance::parse(&text).map_err(|e| format!("{name}: {e}"))
     }
 

@@ -27,14 +27,13 @@
 //! timing, so [`Cover`] compares by cost (`--check` compares the optimal costs).
 
 use crate::bound::{new_run_id, run_bound, Bound, SharedBound};
+use crate::problems::Problems;
 use crate::scp::Instance;
-use parking_lot::Mutex;
 use satin::{Ctx, Job};
 use serde::{Deserialize, Serialize};
 use sha1::{Digest, Sha1};
-use std::collections::HashMap;
 use std::fmt;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 /// A cover: its cost and its columns (0-based, ascending). Compared by cost only: two
 /// optimal covers are equal.
@@ -352,31 +351,12 @@ impl<'p> State<'p> {
 }
 
 /// The problems of this process, by key.
-struct Registry {
-    problems: HashMap<u64, Arc<Problem>>,
-}
+static PROBLEMS: Problems<Problem> = Problems::new();
 
-fn registry() -> &'static Mutex<Registry> {
-    static R: OnceLock<Mutex<Registry>> = OnceLock::new();
-    R.get_or_init(|| {
-        Mutex::new(Registry {
-            problems: HashMap::new(),
-        })
-    })
-}
-
-/// Registers `problem` in this process for the jobs that name its key; returns it.
-/// Also makes this process's copy of the runs' bounds
-/// ([`RunBounds`](crate::bound::RunBounds)), so that every process of a pool has it
-/// before the run.
+/// Registers `problem` in this process for the jobs that name its key; returns it
+/// (see [`Problems::register`]).
 pub fn register(problem: Problem) -> Arc<Problem> {
-    crate::bound::prepare();
-    registry()
-        .lock()
-        .problems
-        .entry(problem.key)
-        .or_insert_with(|| Arc::new(problem))
-        .clone()
+    PROBLEMS.register(problem.key, problem)
 }
 
 /// A job's answer: the cheapest cover it found below its starting bound, if any; an
@@ -407,7 +387,7 @@ impl Job for SetCover {
     type Output = Found;
 
     fn run(self, ctx: &mut Ctx) -> Found {
-        let Some(p) = registry().lock().problems.get(&self.problem).cloned() else {
+        let Some(p) = PROBLEMS.get(self.problem) else {
             return Err(format!(
                 "problem {:016x} is not registered in this process (every process must \
                  read the same instance before the run)",

@@ -34,14 +34,13 @@
 
 use crate::bound::{new_run_id, run_bound, PoolBound};
 pub use crate::bound::{Bound, SharedBound};
+use crate::problems::Problems;
 use crate::tsplib::Instance;
-use parking_lot::Mutex;
 use satin::{Ctx, Job};
 use serde::{Deserialize, Serialize};
 use sha1::{Digest, Sha1};
-use std::collections::HashMap;
 use std::fmt;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 /// The most cities the branch and bound takes (a path's cities are a 64-bit set; the
 /// search is exponential long before).
@@ -416,35 +415,16 @@ type Penalties = [f64; MAX_CITIES];
 const NODE_ITERS: usize = 6;
 
 /// The problems of this process, by key.
-struct Registry {
-    problems: HashMap<u64, Arc<Problem>>,
-}
+static PROBLEMS: Problems<Problem> = Problems::new();
 
-fn registry() -> &'static Mutex<Registry> {
-    static R: OnceLock<Mutex<Registry>> = OnceLock::new();
-    R.get_or_init(|| {
-        Mutex::new(Registry {
-            problems: HashMap::new(),
-        })
-    })
-}
-
-/// Registers `problem` in this process for the jobs that name its key; returns it.
-/// Also makes this process's copy of the runs' bounds
-/// ([`RunBounds`](crate::bound::RunBounds)), so that every process of a pool has it
-/// before the run.
+/// Registers `problem` in this process for the jobs that name its key; returns it
+/// (see [`Problems::register`]).
 pub fn register(problem: Problem) -> Arc<Problem> {
-    crate::bound::prepare();
-    registry()
-        .lock()
-        .problems
-        .entry(problem.key)
-        .or_insert_with(|| Arc::new(problem))
-        .clone()
+    PROBLEMS.register(problem.key, problem)
 }
 
 fn problem(key: u64) -> Option<Arc<Problem>> {
-    registry().lock().problems.get(&key).cloned()
+    PROBLEMS.get(key)
 }
 
 /// A job's answer: the best tour it found below its starting bound, if any; an error if
