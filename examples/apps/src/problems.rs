@@ -20,11 +20,8 @@ impl<P> Problems<P> {
     }
 
     /// Registers `problem` under `key` unless a problem has that key already; returns
-    /// the registered one. Also makes this process's copy of the runs' bounds
-    /// ([`crate::bound::prepare`]), so that every process of a pool has it before the
-    /// run.
+    /// the registered one.
     pub fn register(&self, key: u64, problem: P) -> Arc<P> {
-        crate::bound::prepare();
         self.by_key
             .lock()
             .entry(key)

@@ -353,9 +353,11 @@ impl<'p> State<'p> {
 /// The problems of this process, by key.
 static PROBLEMS: Problems<Problem> = Problems::new();
 
-/// Registers `problem` in this process for the jobs that name its key; returns it
-/// (see [`Problems::register`]).
+/// Registers `problem` in this process for the jobs that name its key; returns it.
+/// Also makes this process's copy of the runs' bounds ([`crate::bound::prepare`]), so
+/// that every process of a pool has it before the run.
 pub fn register(problem: Problem) -> Arc<Problem> {
+    crate::bound::prepare();
     PROBLEMS.register(problem.key, problem)
 }
 
