@@ -8,7 +8,9 @@
 //! - [`bare_ring`]: the shm transport's own rings between two processes with nothing
 //!   above them, the floor its ring protocol sets;
 //! - [`raw_quic`]: a plain quinn (tokio) ping-pong and stream, the raw limit of the
-//!   quic transport.
+//!   quic transport;
+//! - [`split_floor`]: fib on the owner's side of a split deque and nothing else, the
+//!   floor under Satin's spawn and sync.
 
 #![forbid(unsafe_code)]
 
@@ -19,6 +21,7 @@ pub mod raw_quic;
 pub mod raw_shm;
 pub mod segment;
 pub mod spin;
+pub mod split_floor;
 
 use std::time::Duration;
 

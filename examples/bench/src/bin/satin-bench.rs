@@ -29,6 +29,11 @@
 //!   `ibis_apps::fib::Fib`'s small inlinable `run` that tests the base case before
 //!   calling the spawning part: the price of that layout, which the compiler does not
 //!   find by itself (it saves six registers in every call, leaves included).
+//! - `floor.fib_overhead` / `floor.fib_join_overhead`: fib(N) on the owner's side of a
+//!   split deque and nothing else (`ibis_bench::split_floor`), both children spawned
+//!   (Satin's shape) or one spawned and one called (the join shape), over the
+//!   sequential fib: the floor under any spawn a thief could take.
+//!   `ratio.fib_queued_vs_floor` is `satin.fib_overhead_queued` over the first.
 //! - `satin.redo.fib<N>.*` (N = `--redo-fib`): the cost of a redo after a crash. The
 //!   root fib(N) runs redone (`set_redo_roots(true)`) with a result lookup that is
 //!   active but never hits, so every job the redo offers costs its serialization,
@@ -43,6 +48,7 @@
 
 use clap::Parser;
 use ibis_apps::fib::{fib_seq, Fib};
+use ibis_bench::split_floor;
 use ibis_bench::{report, Figure};
 use satin::satin_core::JobKey;
 use satin::{Ctx, Job, ResultLookup, Satin, StolenJob};
@@ -116,7 +122,7 @@ struct Cli {
     #[arg(long, value_name = "N", default_value_t = 20_000_000)]
     iters: u64,
     /// The fib argument.
-    #[arg(long = "fib", value_name = "N", default_value_t = 32)]
+    #[arg(long = "fib", value_name = "N", default_value_t = 32, value_parser = clap::value_parser!(u32).range(0..=i64::from(ibis_apps::fib::MAX_N)))]
     fib: u32,
     /// The fib argument of the redo figures (`satin.redo.fib<N>.*`).
     #[arg(long = "redo-fib", value_name = "N", default_value_t = 30, value_parser = clap::value_parser!(u32).range(2..=40))]
@@ -251,6 +257,17 @@ fn redo_figures(satin: &Satin, rn: u32, repeat: usize) -> Vec<Figure> {
     ]
 }
 
+/// The split-deque floor's fib, both children spawned (`--fib` is at most 93, within
+/// the floor's [`split_floor::MAX_N`]).
+fn floor2(n: u32) -> u64 {
+    split_floor::fib_spawn2(n).expect("--fib is within the floor's range")
+}
+
+/// The split-deque floor's fib, one child spawned and one called.
+fn floor_join(n: u32) -> u64 {
+    split_floor::fib_join(n).expect("--fib is within the floor's range")
+}
+
 fn main() {
     ipl_tools::init_tracing("warn");
     let Cli {
@@ -295,7 +312,7 @@ fn main() {
             threshold: 0,
         })
     };
-    let mut reps: Vec<[f64; 6]> = Vec::with_capacity(repeat);
+    let mut reps: Vec<[f64; 8]> = Vec::with_capacity(repeat);
     for _ in 0..repeat.max(1) {
         reps.push([
             best(1, || fib_seq(black_box(n))).as_secs_f64(),
@@ -304,9 +321,11 @@ fn main() {
             best(1, || fib_satin(&stolen)).as_secs_f64(),
             best(1, || pool.install(|| fib_rayon(black_box(n)))).as_secs_f64(),
             best(1, || satin.run(FibPlain(black_box(n)))).as_secs_f64(),
+            best(1, || floor2(black_box(n))).as_secs_f64(),
+            best(1, || floor_join(black_box(n))).as_secs_f64(),
         ]);
     }
-    let med = |f: &dyn Fn(&[f64; 6]) -> f64| {
+    let med = |f: &dyn Fn(&[f64; 8]) -> f64| {
         let mut v: Vec<f64> = reps.iter().map(f).collect();
         v.sort_by(|a, b| a.total_cmp(b));
         v[v.len() / 2]
@@ -317,6 +336,8 @@ fn main() {
         secs(med(&|r| r[1])),
         secs(med(&|r| r[4])),
     );
+    let (lf, lj) = (med(&|r| r[6] / r[0]), med(&|r| r[7] / r[0]));
+    let tl = secs(med(&|r| r[6]));
     let (sf, qf, stf, rf, pf) = (
         med(&|r| r[1] / r[0]),
         med(&|r| r[2] / r[0]),
@@ -329,6 +350,8 @@ fn main() {
     assert_eq!(satin.run(Fib { n, threshold: 0 }), fib_seq(n));
     assert_eq!(satin.run(FibPlain(n)), fib_seq(n));
     assert_eq!(queued.run(Fib { n, threshold: 0 }), fib_seq(n));
+    assert_eq!(floor2(n), fib_seq(n));
+    assert_eq!(floor_join(n), fib_seq(n));
 
     let ns = |d: Duration| d.as_secs_f64() * 1e9 / iters as f64;
     let mut figs = vec![
@@ -403,6 +426,30 @@ fn main() {
             value: rf,
             unit: "x",
             what: "rayon fib / sequential fib".into(),
+        },
+        Figure {
+            name: "floor.fib_ms".into(),
+            value: tl.as_secs_f64() * 1e3,
+            unit: "ms",
+            what: format!("split-deque floor fib({n}), 2 spawns per call"),
+        },
+        Figure {
+            name: "floor.fib_overhead".into(),
+            value: lf,
+            unit: "x",
+            what: "split-deque floor fib (2 spawns) / sequential".into(),
+        },
+        Figure {
+            name: "floor.fib_join_overhead".into(),
+            value: lj,
+            unit: "x",
+            what: "split-deque floor fib (spawn + call) / sequential".into(),
+        },
+        Figure {
+            name: "ratio.fib_queued_vs_floor".into(),
+            value: qf / lf,
+            unit: "x",
+            what: "satin inlining off / split-deque floor (2 spawns)".into(),
         },
         Figure {
             name: "ratio.fib_overhead_vs_rayon".into(),
