@@ -9,12 +9,15 @@
 //!   above them, the floor its ring protocol sets;
 //! - [`raw_quic`]: a plain quinn (tokio) ping-pong and stream, the raw limit of the
 //!   quic transport;
+//! - [`mpi`]: Open MPI's compiler and launcher for the project's own MPI programs, the
+//!   reference the users would pick instead;
 //! - [`split_floor`]: fib on the owner's side of a split deque and nothing else, the
 //!   floor under Satin's spawn and sync.
 
 #![forbid(unsafe_code)]
 
 pub mod bare_ring;
+pub mod mpi;
 pub mod pair;
 pub mod placement;
 pub mod raw_quic;

@@ -14,6 +14,7 @@ fn every_benchmark_has_a_clean_command_line() {
         env!("CARGO_BIN_EXE_quic-bench"),
         env!("CARGO_BIN_EXE_pool-bench"),
         env!("CARGO_BIN_EXE_soak-bench"),
+        env!("CARGO_BIN_EXE_mpi-bench"),
     ] {
         cli::check(bin);
     }

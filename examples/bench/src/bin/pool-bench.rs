@@ -17,17 +17,17 @@
 //!   process to the last one's exit (after `leave`);
 //! - `mpi.startup.<N>.total_ms`: the reference, Open MPI's `mpirun -n N` of a program
 //!   that does `MPI_Init`, `MPI_Barrier` and `MPI_Finalize` (`startup.c` beside this
-//!   benchmark, compiled with `mpicc.openmpi` at run time); left out, with the reason,
+//!   benchmark, compiled with `mpicc.openmpi` at run time, `ibis_bench::mpi`); left out, with the reason,
 //!   where Open MPI or its compiler is missing;
 //! - `ratio.startup.<N>.total`: ours over Open MPI's.
 
 use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use clap::{Parser, Subcommand};
-use ibis_bench::{median, ping_pong_capabilities, report, Children, Figure};
+use ibis_bench::{median, mpi, ping_pong_capabilities, report, Children, Figure};
 use ipl::{Ibis, PortCapabilities, PortType};
 use ipl_auth::PoolSecret;
 use ipl_registry::RegistryServer;
@@ -151,49 +151,18 @@ fn run_pool(n: u32, pool: &str) -> Res<Run> {
     })
 }
 
-/// Compiles the reference MPI program into `dir`; None (with the reason) where Open
-/// MPI's compiler or launcher is missing.
-fn mpi_program(dir: &Path) -> Result<PathBuf, String> {
-    let src = dir.join("startup.c");
-    std::fs::write(&src, MPI_STARTUP_C).map_err(|e| format!("writing {src:?}: {e}"))?;
-    let exe = dir.join("startup");
-    let out = Command::new("mpicc.openmpi")
-        .arg("-O2")
-        .arg("-o")
-        .arg(&exe)
-        .arg(&src)
-        .output()
-        .map_err(|e| format!("mpicc.openmpi: {e} (install libopenmpi-dev)"))?;
-    if !out.status.success() {
-        return Err(format!(
-            "mpicc.openmpi failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        ));
-    }
-    Ok(exe)
-}
-
 /// One `mpirun -n n` of the reference program, in ms.
 fn run_mpi(exe: &Path, n: u32) -> Result<f64, String> {
     let t0 = Instant::now();
-    let out = Command::new("mpirun.openmpi")
-        .args([
-            "--allow-run-as-root",
-            "--oversubscribe",
-            "--bind-to",
-            "none",
-        ])
-        .args(["--mca", "btl", "self,vader,tcp", "-n"])
-        .arg(n.to_string())
+    let out = mpi::mpirun(n, "self,vader,tcp")
         .arg(exe)
-        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
-        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
         .stdout(Stdio::null())
         .output()
-        .map_err(|e| format!("mpirun.openmpi: {e}"))?;
+        .map_err(|e| format!("{}: {e}", mpi::MPIRUN))?;
     if !out.status.success() {
         return Err(format!(
-            "mpirun.openmpi -n {n} failed: {}",
+            "{} -n {n} failed: {}",
+            mpi::MPIRUN,
             String::from_utf8_lossy(&out.stderr)
         ));
     }
@@ -203,7 +172,7 @@ fn run_mpi(exe: &Path, n: u32) -> Result<f64, String> {
 fn measure(cli: &Cli) -> Res<()> {
     let tmp = std::env::temp_dir().join(format!("pool-bench-{}", std::process::id()));
     std::fs::create_dir_all(&tmp)?;
-    let mpi = mpi_program(&tmp);
+    let mpi = mpi::compile(&tmp, "startup", MPI_STARTUP_C);
     if let Err(why) = &mpi {
         tracing::warn!("the Open MPI reference is left out: {why}");
     }
