@@ -7,6 +7,8 @@
 //!   processes, the raw limit of the shm transport;
 //! - [`bare_ring`]: the shm transport's own rings between two processes with nothing
 //!   above them, the floor its ring protocol sets;
+//! - [`raw_tcp`]: a plain TCP socket, spinning or blocking, the raw limit of the tcp
+//!   transport;
 //! - [`raw_quic`]: a plain quinn (tokio) ping-pong and stream, the raw limit of the
 //!   quic transport;
 //! - [`mpi`]: Open MPI's compiler and launcher for the project's own MPI programs, the
@@ -22,6 +24,7 @@ pub mod pair;
 pub mod placement;
 pub mod raw_quic;
 pub mod raw_shm;
+pub mod raw_tcp;
 pub mod segment;
 pub mod spin;
 pub mod split_floor;

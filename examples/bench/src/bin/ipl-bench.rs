@@ -19,13 +19,17 @@
 //! (`ibis_bench::raw_shm`; and the transport's own rings with nothing above them,
 //! `ibis_bench::bare_ring`), for quic a plain quinn ping-pong and stream
 //! (`ibis_bench::raw_quic`), for every other transport a plain TCP socket
-//! (blocking reads, TCP_NODELAY). The in-process transport is measured between two
-//! threads against a thread-to-thread channel ping-pong.
+//! (TCP_NODELAY, `ibis_bench::raw_tcp`) measured twice: spinning on a non-blocking
+//! socket, as MPI's receivers poll (`raw.*`, the strongest), and with blocking reads
+//! (`raw_blocking.*`, as the IPL's receivers that sleep). The in-process transport is
+//! measured between two threads against a thread-to-thread channel ping-pong.
 //!
 //! Output: a table, then lines `name value unit`:
 //! `ipl.latency.<t>.<size>B.rtt_us`, `raw.latency.<t>.<size>B.rtt_us`,
 //! `ratio.latency.<t>.<size>B`, and likewise `ipl.throughput.<t>.<size>B.MBps`,
-//! `raw.throughput.<t>.<size>B.MBps`, `ratio.throughput.<t>.<size>B`; for shm latency
+//! `raw.throughput.<t>.<size>B.MBps`, `ratio.throughput.<t>.<size>B`; for a TCP
+//! baseline also `raw_blocking.<kind>.<t>.<size>B.<unit>` and
+//! `ratio.blocking.<kind>.<t>.<size>B` (IPL / raw blocking); for shm latency
 //! also the protocol floor `floor.latency.shm.<size>B.rtt_us`,
 //! `ratio.floor.latency.shm.<size>B` (rings alone / raw) and
 //! `ratio.ipl_over_floor.latency.shm.<size>B`; `selfloop` prints
@@ -33,7 +37,7 @@
 
 #![forbid(unsafe_code)]
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufRead, BufReader, Write};
 use std::net::{TcpListener, TcpStream};
 use std::process::Stdio;
 use std::sync::mpsc;
@@ -45,6 +49,7 @@ use ibis_bench::pair::{connect_pair, PairPool};
 use ibis_bench::placement::Placement;
 use ibis_bench::raw_quic;
 use ibis_bench::raw_shm::RawShm;
+use ibis_bench::raw_tcp::{RawTcp, Wait};
 use ibis_bench::{at_least_one, median, ping_pong_capabilities, report, stats, us, Figure};
 use ipl::{
     EmbeddedRegistry, Ibis, PortCapabilities as P, PortType, ReceivePort, SendPort,
@@ -218,7 +223,7 @@ fn main() {
 /// One side of the raw baseline that a transport is compared with.
 enum Raw {
     /// A plain TCP socket (tcp and every transport without a baseline of its own).
-    Tcp(TcpStream),
+    Tcp(RawTcp),
     /// A spinning shared-memory ping-pong and stream (shm), and the transport's own
     /// rings with nothing above them (the protocol floor).
     Shm(RawShm, Box<BareRing>),
@@ -245,7 +250,10 @@ fn raw_description(kind: &str) -> &'static str {
              reclamation) spinning, with no endpoint, plugin boundary or IPL"
         }
         "quic" => "raw = plain quinn ping-pong / stream (TLS 1.3), one tokio thread per side",
-        _ => "raw = plain TCP socket, blocking reads, TCP_NODELAY",
+        _ => {
+            "raw = plain TCP socket, TCP_NODELAY, spinning on a non-blocking socket; \
+             raw blocking = the same socket with blocking reads"
+        }
     }
 }
 
@@ -253,7 +261,10 @@ impl Raw {
     /// The measuring side: median (tcp) or mean round trip in us.
     fn latency(&mut self, size: usize, iters: usize) -> Res<f64> {
         Ok(match self {
-            Raw::Tcp(s) => raw_latency(s, size, iters)?,
+            Raw::Tcp(s) => {
+                s.set_wait(Wait::Spin)?;
+                raw_latency(s, size, iters)?
+            }
             Raw::Shm(r, _) => r.latency(size, iters)?,
             Raw::QuicClient(c) => c.latency(size, iters)?,
             Raw::QuicServer(_) => return Err("the echoing side cannot measure".into()),
@@ -263,7 +274,10 @@ impl Raw {
     /// The measuring side: MB/s of a stream of `count` messages.
     fn throughput(&mut self, size: usize, count: usize) -> Res<f64> {
         Ok(match self {
-            Raw::Tcp(s) => raw_throughput(s, size, count)?,
+            Raw::Tcp(s) => {
+                s.set_wait(Wait::Spin)?;
+                raw_throughput(s, size, count)?
+            }
             Raw::Shm(r, _) => r.stream(size, count)?,
             Raw::QuicClient(c) => c.throughput(size, count)?,
             Raw::QuicServer(_) => return Err("the echoing side cannot measure".into()),
@@ -274,12 +288,8 @@ impl Raw {
     fn echo(&mut self, size: usize, iters: usize) -> Res<()> {
         match self {
             Raw::Tcp(s) => {
-                let n = iters + iters / 10 + 10; // with the measurer's warm-up
-                let mut buf = vec![0u8; 4 + size];
-                for _ in 0..n {
-                    s.read_exact(&mut buf)?;
-                    s.write_all(&buf)?;
-                }
+                s.set_wait(Wait::Spin)?;
+                tcp_echo(s, size, iters)?;
             }
             Raw::Shm(r, _) => r.echo(size, iters)?,
             Raw::QuicServer(q) => q.echo(size, iters)?,
@@ -292,16 +302,53 @@ impl Raw {
     fn sink(&mut self, size: usize, count: usize) -> Res<()> {
         match self {
             Raw::Tcp(s) => {
-                let (mut hdr, mut buf) = ([0u8; 4], vec![0u8; size]);
-                for _ in 0..count {
-                    s.read_exact(&mut hdr)?;
-                    s.read_exact(&mut buf)?;
-                }
-                s.write_all(&[1])?;
+                s.set_wait(Wait::Spin)?;
+                tcp_sink(s, size, count)?;
             }
             Raw::Shm(r, _) => r.sink(size, count)?,
             Raw::QuicServer(q) => q.sink(size, count)?,
             Raw::QuicClient(_) => return Err("the measuring side cannot sink".into()),
+        }
+        Ok(())
+    }
+
+    /// The measuring side of the blocking baseline, where the transport has one (tcp):
+    /// the median round trip in us.
+    fn blocking_latency(&mut self, size: usize, iters: usize) -> Res<Option<f64>> {
+        match self {
+            Raw::Tcp(s) => {
+                s.set_wait(Wait::Block)?;
+                Ok(Some(raw_latency(s, size, iters)?))
+            }
+            _ => Ok(None),
+        }
+    }
+
+    /// The peer's half of [`Raw::blocking_latency`].
+    fn blocking_echo(&mut self, size: usize, iters: usize) -> Res<()> {
+        if let Raw::Tcp(s) = self {
+            s.set_wait(Wait::Block)?;
+            tcp_echo(s, size, iters)?;
+        }
+        Ok(())
+    }
+
+    /// The measuring side of the blocking stream (tcp): MB/s.
+    fn blocking_throughput(&mut self, size: usize, count: usize) -> Res<Option<f64>> {
+        match self {
+            Raw::Tcp(s) => {
+                s.set_wait(Wait::Block)?;
+                Ok(Some(raw_throughput(s, size, count)?))
+            }
+            _ => Ok(None),
+        }
+    }
+
+    /// The peer's half of [`Raw::blocking_throughput`].
+    fn blocking_sink(&mut self, size: usize, count: usize) -> Res<()> {
+        if let Raw::Tcp(s) = self {
+            s.set_wait(Wait::Block)?;
+            tcp_sink(s, size, count)?;
         }
         Ok(())
     }
@@ -365,8 +412,7 @@ impl RawSetup {
         Ok(match self {
             RawSetup::Tcp(l) => {
                 let (sock, _) = l.accept()?;
-                sock.set_nodelay(true)?;
-                Raw::Tcp(sock)
+                Raw::Tcp(RawTcp::new(sock, WAIT)?)
             }
             RawSetup::Shm(r, ring) => {
                 r.wait_peer()?;
@@ -388,8 +434,7 @@ fn raw_peer(spec: &str, a: &Args) -> Res<Raw> {
     Ok(match spec.split_once(':') {
         Some(("tcp", port)) => {
             let s = TcpStream::connect((a.address, port.parse::<u16>()?))?;
-            s.set_nodelay(true)?;
-            Raw::Tcp(s)
+            Raw::Tcp(RawTcp::new(s, WAIT)?)
         }
         Some(("shm", names)) => {
             let (raw, ring) = names
@@ -533,6 +578,8 @@ fn measure(a: &Args) -> Res<()> {
     // The protocol floor (shm latency): its round trips and its ratios to raw.
     let mut floor_v = vec![Vec::new(); n];
     let mut floor_ratio_v = vec![Vec::new(); n];
+    // The blocking baseline (tcp): its figures and the IPL's ratios to it.
+    let mut blocking_v = vec![Vec::new(); n];
     for _ in 0..a.repeat {
         for (i, &size) in a.sizes.iter().enumerate() {
             let (r, x) = if a.cmd == "latency" {
@@ -540,6 +587,9 @@ fn measure(a: &Args) -> Res<()> {
                 if let Some(f) = raw.floor_latency(size, iters_for(&a, size))? {
                     floor_v[i].push(f);
                     floor_ratio_v[i].push(f / r.max(1e-9));
+                }
+                if let Some(b) = raw.blocking_latency(size, iters_for(&a, size))? {
+                    blocking_v[i].push(b);
                 }
                 let x = us(stats(&mut ipl_latency(
                     &rp,
@@ -552,6 +602,9 @@ fn measure(a: &Args) -> Res<()> {
                 (r, x)
             } else {
                 let r = raw.throughput(size, count_for(&a, size))?;
+                if let Some(b) = raw.blocking_throughput(size, count_for(&a, size))? {
+                    blocking_v[i].push(b);
+                }
                 let x = ipl_throughput(&rp, &mut sp, size, count_for(&a, size))?;
                 (r, x)
             };
@@ -603,6 +656,24 @@ fn measure(a: &Args) -> Res<()> {
             unit: "x",
             what: format!("IPL / raw, {size} B (range {})", spread(&ratio_v[i])),
         });
+        if !blocking_v[i].is_empty() {
+            let b = median(&blocking_v[i]);
+            figures.push(Figure {
+                name: format!("raw_blocking.{kind}.{tn}.{size}B.{suffix}"),
+                value: b,
+                unit,
+                what: format!(
+                    "raw {kind} blocking, {size} B (range {})",
+                    spread(&blocking_v[i])
+                ),
+            });
+            figures.push(Figure {
+                name: format!("ratio.blocking.{kind}.{tn}.{size}B"),
+                value: ipl_m / b.max(1e-9),
+                unit: "x",
+                what: format!("IPL / raw blocking, {size} B (of the medians)"),
+            });
+        }
         if !floor_v[i].is_empty() {
             let floor_m = median(&floor_v[i]);
             figures.push(Figure {
@@ -739,7 +810,7 @@ fn ipl_throughput(rp: &ReceivePort, sp: &mut SendPort, size: usize, count: usize
     Ok((size * count) as f64 / t0.elapsed().as_secs_f64() / 1e6)
 }
 
-fn raw_latency(s: &mut TcpStream, size: usize, iters: usize) -> Res<f64> {
+fn raw_latency(s: &mut RawTcp, size: usize, iters: usize) -> Res<f64> {
     let mut frame = (size as u32).to_le_bytes().to_vec();
     frame.extend(std::iter::repeat_n(7u8, size));
     let mut back = vec![0u8; 4 + size];
@@ -751,7 +822,7 @@ fn raw_latency(s: &mut TcpStream, size: usize, iters: usize) -> Res<f64> {
     Ok(us(stats(&mut samples).median))
 }
 
-fn raw_throughput(s: &mut TcpStream, size: usize, count: usize) -> Res<f64> {
+fn raw_throughput(s: &mut RawTcp, size: usize, count: usize) -> Res<f64> {
     let payload = vec![7u8; size];
     let t0 = Instant::now();
     for _ in 0..count {
@@ -761,6 +832,28 @@ fn raw_throughput(s: &mut TcpStream, size: usize, count: usize) -> Res<f64> {
     let mut ack = [0u8; 1];
     s.read_exact(&mut ack)?;
     Ok((size * count) as f64 / t0.elapsed().as_secs_f64() / 1e6)
+}
+
+/// The peer's half of [`raw_latency`]: echoes each frame back in place.
+fn tcp_echo(s: &mut RawTcp, size: usize, iters: usize) -> Res<()> {
+    let n = iters + iters / 10 + 10; // with the measurer's warm-up
+    let mut buf = vec![0u8; 4 + size];
+    for _ in 0..n {
+        s.read_exact(&mut buf)?;
+        s.write_all(&buf)?;
+    }
+    Ok(())
+}
+
+/// The peer's half of [`raw_throughput`]: reads every message, then acknowledges.
+fn tcp_sink(s: &mut RawTcp, size: usize, count: usize) -> Res<()> {
+    let (mut hdr, mut buf) = ([0u8; 4], vec![0u8; size]);
+    for _ in 0..count {
+        s.read_exact(&mut hdr)?;
+        s.read_exact(&mut buf)?;
+    }
+    s.write_all(&[1])?;
+    Ok(())
 }
 
 /// The child: echoes the raw phase, then the IPL phase, following the same schedule.
@@ -781,8 +874,10 @@ fn peer(raw_spec: &str, a: &Args) -> Res<()> {
             if a.cmd == "latency" {
                 raw.echo(size, iters_for(a, size))?;
                 raw.floor_echo(size, iters_for(a, size))?;
+                raw.blocking_echo(size, iters_for(a, size))?;
             } else {
                 raw.sink(size, count_for(a, size))?;
+                raw.blocking_sink(size, count_for(a, size))?;
             }
             // ...then the IPL phase.
             if a.cmd == "latency" {
