@@ -109,7 +109,7 @@ impl RawTcp {
     fn spun(&self, since: &mut Option<Instant>, spins: &mut u32, what: &str) -> io::Result<()> {
         std::hint::spin_loop();
         *spins = spins.wrapping_add(1);
-        if *spins % CLOCK_EVERY == 0 {
+        if spins.is_multiple_of(CLOCK_EVERY) {
             let t0 = *since.get_or_insert_with(Instant::now);
             if t0.elapsed() > self.patience {
                 return Err(io::Error::new(
