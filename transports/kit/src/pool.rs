@@ -50,11 +50,16 @@ impl BufferPool {
     /// Hands `data` to the host as the message on `channel`; when the host releases it,
     /// the buffer returns to this pool (or is freed if the pool is full or gone).
     pub fn deliver(&self, host: &HostSink, channel: u64, data: Vec<u8>) {
-        let pooled = Pooled {
+        host.message(channel, self.wrap(data));
+    }
+
+    /// `data` as a message buffer that returns to this pool when the host releases it
+    /// (for a receiver's sink, `ChannelSink::give`).
+    pub fn wrap(&self, data: Vec<u8>) -> PluginBuffer {
+        PluginBuffer::from_owner(Pooled {
             data,
             pool: Arc::downgrade(&self.inner),
-        };
-        host.message(channel, PluginBuffer::from_owner(pooled));
+        })
     }
 }
 

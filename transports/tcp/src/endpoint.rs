@@ -1,8 +1,11 @@
 //! A TCP endpoint: the listener, the connections (one per peer endpoint), the channel
-//! tables, and the reader threads that turn frames into host callbacks.
+//! tables, and the receive side that turns frames into host callbacks: each
+//! connection's reader thread, or a receiver that polls the transport itself
+//! (receiver-driven progress, as MPI's receivers read their sockets), while the reader
+//! threads stand back for the poll lease ([`crate::lease`]).
 
 use std::collections::HashMap;
-use std::io::{BufReader, IoSlice};
+use std::io::IoSlice;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, Shutdown, SocketAddr};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
@@ -11,7 +14,9 @@ use std::time::{Duration, Instant};
 
 use ipl_auth::{AuthError, Initiator, Responder, CHALLENGE_LEN, HELLO_LEN};
 use ipl_transport_abi::ffi::CloseCode;
-use ipl_transport_abi::{HostSink, TransportCapabilities, TransportError, TransportPlugin};
+use ipl_transport_abi::{
+    ChannelSink, HostSink, TransportCapabilities, TransportError, TransportPlugin,
+};
 use ipl_transport_kit::admission::{self, Admission, DeadlineIo, Slot};
 use ipl_transport_kit::channels::{
     ChannelLink, ChannelTable, LinkChannels, PeerLink, Peers, Route,
@@ -22,10 +27,25 @@ use ipl_transport_kit::{dial, BufferPool, Gate};
 use socket2::{SockAddr, Socket};
 
 use crate::config::Config;
+use crate::lease::{PollLease, LEASE};
 use crate::net;
-use crate::wire::{self, HEADER_LEN, KIND_CLOSE, KIND_DATA, KIND_OPEN, MAGIC, OPENED_BY_SENDER};
+use crate::rx::{Fill, Frame, FrameReader};
+use crate::wire::{self, KIND_CLOSE, KIND_DATA, KIND_OPEN, MAGIC, OPENED_BY_SENDER};
 use crate::Address;
-use parking_lot::Mutex;
+use parking_lot::{Mutex, RwLock};
+
+/// How long a reader thread waits for its socket before it looks again (at the poll
+/// lease and at whether its connection ended).
+const READER_TICK: Duration = Duration::from_secs(1);
+
+/// Most frames a poller takes from one connection per call, so that a stream on one
+/// connection does not keep it from the others (or from its own port); and most a
+/// reader thread takes before it looks at the poll lease again.
+const POLL_BUDGET: usize = 64;
+
+/// Up to this many connections a poller reads each socket directly; beyond, one `poll`
+/// first picks the readable ones.
+const DIRECT_READS: usize = 4;
 
 /// A connection dropped during the accepting side's handshake (already logged).
 struct Dropped;
@@ -50,6 +70,20 @@ struct Conn {
     /// Wire id as received from the peer → local channel id. `None` once the connection
     /// is lost: whoever takes an entry out owns the channel's last callback.
     chans: LinkChannels,
+    /// The receive side, held by whoever reads: the reader thread or a poller. Frames
+    /// are delivered under it, so a connection's frames keep their order.
+    rx: Mutex<ConnRx>,
+    /// Set once the receive side ended (`ConnRx::end`): pollers skip the connection and
+    /// its reader thread reports it.
+    rx_ended: AtomicBool,
+}
+
+/// A connection's receive state.
+struct ConnRx {
+    reader: FrameReader,
+    /// How the stream ended (a clean close between frames, or why not), for the reader
+    /// thread to report once.
+    end: Option<Result<(), String>>,
 }
 
 impl ChannelLink for Conn {
@@ -139,6 +173,10 @@ struct Inner {
     state: Mutex<State>,
     /// Local channel id → route. Read on every send, hence its own lock.
     channels: ChannelTable<Conn>,
+    /// The open connections, for pollers (a snapshot replaced when one comes or goes).
+    live: RwLock<Arc<[Arc<Conn>]>>,
+    /// While receivers poll, the reader threads stand back.
+    lease: PollLease,
 }
 
 /// Counters of one endpoint's connections, for tests and diagnostics.
@@ -192,6 +230,7 @@ impl Inner {
         }
         st.peers.conns.insert(conn.serial, conn.clone());
         st.peers.by_peer.insert(conn.peer_id, conn.clone());
+        self.refresh_live(st);
         self.established.fetch_add(1, Ordering::Relaxed);
         tracing::debug!(
             endpoint = format_args!("{:016x}", self.id),
@@ -216,7 +255,17 @@ impl Inner {
             sock,
             write: Mutex::new(()),
             chans: LinkChannels::default(),
+            rx: Mutex::new(ConnRx {
+                reader: FrameReader::new(self.cfg.max_message),
+                end: None,
+            }),
+            rx_ended: AtomicBool::new(false),
         })
+    }
+
+    /// Replaces the pollers' snapshot of the open connections.
+    fn refresh_live(&self, st: &State) {
+        *self.live.write() = st.peers.conns.values().cloned().collect();
     }
 
     /// Dials each of `addr`'s addresses in turn (see [`dial`]) until one connects.
@@ -454,69 +503,200 @@ impl Inner {
         self.conn_lost(&conn, &reason);
     }
 
-    /// `Ok` on a clean end of stream between frames; `Err(reason)` otherwise.
+    /// `Ok` on a clean end of stream between frames; `Err(reason)` otherwise. Waits for
+    /// the socket to be readable (standing back while receivers poll), then reads
+    /// what arrived and delivers it.
     fn read_frames(&self, conn: &Arc<Conn>) -> Result<(), String> {
-        let peer = conn.peer;
-        let mut r = BufReader::with_capacity(net::READ_CHUNK, &*conn.sock);
-        let io = |e: std::io::Error| net::read_failure(&peer, &e);
-        let protocol = |what: String| {
-            tracing::warn!(peer = %peer, "tcp: protocol error from {peer}: {what}");
-            format!("tcp protocol error from {peer}: {what}")
-        };
         loop {
-            let mut h = [0u8; HEADER_LEN];
-            if !net::read_exact_or_eof(&mut r, &mut h).map_err(io)? {
-                return Ok(());
+            self.lease.stand_back(|| {
+                conn.rx_ended.load(Ordering::Acquire) || self.stopping.load(Ordering::Acquire)
+            });
+            if !conn.rx_ended.load(Ordering::Acquire) {
+                net::wait_readable(&conn.sock, READER_TICK);
             }
-            let (len, wire_id, kind) = wire::parse_header(&h);
-            match kind {
-                KIND_DATA => {
-                    if len > self.cfg.max_message {
-                        return Err(protocol(format!(
-                            "message of {len} bytes exceeds max_message ({})",
-                            self.cfg.max_message
-                        )));
-                    }
-                    let mut data = self.pool.take();
-                    net::read_payload_into(&mut r, &mut data, len as usize).map_err(io)?;
-                    let local = conn.chans.get(wire_id);
-                    // A message for a channel we closed locally is dropped.
-                    if let Some(local) = local {
-                        if let Some(_e) = self.gate.enter() {
-                            self.pool.deliver(&self.host, local, data);
-                        }
-                    }
-                }
-                KIND_OPEN => {
-                    if len != 0 || wire_id & OPENED_BY_SENDER == 0 {
-                        return Err(protocol(format!(
-                            "malformed OPEN (id {wire_id:#x}, {len} bytes)"
-                        )));
-                    }
-                    let Some(local) = self.channels.accept(conn, wire_id) else {
-                        return Err(protocol(format!("duplicate OPEN of channel {wire_id:#x}")));
-                    };
-                    if let Some(_e) = self.gate.enter() {
-                        self.host.channel_opened(local);
-                    }
-                }
-                KIND_CLOSE => {
-                    if len != 0 {
-                        return Err(protocol(format!("CLOSE with a {len}-byte payload")));
-                    }
-                    if let Some(local) = self.channels.peer_closed(conn, wire_id) {
-                        if let Some(_e) = self.gate.enter() {
-                            self.host.channel_closed(
-                                local,
-                                CloseCode::CLOSED_BY_PEER,
-                                "closed by peer",
-                            );
-                        }
-                    }
-                }
-                other => return Err(protocol(format!("unknown frame kind {other}"))),
+            let mut rx = conn.rx.lock();
+            if rx.end.is_none() {
+                // A budget, so that a poller that started meanwhile gets the rest.
+                self.drain(conn, &mut rx, None, POLL_BUDGET);
+            }
+            if let Some(end) = rx.end.take() {
+                return end;
             }
         }
+    }
+
+    /// Reads what has arrived on `conn` without blocking and delivers every whole
+    /// frame, at most `budget`; with `want` (a local channel and a receiver's sink) the
+    /// next message of that channel goes to the sink and the drain stops there. The end
+    /// of the stream or a failure is kept in `rx.end` (a failed connection is killed)
+    /// for the reader thread to report. Returns the messages delivered.
+    fn drain(
+        &self,
+        conn: &Arc<Conn>,
+        rx: &mut ConnRx,
+        mut want: Option<(u64, &mut ChannelSink<'_>)>,
+        budget: usize,
+    ) -> usize {
+        let mut delivered = 0;
+        while rx.end.is_none() {
+            loop {
+                match rx.reader.next(|| self.pool.take()) {
+                    Ok(Some(frame)) => match self.on_frame(conn, frame, &mut want) {
+                        Ok(given) => {
+                            delivered += 1;
+                            if given || delivered >= budget {
+                                return delivered;
+                            }
+                        }
+                        Err(e) => {
+                            self.end_rx(conn, rx, Err(self.protocol_error(conn, &e)));
+                            return delivered;
+                        }
+                    },
+                    Ok(None) => break,
+                    Err(e) => {
+                        self.end_rx(conn, rx, Err(self.protocol_error(conn, &e)));
+                        return delivered;
+                    }
+                }
+            }
+            match rx.reader.fill(|b| net::recv_now(&conn.sock, b)) {
+                Ok(Fill::Read(_)) => {}
+                Ok(Fill::Empty) => break,
+                Ok(Fill::Eof) => {
+                    let end = if rx.reader.between_frames() {
+                        Ok(())
+                    } else {
+                        let e = std::io::Error::from(std::io::ErrorKind::UnexpectedEof);
+                        Err(net::read_failure(&conn.peer, &e))
+                    };
+                    self.end_rx(conn, rx, end);
+                }
+                Err(e) => self.end_rx(conn, rx, Err(net::read_failure(&conn.peer, &e))),
+            }
+        }
+        delivered
+    }
+
+    /// Records how a connection's receive side ended; a failed one is killed, and a
+    /// reader thread standing back is woken to report it.
+    fn end_rx(&self, conn: &Conn, rx: &mut ConnRx, end: Result<(), String>) {
+        if end.is_err() {
+            conn.kill();
+        }
+        rx.end = Some(end);
+        conn.rx_ended.store(true, Ordering::Release);
+        self.lease.wake();
+    }
+
+    /// Logs a protocol error of the peer and says what it was.
+    fn protocol_error(&self, conn: &Conn, what: &str) -> String {
+        let peer = conn.peer;
+        tracing::warn!(peer = %peer, "tcp: protocol error from {peer}: {what}");
+        format!("tcp protocol error from {peer}: {what}")
+    }
+
+    /// Delivers one frame: a message through the host (or to `want`'s sink, returning
+    /// true), a channel opened or closed by the peer. `Err` is a protocol error.
+    fn on_frame(
+        &self,
+        conn: &Arc<Conn>,
+        frame: Frame,
+        want: &mut Option<(u64, &mut ChannelSink<'_>)>,
+    ) -> Result<bool, String> {
+        let Frame {
+            kind,
+            wire_id,
+            data,
+        } = frame;
+        match kind {
+            KIND_DATA => {
+                // A message for a channel we closed locally is dropped.
+                let Some(local) = conn.chans.get(wire_id) else {
+                    return Ok(false);
+                };
+                let Some(_e) = self.gate.enter() else {
+                    return Ok(false);
+                };
+                if let Some((ch, sink)) = want {
+                    if *ch == local && !sink.given() {
+                        return match sink.give(self.pool.wrap(data)) {
+                            Ok(()) => Ok(true),
+                            Err(buf) => {
+                                self.host.message(local, buf);
+                                Ok(false)
+                            }
+                        };
+                    }
+                }
+                self.pool.deliver(&self.host, local, data);
+            }
+            KIND_OPEN => {
+                if wire_id & OPENED_BY_SENDER == 0 {
+                    return Err(format!("malformed OPEN (id {wire_id:#x})"));
+                }
+                let Some(local) = self.channels.accept(conn, wire_id) else {
+                    return Err(format!("duplicate OPEN of channel {wire_id:#x}"));
+                };
+                if let Some(_e) = self.gate.enter() {
+                    self.host.channel_opened(local);
+                }
+            }
+            KIND_CLOSE => {
+                if let Some(local) = self.channels.peer_closed(conn, wire_id) {
+                    if let Some(_e) = self.gate.enter() {
+                        self.host.channel_closed(
+                            local,
+                            CloseCode::CLOSED_BY_PEER,
+                            "closed by peer",
+                        );
+                    }
+                }
+            }
+            other => return Err(format!("unknown frame kind {other}")),
+        }
+        Ok(false)
+    }
+
+    /// Receiver-driven progress: renews the poll lease and delivers what arrived on
+    /// every connection whose receive side nobody else holds; with `want`, that
+    /// channel's connection first, its next message to the sink.
+    fn poll_conns(&self, mut want: Option<(u64, &mut ChannelSink<'_>)>) -> usize {
+        self.lease.touch();
+        let live = Arc::clone(&*self.live.read());
+        let mut delivered = 0;
+        let mut first: Option<*const Conn> = None;
+        if let Some((ch, sink)) = want.as_mut() {
+            if let Ok(route) = self.route(*ch) {
+                let c = &route.link;
+                first = Some(Arc::as_ptr(c));
+                if !c.rx_ended.load(Ordering::Acquire) {
+                    if let Some(mut rx) = c.rx.try_lock() {
+                        delivered += self.drain(c, &mut rx, Some((*ch, &mut **sink)), POLL_BUDGET);
+                    }
+                }
+                if sink.given() {
+                    return delivered;
+                }
+            }
+        }
+        let others: Vec<&Arc<Conn>> = live
+            .iter()
+            .filter(|c| first != Some(Arc::as_ptr(c)) && !c.rx_ended.load(Ordering::Acquire))
+            .collect();
+        // A read of each socket costs a system call: beyond a few connections one
+        // `poll` finds those with something to read.
+        let ready = if others.len() > DIRECT_READS {
+            net::readable(others.iter().map(|c| &*c.sock))
+        } else {
+            vec![true; others.len()]
+        };
+        for (c, _) in others.iter().zip(ready).filter(|(_, r)| *r) {
+            if let Some(mut rx) = c.rx.try_lock() {
+                delivered += self.drain(c, &mut rx, None, POLL_BUDGET);
+            }
+        }
+        delivered
     }
 
     /// Forgets a connection that ended and reports each of its channels lost.
@@ -526,6 +706,7 @@ impl Inner {
         {
             let mut st = self.state.lock();
             st.peers.remove(conn.serial, conn);
+            self.refresh_live(&st);
         }
         self.channels.forget_all(&locals);
         tracing::debug!(peer = %conn.peer, channels = locals.len(), "tcp connection ended: {reason}");
@@ -670,7 +851,8 @@ impl TransportPlugin for TcpTransport {
     const CAPABILITIES: TransportCapabilities = TransportCapabilities::RELIABLE
         .union(TransportCapabilities::FIFO)
         .union(TransportCapabilities::NETWORK)
-        .union(TransportCapabilities::SAME_HOST);
+        .union(TransportCapabilities::SAME_HOST)
+        .union(TransportCapabilities::POLLED);
     const PRIORITY: i32 = 50;
 
     fn create(config: &str, host: HostSink) -> Result<Self, TransportError> {
@@ -723,6 +905,8 @@ impl TransportPlugin for TcpTransport {
             established: AtomicU64::new(0),
             state: Mutex::new(State::default()),
             channels: ChannelTable::default(),
+            live: RwLock::new(Arc::from(Vec::new())),
+            lease: PollLease::new(LEASE),
         });
         let listener = Arc::new(listener);
         let (i, l) = (inner.clone(), listener.clone());
@@ -804,6 +988,18 @@ impl TransportPlugin for TcpTransport {
             })
     }
 
+    fn progress(&self) -> usize {
+        self.inner.poll_conns(None)
+    }
+
+    fn take(&self, channel: u64, sink: &mut ChannelSink<'_>) -> usize {
+        self.inner.poll_conns(Some((channel, sink)))
+    }
+
+    fn progress_end(&self) {
+        self.inner.lease.end();
+    }
+
     fn close_channel(&self, channel: u64) {
         // Unless the connection's loss report owns the channel, tell the peer.
         if let Some(route) = self.inner.channels.close(channel) {
@@ -833,6 +1029,9 @@ impl TransportPlugin for TcpTransport {
             )
         };
         inner.channels.clear();
+        *inner.live.write() = Arc::from(Vec::new());
+        // Reader threads standing back for a poll lease look at `stopping`.
+        inner.lease.wake();
         // Peers see EOF and report their channels lost.
         for c in conns.values() {
             c.kill();

@@ -40,23 +40,36 @@
 //! **Threading**: plain threads and blocking sockets (`TCP_NODELAY`, 4 MiB buffers): one
 //! accept thread, one thread per connection that runs the handshake (accepting side)
 //! and then reads frames and makes the host callbacks itself, in order per channel.
-//! The ABI delivers callbacks from transport threads anyway, and waking a blocked thread
-//! costs 11-12 µs on the development machine; an async runtime would add a second
-//! hand-off per message, so none is used.
+//! Waking a blocked thread costs 11-12 µs on the development machine; an async runtime
+//! would add a second hand-off per message, so none is used.
 //!
-//! **Receiving**: a payload up to 64 KiB is read straight into a vector of its size;
-//! larger ones grow as their bytes arrive, so a lying length costs nothing. A length
-//! above `max_message`, an unknown kind, or a malformed frame is a protocol error: the
-//! connection is closed and its channels are reported lost, as on end of stream.
-//! `shutdown` closes an in-flight gate (no callback after it returns), stops the
-//! listener, breaks every connection (peers see their channels lost) and joins the
-//! threads.
+//! **Receiver-driven progress** (the transport is `POLLED`, as MPI's receivers read
+//! their own sockets): a receiver that waits polls the transport (`take`/`progress`),
+//! reading the sockets itself without blocking and making the callbacks on its own
+//! thread; the next message of its channel is handed to it directly. While receivers
+//! poll (the poll lease, renewed by every poll, ended by `progress_end`; `lease`), the
+//! reader threads stand back, so that a message wakes no thread. A receiver that stops
+//! polling without ending its phase costs the other channels at most one lease (2 ms)
+//! before the reader threads deliver again. A connection's receive side (`rx`, a state
+//! machine of frames over the bytes read) is held by one reader at a time, so frames
+//! keep their order whoever reads them. Beyond four connections a poll first asks
+//! `poll` which sockets have data.
+//!
+//! **Receiving**: a payload up to 64 KiB is read through a staging buffer; larger ones
+//! straight into their own vector, growing as their bytes arrive, so a lying length
+//! costs nothing. A length above `max_message`, an unknown kind, or a malformed frame is
+//! a protocol error: the connection is closed and its channels are reported lost, as on
+//! end of stream. `shutdown` closes an in-flight gate (no callback after it returns),
+//! stops the listener, breaks every connection (peers see their channels lost) and
+//! joins the threads.
 
 #![forbid(unsafe_code)]
 
 mod config;
 mod endpoint;
+mod lease;
 mod net;
+mod rx;
 pub mod wire;
 
 pub use config::DEFAULT_MAX_MESSAGE;

@@ -100,37 +100,51 @@ pub(crate) fn read_exact_or_eof(r: &mut impl Read, buf: &mut [u8]) -> io::Result
     Ok(true)
 }
 
+/// Reads what the socket holds now into `buf` without blocking (`WouldBlock` when
+/// nothing is there), whatever the socket's own mode.
+pub(crate) fn recv_now(sock: &Socket, buf: &mut [u8]) -> io::Result<usize> {
+    match rustix::net::recv(sock, buf, rustix::net::RecvFlags::DONTWAIT) {
+        Ok((n, _)) => Ok(n),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Waits until `sock` is readable (data, end of stream or an error), `timeout` passes,
+/// or a signal interrupts the wait; what it was is for the following read to find.
+pub(crate) fn wait_readable(sock: &Socket, timeout: Duration) {
+    let mut fds = [rustix::event::PollFd::new(
+        sock,
+        rustix::event::PollFlags::IN,
+    )];
+    let ts = rustix::event::Timespec {
+        tv_sec: timeout.as_secs().min(i32::MAX as u64) as i64,
+        tv_nsec: i64::from(timeout.subsec_nanos()),
+    };
+    if let Err(e) = rustix::event::poll(&mut fds, Some(&ts)) {
+        if e != rustix::io::Errno::INTR {
+            tracing::debug!("tcp: poll of a connection failed: {e}");
+        }
+    }
+}
+
+/// Which of `socks` are readable now (one `poll` without waiting); all of them if the
+/// poll fails, so that their reads find out why.
+pub(crate) fn readable<'a>(socks: impl Iterator<Item = &'a Socket>) -> Vec<bool> {
+    let mut fds: Vec<_> = socks
+        .map(|s| rustix::event::PollFd::new(s, rustix::event::PollFlags::IN))
+        .collect();
+    let zero = rustix::event::Timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    match rustix::event::poll(&mut fds, Some(&zero)) {
+        Ok(_) => fds.iter().map(|f| !f.revents().is_empty()).collect(),
+        Err(_) => vec![true; fds.len()],
+    }
+}
+
 /// Largest piece of a payload allocated before its bytes have arrived.
 pub(crate) const READ_CHUNK: usize = 64 << 10;
-
-/// Reads a payload of `len` bytes (already checked against `max_message`) into `v`
-/// (a recycled buffer whose old contents are overwritten), leaving it exactly `len`
-/// long. Small payloads are read in one go; a large one grows the vector only as its
-/// bytes arrive (at most doubling what has been received, starting with
-/// [`READ_CHUNK`]), so a peer that announces a huge message and sends little costs
-/// little memory. Capacity the buffer already has is reused without clearing it.
-pub(crate) fn read_payload_into(r: &mut impl Read, v: &mut Vec<u8>, len: usize) -> io::Result<()> {
-    let mut have = 0;
-    while have < len {
-        let step = (len - have).min(have.max(READ_CHUNK));
-        let want = have + step;
-        if v.len() < want {
-            v.resize(want, 0);
-        }
-        r.read_exact(&mut v[have..want])?;
-        have = want;
-    }
-    v.truncate(len);
-    Ok(())
-}
-
-/// [`read_payload_into`] a fresh vector.
-#[cfg(test)]
-pub(crate) fn read_payload(r: &mut impl Read, len: usize) -> io::Result<Vec<u8>> {
-    let mut v = Vec::new();
-    read_payload_into(r, &mut v, len)?;
-    Ok(v)
-}
 
 /// Why a connection's reader stopped, for its error: a stream that ends inside a frame
 /// (the peer closed or died mid-message) says so, instead of the standard library's
@@ -158,8 +172,7 @@ pub(crate) fn is_timeout(e: &io::Error) -> bool {
 mod tests {
     #[test]
     fn a_stream_ending_inside_a_frame_is_named_as_such() {
-        let mut v = Vec::new();
-        let e = read_payload_into(&mut &[1u8, 2, 3][..], &mut v, 10).unwrap_err();
+        let e = io::Error::from(io::ErrorKind::UnexpectedEof);
         let text = read_failure(&"127.0.0.1:9", &e);
         assert!(text.contains("ended in the middle of a message"), "{text}");
         assert!(!text.contains("fill whole buffer"), "{text}");
@@ -173,14 +186,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn payloads_are_exact_and_short_streams_fail() {
-        let data: Vec<u8> = (0..1_000_000u32).map(|i| i as u8).collect();
-        let got = read_payload(&mut &data[..], data.len()).unwrap();
-        assert_eq!(got, data);
-        let small = read_payload(&mut &data[..10], 10).unwrap();
-        assert_eq!(small, &data[..10]);
-        let e = read_payload(&mut &data[..10], 1 << 20).unwrap_err();
-        assert_eq!(e.kind(), io::ErrorKind::UnexpectedEof);
+    fn short_reads_of_a_header_fail_and_a_clean_end_is_not_an_error() {
         let mut h = [0u8; 4];
         assert!(!read_exact_or_eof(&mut &[][..], &mut h).unwrap());
         assert!(read_exact_or_eof(&mut &[1u8, 2][..], &mut h).is_err());

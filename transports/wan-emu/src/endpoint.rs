@@ -355,6 +355,14 @@ impl<T: TransportPlugin> TransportPlugin for WanEmu<T> {
         self.core.inner().map_or(0, |i| i.progress())
     }
 
+    /// Passed on, so that an inner transport whose own threads stand back while
+    /// receivers poll (tcp's poll lease) delivers again at once, not after its lease.
+    fn progress_end(&self) {
+        if let Ok(i) = self.core.inner() {
+            i.progress_end();
+        }
+    }
+
     fn shutdown(&self) {
         if self.stopped.swap(true, Ordering::SeqCst) {
             return;

@@ -1,0 +1,146 @@
+//! Receiver-driven progress over tcp: a receiver that polls reads the socket itself
+//! (`take`, `progress`), its channel's next message handed to it, everything else
+//! delivered in order through the callbacks; once it stops polling (`progress_end`),
+//! or just goes away, the connection's reader thread delivers again.
+
+mod common;
+
+use std::time::Instant;
+
+use common::{config, connect, endpoint, plugin, PATIENCE};
+use ipl_auth::PoolSecret;
+use ipl_transport_abi::TransportCapabilities as C;
+
+fn index(m: &[u8]) -> u64 {
+    u64::from_le_bytes(m[..8].try_into().unwrap())
+}
+
+#[test]
+fn tcp_says_it_is_polled() {
+    assert!(plugin().capabilities().contains(C::POLLED));
+}
+
+#[test]
+fn take_hands_back_the_channels_next_message_and_delivers_the_rest_in_order() {
+    let s = PoolSecret::generate().unwrap();
+    let (a, _la) = endpoint(&config(&s));
+    let (b, lb) = endpoint(&config(&s));
+    let ch1 = connect(&a, &b);
+    let ch2 = connect(&a, &b);
+    let opened = lb
+        .wait("both channels", |e| e.opened.len() == 2)
+        .opened
+        .clone();
+    let (in1, in2) = (opened[0], opened[1]);
+    const N: u64 = 400;
+    // Polling before the first message: the reader thread stands back from then on
+    // (after at most one batch it may already be reading when the lease starts).
+    assert_eq!(b.take(in1, |_| panic!("nothing was sent yet")), 0);
+    std::thread::scope(|sc| {
+        // Even messages on channel 2, odd ones on channel 1, some of them large.
+        sc.spawn(|| {
+            for i in 0..N {
+                let ch = if i % 2 == 0 { ch2 } else { ch1 };
+                let pad = vec![
+                    i as u8;
+                    if i % 50 == 7 {
+                        300_000
+                    } else {
+                        (i % 9) as usize
+                    }
+                ];
+                a.send(ch, &[&i.to_le_bytes(), &pad]).unwrap();
+            }
+        });
+        let mut taken = Vec::new();
+        let end = Instant::now() + PATIENCE;
+        loop {
+            let (mut m, mut given) = (None, 0);
+            b.take(in1, |buf| {
+                given += 1;
+                m = Some(buf.to_vec());
+            });
+            assert!(given <= 1, "{given} messages given in one call");
+            let ev = lb.events();
+            let delivered: Vec<u64> = ev.on(in1).into_iter().map(index).collect();
+            if let Some(m) = m {
+                let i = index(&m);
+                assert_eq!(i % 2, 1, "a message of the other channel was taken");
+                assert!(m[8..].iter().all(|&x| x == i as u8), "message {i} damaged");
+                // Everything of channel 1 before it is out already, taken or delivered.
+                for j in (1..i).step_by(2) {
+                    assert!(
+                        taken.contains(&j) || delivered.contains(&j),
+                        "message {i} taken before {j}"
+                    );
+                }
+                taken.push(i);
+            }
+            if taken.len() + delivered.len() == (N / 2) as usize {
+                assert!(taken.windows(2).all(|w| w[0] < w[1]), "{taken:?}");
+                assert!(delivered.windows(2).all(|w| w[0] < w[1]), "{delivered:?}");
+                let mut all: Vec<u64> = taken.iter().chain(&delivered).copied().collect();
+                all.sort_unstable();
+                assert_eq!(all, (1..N).step_by(2).collect::<Vec<_>>());
+                break;
+            }
+            assert!(
+                Instant::now() < end,
+                "channel 1 incomplete: {taken:?} {delivered:?}"
+            );
+        }
+        // The poller took most of channel 1 itself (the reader thread stood back).
+        assert!(!taken.is_empty(), "the polling receiver took nothing");
+    });
+    b.progress_end();
+    // Channel 2 came through the callbacks, whole and in order.
+    let ev = lb.wait("channel 2", |e| e.on(in2).len() == (N / 2) as usize);
+    let got: Vec<u64> = ev.on(in2).into_iter().map(index).collect();
+    assert_eq!(got, (0..N).step_by(2).collect::<Vec<_>>());
+}
+
+#[test]
+fn the_reader_thread_delivers_once_the_poller_ends_or_leaves() {
+    let s = PoolSecret::generate().unwrap();
+    let (a, _la) = endpoint(&config(&s));
+    let (b, lb) = endpoint(&config(&s));
+    let ch = connect(&a, &b);
+    let inb = lb.wait("open", |e| e.opened.len() == 1).opened[0];
+    // A poller that ends its phase: the next message comes by the callback.
+    assert_eq!(b.progress(), 0);
+    b.progress_end();
+    a.send(ch, &[&1u64.to_le_bytes()]).unwrap();
+    lb.until("message 1", |e| e.on(inb).len() == 1);
+    // A poller that polls once and goes away without ending its phase: the message
+    // still comes by the callback (after the lease runs out).
+    b.progress();
+    a.send(ch, &[&2u64.to_le_bytes()]).unwrap();
+    let ev = lb.wait("message 2", |e| e.on(inb).len() == 2);
+    let got: Vec<u64> = ev.on(inb).into_iter().map(index).collect();
+    assert_eq!(got, vec![1, 2]);
+}
+
+#[test]
+fn a_peer_that_closes_under_a_poller_loses_its_channels() {
+    let s = PoolSecret::generate().unwrap();
+    let (a, _la) = endpoint(&config(&s));
+    let (b, lb) = endpoint(&config(&s));
+    let ch = connect(&a, &b);
+    let inb = lb.wait("open", |e| e.opened.len() == 1).opened[0];
+    a.send(ch, &[&7u64.to_le_bytes()]).unwrap();
+    drop(a);
+    // Poll until the loss is reported: the poller reads the message and the end of
+    // the stream, the reader thread reports the channel lost.
+    let end = Instant::now() + PATIENCE;
+    loop {
+        let lost = !lb.events().closed.is_empty();
+        if lost {
+            break;
+        }
+        b.progress();
+        assert!(Instant::now() < end, "the loss was not reported");
+    }
+    let ev = lb.events();
+    assert_eq!(ev.on(inb).len(), 1);
+    assert_eq!(ev.closed.len(), 1);
+}
