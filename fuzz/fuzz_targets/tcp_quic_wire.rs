@@ -1,5 +1,6 @@
-//! The frame headers of the tcp transport and the stream headers and datagrams of the
-//! quic transport, on whatever a peer sends.
+//! The frame headers and the receive side (frames out of reads of any size) of the tcp
+//! transport, and the stream headers and datagrams of the quic transport, on whatever
+//! a peer sends.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -14,4 +15,5 @@ fuzz_target!(|data: &[u8]| {
         let _ = ipl_transport_quic::wire::StreamHeader::parse(h);
     }
     let _ = ipl_transport_quic::wire::parse_datagram(data);
+    let _ = ipl_transport_tcp::fuzzing::frames(data);
 });

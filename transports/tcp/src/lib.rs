@@ -88,3 +88,6 @@ ipl_transport_abi::declare_plugin!(
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]
 pub struct ReadmeDoctest;
+
+#[cfg(feature = "fuzzing")]
+pub mod fuzzing;
