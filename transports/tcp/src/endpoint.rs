@@ -76,6 +76,11 @@ struct Conn {
     /// Set once the receive side ended (`ConnRx::end`): pollers skip the connection and
     /// its reader thread reports it.
     rx_ended: AtomicBool,
+    /// Set when the last drain stopped before the socket was empty (its budget, or a
+    /// message given to a receiver): frames may wait in the reader's buffer, which
+    /// the socket's readiness does not show, so the reader thread drains again before
+    /// it waits.
+    backlog: AtomicBool,
 }
 
 /// A connection's receive state.
@@ -177,6 +182,8 @@ struct Inner {
     live: RwLock<Arc<[Arc<Conn>]>>,
     /// While receivers poll, the reader threads stand back.
     lease: PollLease,
+    /// Wakes the receivers parked in `wait` (`interrupt`, a new connection, shutdown).
+    waker: net::Waker,
 }
 
 /// Counters of one endpoint's connections, for tests and diagnostics.
@@ -232,6 +239,8 @@ impl Inner {
         st.peers.by_peer.insert(conn.peer_id, conn.clone());
         self.refresh_live(st);
         self.established.fetch_add(1, Ordering::Relaxed);
+        // A parked receiver sleeps on the sockets it knew: it must look at this one too.
+        self.waker.wake();
         tracing::debug!(
             endpoint = format_args!("{:016x}", self.id),
             peer = %conn.peer,
@@ -260,6 +269,7 @@ impl Inner {
                 end: None,
             }),
             rx_ended: AtomicBool::new(false),
+            backlog: AtomicBool::new(false),
         })
     }
 
@@ -511,7 +521,7 @@ impl Inner {
             self.lease.stand_back(|| {
                 conn.rx_ended.load(Ordering::Acquire) || self.stopping.load(Ordering::Acquire)
             });
-            if !conn.rx_ended.load(Ordering::Acquire) {
+            if !conn.rx_ended.load(Ordering::Acquire) && !conn.backlog.load(Ordering::Acquire) {
                 net::wait_readable(&conn.sock, READER_TICK);
             }
             let mut rx = conn.rx.lock();
@@ -534,9 +544,23 @@ impl Inner {
         &self,
         conn: &Arc<Conn>,
         rx: &mut ConnRx,
-        mut want: Option<(u64, &mut ChannelSink<'_>)>,
+        want: Option<(u64, &mut ChannelSink<'_>)>,
         budget: usize,
     ) -> usize {
+        let (delivered, emptied) = self.drain_inner(conn, rx, want, budget);
+        conn.backlog.store(!emptied, Ordering::Release);
+        delivered
+    }
+
+    /// [`drain`](Self::drain); also says whether it stopped because the socket had
+    /// nothing more (or the stream ended), rather than early.
+    fn drain_inner(
+        &self,
+        conn: &Arc<Conn>,
+        rx: &mut ConnRx,
+        mut want: Option<(u64, &mut ChannelSink<'_>)>,
+        budget: usize,
+    ) -> (usize, bool) {
         let mut delivered = 0;
         while rx.end.is_none() {
             loop {
@@ -545,18 +569,18 @@ impl Inner {
                         Ok(given) => {
                             delivered += 1;
                             if given || delivered >= budget {
-                                return delivered;
+                                return (delivered, false);
                             }
                         }
                         Err(e) => {
                             self.end_rx(conn, rx, Err(self.protocol_error(conn, &e)));
-                            return delivered;
+                            return (delivered, true);
                         }
                     },
                     Ok(None) => break,
                     Err(e) => {
                         self.end_rx(conn, rx, Err(self.protocol_error(conn, &e)));
-                        return delivered;
+                        return (delivered, true);
                     }
                 }
             }
@@ -575,7 +599,7 @@ impl Inner {
                 Err(e) => self.end_rx(conn, rx, Err(net::read_failure(&conn.peer, &e))),
             }
         }
-        delivered
+        (delivered, true)
     }
 
     /// Records how a connection's receive side ended; a failed one is killed, and a
@@ -907,6 +931,8 @@ impl TransportPlugin for TcpTransport {
             channels: ChannelTable::default(),
             live: RwLock::new(Arc::from(Vec::new())),
             lease: PollLease::new(LEASE),
+            waker: net::Waker::new()
+                .map_err(|e| TransportError::Unavailable(format!("tcp: eventfd: {e}")))?,
         });
         let listener = Arc::new(listener);
         let (i, l) = (inner.clone(), listener.clone());
@@ -1000,6 +1026,28 @@ impl TransportPlugin for TcpTransport {
         self.inner.lease.end();
     }
 
+    /// Sleeps in `poll` on every connection's socket (and the waker), so that the
+    /// peer's data wakes this thread and not a reader thread first; the reader threads
+    /// stand back meanwhile. Delivers nothing: the host calls `take` or `progress` next.
+    fn wait(&self, timeout: Duration) -> bool {
+        let inner = &*self.inner;
+        if inner.stopping.load(Ordering::Acquire) {
+            return false;
+        }
+        let _parked = inner.lease.park();
+        let live = Arc::clone(&*inner.live.read());
+        let socks = live
+            .iter()
+            .filter(|c| !c.rx_ended.load(Ordering::Acquire))
+            .map(|c| &*c.sock);
+        inner.waker.wait(socks, timeout);
+        true
+    }
+
+    fn interrupt(&self) {
+        self.inner.waker.wake();
+    }
+
     fn close_channel(&self, channel: u64) {
         // Unless the connection's loss report owns the channel, tell the peer.
         if let Some(route) = self.inner.channels.close(channel) {
@@ -1030,8 +1078,10 @@ impl TransportPlugin for TcpTransport {
         };
         inner.channels.clear();
         *inner.live.write() = Arc::from(Vec::new());
-        // Reader threads standing back for a poll lease look at `stopping`.
+        // Reader threads standing back for a poll lease look at `stopping`; parked
+        // receivers return.
         inner.lease.wake();
+        inner.waker.wake();
         // Peers see EOF and report their channels lost.
         for c in conns.values() {
             c.kill();

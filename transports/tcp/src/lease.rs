@@ -9,8 +9,12 @@
 //! most one lease of delay: then the reader threads deliver again. A reader thread that
 //! must stop (its connection ended under a poller, or the endpoint shuts down) is woken
 //! by [`PollLease::wake`] and asked its `quit` condition.
+//!
+//! A receiver parked in the transport's `wait` (it sleeps in `poll` on the sockets
+//! themselves, so that the peer's data wakes it and nobody else) counts as a poller for
+//! as long as it is parked ([`PollLease::park`]).
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
@@ -25,8 +29,21 @@ pub(crate) struct PollLease {
     epoch: Instant,
     /// End of the lease in ns since `epoch` (0: none).
     until: AtomicU64,
+    /// Receivers parked in `wait` now.
+    parked: AtomicUsize,
     lock: Mutex<()>,
     cv: Condvar,
+}
+
+/// A receiver parked in `wait`: the reader threads stand back until it is dropped.
+pub(crate) struct Parked<'a>(&'a PollLease);
+
+impl Drop for Parked<'_> {
+    fn drop(&mut self) {
+        if self.0.parked.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.0.wake();
+        }
+    }
 }
 
 impl PollLease {
@@ -35,6 +52,7 @@ impl PollLease {
             length,
             epoch: Instant::now(),
             until: AtomicU64::new(0),
+            parked: AtomicUsize::new(0),
             lock: Mutex::new(()),
             cv: Condvar::new(),
         }
@@ -66,14 +84,21 @@ impl PollLease {
         self.wake();
     }
 
+    /// A receiver parks in `wait`: a poller until the guard is dropped.
+    pub(crate) fn park(&self) -> Parked<'_> {
+        self.parked.fetch_add(1, Ordering::AcqRel);
+        Parked(self)
+    }
+
     /// Wakes every reader thread standing back, to look at its `quit` condition.
     pub(crate) fn wake(&self) {
         let _g = self.lock.lock();
         self.cv.notify_all();
     }
 
-    /// Waits while a lease runs, unless `quit` holds (checked at every wake-up).
-    /// Returns at the latest when the lease in force expires without renewal.
+    /// Waits while a lease runs or a receiver is parked, unless `quit` holds (checked
+    /// at every wake-up). Returns at the latest when the lease in force expires without
+    /// renewal and nobody is parked.
     pub(crate) fn stand_back(&self, quit: impl Fn() -> bool) {
         let mut g = self.lock.lock();
         loop {
@@ -82,15 +107,24 @@ impl PollLease {
             }
             let until = self.until.load(Ordering::Acquire);
             let now = self.now();
-            if until <= now {
+            let parked = self.parked.load(Ordering::Acquire) > 0;
+            if until <= now && !parked {
                 return;
             }
-            // `end` and `wake` notify under the lock, so a wake-up between the checks
-            // above and this wait is not lost.
-            self.cv.wait_for(&mut g, Duration::from_nanos(until - now));
+            // `end`, `wake` and the last parked receiver notify under the lock, so a
+            // wake-up between the checks above and this wait is not lost.
+            let nap = if until > now {
+                Duration::from_nanos(until - now)
+            } else {
+                PARKED_CHECK
+            };
+            self.cv.wait_for(&mut g, nap);
         }
     }
 }
+
+/// How often a reader thread standing back for a parked receiver looks again anyway.
+const PARKED_CHECK: Duration = Duration::from_millis(100);
 
 #[cfg(test)]
 mod tests {
@@ -138,6 +172,27 @@ mod tests {
             reader.join().unwrap();
             assert_eq!(l.held(), by_quit);
         }
+    }
+
+    #[test]
+    fn a_parked_receiver_keeps_the_readers_back_until_it_leaves() {
+        let l = Arc::new(PollLease::new(LEASE));
+        let parked = l.park();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let l2 = l.clone();
+        let reader = std::thread::spawn(move || {
+            l2.stand_back(|| false);
+            tx.send(()).unwrap();
+        });
+        // Well past the lease: still standing back, for the parked receiver.
+        assert!(
+            rx.recv_timeout(LEASE * 25).is_err(),
+            "the reader went on while a receiver was parked"
+        );
+        drop(parked);
+        rx.recv_timeout(Duration::from_secs(30))
+            .expect("the reader was not woken");
+        reader.join().unwrap();
     }
 
     #[test]

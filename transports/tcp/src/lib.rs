@@ -53,7 +53,13 @@
 //! before the reader threads deliver again. A connection's receive side (`rx`, a state
 //! machine of frames over the bytes read) is held by one reader at a time, so frames
 //! keep their order whoever reads them. Beyond four connections a poll first asks
-//! `poll` which sockets have data.
+//! `poll` which sockets have data. A receiver that sleeps waiting for a reply parks in
+//! the transport (`wait`): it sleeps in `poll` on the sockets and an eventfd
+//! (`interrupt`, a new connection, shutdown), so the peer's data wakes it and no reader
+//! thread; the reader threads stand back while a receiver is parked. A drain that stops
+//! early (its budget, or a message handed to a receiver) leaves a backlog mark, so a
+//! reader thread drains again before it waits for the socket: frames already read into
+//! the buffer do not show as readiness.
 //!
 //! **Receiving**: a payload up to 64 KiB is read through a staging buffer; larger ones
 //! straight into their own vector, growing as their bytes arrive, so a lying length

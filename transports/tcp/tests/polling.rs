@@ -144,3 +144,52 @@ fn a_peer_that_closes_under_a_poller_loses_its_channels() {
     assert_eq!(ev.on(inb).len(), 1);
     assert_eq!(ev.closed.len(), 1);
 }
+
+#[test]
+fn a_parked_receiver_is_woken_by_its_data_or_by_interrupt() {
+    let s = PoolSecret::generate().unwrap();
+    let (a, _la) = endpoint(&config(&s));
+    let (b, lb) = endpoint(&config(&s));
+    let ch = connect(&a, &b);
+    let inb = lb.wait("open", |e| e.opened.len() == 1).opened[0];
+    std::thread::scope(|sc| {
+        // Woken by the data: the parked thread then takes the message itself (the
+        // reader threads stand back while it is parked).
+        let parker = sc.spawn(|| {
+            let end = Instant::now() + PATIENCE;
+            loop {
+                assert!(b.wait(PATIENCE), "tcp parks threads");
+                let mut got = None;
+                b.take(inb, |buf| got = Some(buf.to_vec()));
+                if got.is_some() || !lb.events().on(inb).is_empty() {
+                    return got;
+                }
+                assert!(Instant::now() < end, "no message after {PATIENCE:?}");
+            }
+        });
+        a.send(ch, &[&42u64.to_le_bytes()]).unwrap();
+        let got = parker.join().unwrap();
+        let all: Vec<u64> = got
+            .iter()
+            .map(|m| index(m))
+            .chain(lb.events().on(inb).into_iter().map(index))
+            .collect();
+        assert_eq!(all, vec![42]);
+        // Woken by interrupt, with nothing to read.
+        let parker = sc.spawn(|| {
+            let t0 = Instant::now();
+            assert!(b.wait(PATIENCE));
+            t0.elapsed()
+        });
+        let end = Instant::now() + PATIENCE;
+        while !parker.is_finished() {
+            b.interrupt();
+            std::thread::yield_now();
+            assert!(
+                Instant::now() < end,
+                "interrupt did not wake the parked thread"
+            );
+        }
+        assert!(parker.join().unwrap() < PATIENCE);
+    });
+}
