@@ -7,7 +7,8 @@
 //! quic) share their test scenarios, each taking the transport as an
 //! [`IpTransport`](addresses::IpTransport): [`addresses`] (interface selection,
 //! advertised addresses, the dial order) and [`across_hosts`] (a connection between two
-//! namespace hosts). [`strangers`] plays the strangers that never finish a handshake.
+//! namespace hosts). [`strangers`] plays the strangers that never finish a handshake;
+//! [`take`] is the receiver-driven take scenario of the transports that poll (shm, tcp).
 //!
 //! ```
 //! use ipl_transport_kit::testing::{pattern, EventLog};
@@ -24,6 +25,7 @@ pub mod across_hosts;
 pub mod addresses;
 pub mod netns;
 pub mod strangers;
+pub mod take;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;

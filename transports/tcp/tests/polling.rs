@@ -25,78 +25,15 @@ fn take_hands_back_the_channels_next_message_and_delivers_the_rest_in_order() {
     let s = PoolSecret::generate().unwrap();
     let (a, _la) = endpoint(&config(&s));
     let (b, lb) = endpoint(&config(&s));
-    let ch1 = connect(&a, &b);
-    let ch2 = connect(&a, &b);
-    let opened = lb
-        .wait("both channels", |e| e.opened.len() == 2)
-        .opened
-        .clone();
-    let (in1, in2) = (opened[0], opened[1]);
-    const N: u64 = 400;
-    // Polling before the first message: the reader thread stands back from then on
-    // (after at most one batch it may already be reading when the lease starts).
-    assert_eq!(b.take(in1, |_| panic!("nothing was sent yet")), 0);
-    std::thread::scope(|sc| {
-        // Even messages on channel 2, odd ones on channel 1, some of them large.
-        sc.spawn(|| {
-            for i in 0..N {
-                let ch = if i % 2 == 0 { ch2 } else { ch1 };
-                let pad = vec![
-                    i as u8;
-                    if i % 50 == 7 {
-                        300_000
-                    } else {
-                        (i % 9) as usize
-                    }
-                ];
-                a.send(ch, &[&i.to_le_bytes(), &pad]).unwrap();
-            }
-        });
-        let mut taken = Vec::new();
-        let end = Instant::now() + PATIENCE;
-        loop {
-            let (mut m, mut given) = (None, 0);
-            b.take(in1, |buf| {
-                given += 1;
-                m = Some(buf.to_vec());
-            });
-            assert!(given <= 1, "{given} messages given in one call");
-            let ev = lb.events();
-            let delivered: Vec<u64> = ev.on(in1).into_iter().map(index).collect();
-            if let Some(m) = m {
-                let i = index(&m);
-                assert_eq!(i % 2, 1, "a message of the other channel was taken");
-                assert!(m[8..].iter().all(|&x| x == i as u8), "message {i} damaged");
-                // Everything of channel 1 before it is out already, taken or delivered.
-                for j in (1..i).step_by(2) {
-                    assert!(
-                        taken.contains(&j) || delivered.contains(&j),
-                        "message {i} taken before {j}"
-                    );
-                }
-                taken.push(i);
-            }
-            if taken.len() + delivered.len() == (N / 2) as usize {
-                assert!(taken.windows(2).all(|w| w[0] < w[1]), "{taken:?}");
-                assert!(delivered.windows(2).all(|w| w[0] < w[1]), "{delivered:?}");
-                let mut all: Vec<u64> = taken.iter().chain(&delivered).copied().collect();
-                all.sort_unstable();
-                assert_eq!(all, (1..N).step_by(2).collect::<Vec<_>>());
-                break;
-            }
-            assert!(
-                Instant::now() < end,
-                "channel 1 incomplete: {taken:?} {delivered:?}"
-            );
+    // Some messages larger than the reader's buffer, read straight into their vector.
+    let pad = |i: u64| {
+        if i % 50 == 7 {
+            300_000
+        } else {
+            (i % 9) as usize
         }
-        // The poller took most of channel 1 itself (the reader thread stood back).
-        assert!(!taken.is_empty(), "the polling receiver took nothing");
-    });
-    b.progress_end();
-    // Channel 2 came through the callbacks, whole and in order.
-    let ev = lb.wait("channel 2", |e| e.on(in2).len() == (N / 2) as usize);
-    let got: Vec<u64> = ev.on(in2).into_iter().map(index).collect();
-    assert_eq!(got, (0..N).step_by(2).collect::<Vec<_>>());
+    };
+    ipl_transport_kit::testing::take::take_order(&a, &b, &lb, 400, pad);
 }
 
 #[test]
