@@ -76,10 +76,10 @@ struct Conn {
     /// Set once the receive side ended (`ConnRx::end`): pollers skip the connection and
     /// its reader thread reports it.
     rx_ended: AtomicBool,
-    /// Set when the last drain stopped before the socket was empty (its budget, or a
-    /// message given to a receiver): frames may wait in the reader's buffer, which
-    /// the socket's readiness does not show, so the reader thread drains again before
-    /// it waits.
+    /// Whether, after the last drain, whole frames wait in the reader's buffer
+    /// (`FrameReader::has_buffered_frame`: the drain stopped at its budget or at a
+    /// message given to a receiver). The socket's readiness does not show them, so
+    /// neither the reader thread nor a parked receiver sleeps while it is set.
     backlog: AtomicBool,
 }
 
@@ -547,20 +547,20 @@ impl Inner {
         want: Option<(u64, &mut ChannelSink<'_>)>,
         budget: usize,
     ) -> usize {
-        let (delivered, emptied) = self.drain_inner(conn, rx, want, budget);
-        conn.backlog.store(!emptied, Ordering::Release);
+        let delivered = self.drain_frames(conn, rx, want, budget);
+        let backlog = rx.end.is_none() && rx.reader.has_buffered_frame();
+        conn.backlog.store(backlog, Ordering::Release);
         delivered
     }
 
-    /// [`drain`](Self::drain); also says whether it stopped because the socket had
-    /// nothing more (or the stream ended), rather than early.
-    fn drain_inner(
+    /// The loop of [`drain`](Self::drain).
+    fn drain_frames(
         &self,
         conn: &Arc<Conn>,
         rx: &mut ConnRx,
         mut want: Option<(u64, &mut ChannelSink<'_>)>,
         budget: usize,
-    ) -> (usize, bool) {
+    ) -> usize {
         let mut delivered = 0;
         while rx.end.is_none() {
             loop {
@@ -569,18 +569,18 @@ impl Inner {
                         Ok(given) => {
                             delivered += 1;
                             if given || delivered >= budget {
-                                return (delivered, false);
+                                return delivered;
                             }
                         }
                         Err(e) => {
                             self.end_rx(conn, rx, Err(self.protocol_error(conn, &e)));
-                            return (delivered, true);
+                            return delivered;
                         }
                     },
                     Ok(None) => break,
                     Err(e) => {
                         self.end_rx(conn, rx, Err(self.protocol_error(conn, &e)));
-                        return (delivered, true);
+                        return delivered;
                     }
                 }
             }
@@ -599,7 +599,7 @@ impl Inner {
                 Err(e) => self.end_rx(conn, rx, Err(net::read_failure(&conn.peer, &e))),
             }
         }
-        (delivered, true)
+        delivered
     }
 
     /// Records how a connection's receive side ended; a failed one is killed, and a
@@ -704,20 +704,27 @@ impl Inner {
                 }
             }
         }
-        let others: Vec<&Arc<Conn>> = live
+        let others = live
             .iter()
-            .filter(|c| first != Some(Arc::as_ptr(c)) && !c.rx_ended.load(Ordering::Acquire))
-            .collect();
-        // A read of each socket costs a system call: beyond a few connections one
-        // `poll` finds those with something to read.
-        let ready = if others.len() > DIRECT_READS {
-            net::readable(others.iter().map(|c| &*c.sock))
-        } else {
-            vec![true; others.len()]
-        };
-        for (c, _) in others.iter().zip(ready).filter(|(_, r)| *r) {
+            .filter(|c| first != Some(Arc::as_ptr(c)) && !c.rx_ended.load(Ordering::Acquire));
+        let mut read_conn = |c: &Arc<Conn>| {
             if let Some(mut rx) = c.rx.try_lock() {
                 delivered += self.drain(c, &mut rx, None, POLL_BUDGET);
+            }
+        };
+        if live.len() <= DIRECT_READS {
+            // A read of each socket; nothing allocated on this path, which a waiting
+            // receiver runs in a loop.
+            others.for_each(read_conn);
+        } else {
+            // A read costs a system call: one `poll` first finds the sockets with
+            // something to read (frames already buffered do not show there).
+            let conns: Vec<&Arc<Conn>> = others.collect();
+            let ready = net::readable(conns.iter().map(|c| &*c.sock));
+            for (c, r) in conns.into_iter().zip(ready) {
+                if r || c.backlog.load(Ordering::Acquire) {
+                    read_conn(c);
+                }
             }
         }
         delivered
@@ -1036,6 +1043,11 @@ impl TransportPlugin for TcpTransport {
         }
         let _parked = inner.lease.park();
         let live = Arc::clone(&*inner.live.read());
+        // Frames already in a reader's buffer do not wake `poll`: the host takes them
+        // first.
+        if live.iter().any(|c| c.backlog.load(Ordering::Acquire)) {
+            return true;
+        }
         let socks = live
             .iter()
             .filter(|c| !c.rx_ended.load(Ordering::Acquire))

@@ -109,6 +109,14 @@ pub(crate) fn recv_now(sock: &Socket, buf: &mut [u8]) -> io::Result<usize> {
     }
 }
 
+/// `d` as `poll`'s timeout (seconds capped at `i32::MAX`).
+fn timespec(d: Duration) -> rustix::event::Timespec {
+    rustix::event::Timespec {
+        tv_sec: d.as_secs().min(i32::MAX as u64) as i64,
+        tv_nsec: i64::from(d.subsec_nanos()),
+    }
+}
+
 /// Waits until `sock` is readable (data, end of stream or an error), `timeout` passes,
 /// or a signal interrupts the wait; what it was is for the following read to find.
 pub(crate) fn wait_readable(sock: &Socket, timeout: Duration) {
@@ -116,11 +124,7 @@ pub(crate) fn wait_readable(sock: &Socket, timeout: Duration) {
         sock,
         rustix::event::PollFlags::IN,
     )];
-    let ts = rustix::event::Timespec {
-        tv_sec: timeout.as_secs().min(i32::MAX as u64) as i64,
-        tv_nsec: i64::from(timeout.subsec_nanos()),
-    };
-    if let Err(e) = rustix::event::poll(&mut fds, Some(&ts)) {
+    if let Err(e) = rustix::event::poll(&mut fds, Some(&timespec(timeout))) {
         if e != rustix::io::Errno::INTR {
             tracing::debug!("tcp: poll of a connection failed: {e}");
         }
@@ -133,11 +137,7 @@ pub(crate) fn readable<'a>(socks: impl Iterator<Item = &'a Socket>) -> Vec<bool>
     let mut fds: Vec<_> = socks
         .map(|s| rustix::event::PollFd::new(s, rustix::event::PollFlags::IN))
         .collect();
-    let zero = rustix::event::Timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    match rustix::event::poll(&mut fds, Some(&zero)) {
+    match rustix::event::poll(&mut fds, Some(&timespec(Duration::ZERO))) {
         Ok(_) => fds.iter().map(|f| !f.revents().is_empty()).collect(),
         Err(_) => vec![true; fds.len()],
     }
@@ -170,11 +170,7 @@ impl Waker {
         let mut fds: Vec<PollFd<'_>> = std::iter::once(PollFd::new(&self.0, PollFlags::IN))
             .chain(socks.map(|s| PollFd::new(s, PollFlags::IN)))
             .collect();
-        let ts = rustix::event::Timespec {
-            tv_sec: timeout.as_secs().min(i32::MAX as u64) as i64,
-            tv_nsec: i64::from(timeout.subsec_nanos()),
-        };
-        if let Err(e) = rustix::event::poll(&mut fds, Some(&ts)) {
+        if let Err(e) = rustix::event::poll(&mut fds, Some(&timespec(timeout))) {
             if e != rustix::io::Errno::INTR {
                 tracing::debug!("tcp: poll of a parked receiver failed: {e}");
             }

@@ -83,6 +83,17 @@ impl FrameReader {
         self.partial.is_none() && self.lo == self.hi
     }
 
+    /// Whether [`next`](Self::next) can make progress without another read: a header,
+    /// or the rest of the payload being assembled, is already buffered. Frames read
+    /// with the socket's data do not show as the socket's readiness.
+    pub(crate) fn has_buffered_frame(&self) -> bool {
+        let buffered = self.hi - self.lo;
+        match &self.partial {
+            Some(p) => buffered > 0 && buffered >= p.len - p.have,
+            None => buffered >= HEADER_LEN,
+        }
+    }
+
     /// The next whole frame from what was read, if there is one. `fresh` gives the
     /// vector a data payload is read into (a recycled one: its contents are
     /// overwritten). `Err` is a protocol error, after which the stream is unusable.
@@ -288,6 +299,31 @@ mod tests {
             assert_eq!(got, frames, "reads {sizes:?}");
             assert!(clean, "reads {sizes:?}");
         }
+    }
+
+    #[test]
+    fn a_buffered_frame_is_known_without_reading_again() {
+        let mut r = FrameReader::new(1 << 20);
+        let two = [frame(KIND_DATA, 1, b"ab"), frame(KIND_DATA, 1, b"cd")].concat();
+        // Both frames and half a header come in one read.
+        let mut input = two.clone();
+        input.extend(&header(5, 1, KIND_DATA)[..6]);
+        assert!(!r.has_buffered_frame());
+        r.fill(|b| {
+            b[..input.len()].copy_from_slice(&input);
+            Ok(input.len())
+        })
+        .unwrap();
+        assert!(r.has_buffered_frame());
+        assert_eq!(r.next(Vec::new).unwrap().unwrap().data, b"ab");
+        assert!(
+            r.has_buffered_frame(),
+            "the second frame waits in the buffer"
+        );
+        assert_eq!(r.next(Vec::new).unwrap().unwrap().data, b"cd");
+        // Half a header: the socket must bring the rest.
+        assert!(!r.has_buffered_frame());
+        assert_eq!(r.next(Vec::new).unwrap(), None);
     }
 
     #[test]
