@@ -37,6 +37,7 @@ pub mod gate;
 pub mod host;
 pub mod interfaces;
 pub mod listen;
+pub mod park;
 pub mod pool;
 pub mod testing;
 

@@ -29,8 +29,8 @@ use crate::config::{Config, WaitMode};
 use crate::handshake;
 use crate::layout::Kind;
 use crate::link::{Link, Pacing, RxState};
-use crate::park::Parking;
 use crate::sys;
+use ipl_transport_kit::park::Parking;
 
 /// Bit 63 of a wire channel id: set when the sender of the slot is the side that
 /// opened the channel (as in the tcp transport), so the two directions never collide.

@@ -71,7 +71,6 @@ pub mod fuzzing;
 mod handshake;
 mod layout;
 mod link;
-mod park;
 mod producer;
 mod reassembly;
 mod reclaim;

@@ -32,6 +32,7 @@ use crate::net;
 use crate::rx::{Fill, Frame, FrameReader};
 use crate::wire::{self, KIND_CLOSE, KIND_DATA, KIND_OPEN, MAGIC, OPENED_BY_SENDER};
 use crate::Address;
+use ipl_transport_kit::park::Parking;
 use parking_lot::{Mutex, RwLock};
 
 /// How long a reader thread waits for its socket before it looks again (at the poll
@@ -183,7 +184,8 @@ struct Inner {
     /// While receivers poll, the reader threads stand back.
     lease: PollLease,
     /// Wakes the receivers parked in `wait` (`interrupt`, a new connection, shutdown).
-    waker: net::Waker,
+    /// Host threads parked in `wait`, each on an eventfd of its own.
+    parking: Parking,
 }
 
 /// Counters of one endpoint's connections, for tests and diagnostics.
@@ -240,7 +242,7 @@ impl Inner {
         self.refresh_live(st);
         self.established.fetch_add(1, Ordering::Relaxed);
         // A parked receiver sleeps on the sockets it knew: it must look at this one too.
-        self.waker.wake();
+        self.parking.interrupt();
         tracing::debug!(
             endpoint = format_args!("{:016x}", self.id),
             peer = %conn.peer,
@@ -938,8 +940,7 @@ impl TransportPlugin for TcpTransport {
             channels: ChannelTable::default(),
             live: RwLock::new(Arc::from(Vec::new())),
             lease: PollLease::new(LEASE),
-            waker: net::Waker::new()
-                .map_err(|e| TransportError::Unavailable(format!("tcp: eventfd: {e}")))?,
+            parking: Parking::default(),
         });
         let listener = Arc::new(listener);
         let (i, l) = (inner.clone(), listener.clone());
@@ -1033,7 +1034,7 @@ impl TransportPlugin for TcpTransport {
         self.inner.lease.end();
     }
 
-    /// Sleeps in `poll` on every connection's socket (and the waker), so that the
+    /// Sleeps in `poll` on every connection's socket (and an eventfd of this thread's own, for `interrupt`), so that the
     /// peer's data wakes this thread and not a reader thread first; the reader threads
     /// stand back meanwhile. Delivers nothing: the host calls `take` or `progress` next.
     fn wait(&self, timeout: Duration) -> bool {
@@ -1041,7 +1042,17 @@ impl TransportPlugin for TcpTransport {
         if inner.stopping.load(Ordering::Acquire) {
             return false;
         }
-        let _parked = inner.lease.park();
+        // Registered before the look at the buffers and sockets: an interrupt from now
+        // on signals this thread's eventfd, and one since its last wait returns at once.
+        let parked = match inner.parking.park() {
+            Ok(Some(p)) => p,
+            Ok(None) => return true,
+            Err(e) => {
+                tracing::debug!("tcp: cannot park a thread: {e}");
+                return false;
+            }
+        };
+        let _standing_back = inner.lease.park();
         let live = Arc::clone(&*inner.live.read());
         // Frames already in a reader's buffer do not wake `poll`: the host takes them
         // first.
@@ -1052,12 +1063,12 @@ impl TransportPlugin for TcpTransport {
             .iter()
             .filter(|c| !c.rx_ended.load(Ordering::Acquire))
             .map(|c| &*c.sock);
-        inner.waker.wait(socks, timeout);
+        net::wait_parked(parked.fd(), socks, timeout);
         true
     }
 
     fn interrupt(&self) {
-        self.inner.waker.wake();
+        self.inner.parking.interrupt();
     }
 
     fn close_channel(&self, channel: u64) {
@@ -1093,7 +1104,7 @@ impl TransportPlugin for TcpTransport {
         // Reader threads standing back for a poll lease look at `stopping`; parked
         // receivers return.
         inner.lease.wake();
-        inner.waker.wake();
+        inner.parking.interrupt();
         // Peers see EOF and report their channels lost.
         for c in conns.values() {
             c.kill();

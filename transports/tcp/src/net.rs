@@ -143,41 +143,20 @@ pub(crate) fn readable<'a>(socks: impl Iterator<Item = &'a Socket>) -> Vec<bool>
     }
 }
 
-/// Wakes receivers parked in the transport's `wait`: an eventfd they poll beside the
-/// sockets.
-pub(crate) struct Waker(std::os::fd::OwnedFd);
-
-impl Waker {
-    pub(crate) fn new() -> io::Result<Waker> {
-        use rustix::event::EventfdFlags;
-        Ok(Waker(rustix::event::eventfd(
-            0,
-            EventfdFlags::NONBLOCK | EventfdFlags::CLOEXEC,
-        )?))
-    }
-
-    /// Makes every parked receiver return soon (and the next one to park, at once).
-    pub(crate) fn wake(&self) {
-        if let Err(e) = rustix::io::write(&self.0, &1u64.to_ne_bytes()) {
-            tracing::debug!("tcp: eventfd write failed: {e}");
-        }
-    }
-
-    /// Sleeps until one of `socks` is readable, the waker is woken, `timeout` passes or
-    /// a signal comes; takes the waker's count if it was that.
-    pub(crate) fn wait<'a>(&self, socks: impl Iterator<Item = &'a Socket>, timeout: Duration) {
-        use rustix::event::{PollFd, PollFlags};
-        let mut fds: Vec<PollFd<'_>> = std::iter::once(PollFd::new(&self.0, PollFlags::IN))
-            .chain(socks.map(|s| PollFd::new(s, PollFlags::IN)))
-            .collect();
-        if let Err(e) = rustix::event::poll(&mut fds, Some(&timespec(timeout))) {
-            if e != rustix::io::Errno::INTR {
-                tracing::debug!("tcp: poll of a parked receiver failed: {e}");
-            }
-        }
-        if !fds[0].revents().is_empty() {
-            let mut b = [0u8; 8];
-            let _ = rustix::io::read(&self.0, &mut b);
+/// Sleeps until one of `socks` is readable, `parked` (the calling thread's eventfd, see
+/// `ipl_transport_kit::park`) is signalled, `timeout` passes or a signal comes.
+pub(crate) fn wait_parked<'a>(
+    parked: std::os::fd::BorrowedFd<'_>,
+    socks: impl Iterator<Item = &'a Socket>,
+    timeout: Duration,
+) {
+    use rustix::event::{PollFd, PollFlags};
+    let mut fds: Vec<PollFd<'_>> = std::iter::once(PollFd::from_borrowed_fd(parked, PollFlags::IN))
+        .chain(socks.map(|s| PollFd::new(s, PollFlags::IN)))
+        .collect();
+    if let Err(e) = rustix::event::poll(&mut fds, Some(&timespec(timeout))) {
+        if e != rustix::io::Errno::INTR {
+            tracing::debug!("tcp: poll of a parked receiver failed: {e}");
         }
     }
 }

@@ -130,3 +130,51 @@ fn a_parked_receiver_is_woken_by_its_data_or_by_interrupt() {
         assert!(parker.join().unwrap() < PATIENCE);
     });
 }
+
+/// An interrupt reaches every thread parked in `wait` or about to park, whichever
+/// thread wakes first: one thread's wake-up does not swallow another's. (With one
+/// eventfd shared by all parked threads, the first to wake drained it, and a thread
+/// that parked just after slept until its timeout: RMI's calls over tcp took 1 s
+/// whenever a server thread and an upcall thread were parked together.)
+#[test]
+fn an_interrupt_is_not_swallowed_by_another_parked_thread() {
+    let s = PoolSecret::generate().unwrap();
+    let (a, _la) = endpoint(&config(&s));
+    // Far longer than the bounds below: a wait that sleeps to its end fails the test.
+    const LONG_NAP: std::time::Duration = std::time::Duration::from_secs(600);
+    let (tx, rx) = std::sync::mpsc::channel::<&str>();
+    std::thread::scope(|scope| {
+        let (go_b, b_ready) = std::sync::mpsc::channel::<()>();
+        let (b_may_wait, b_go) = std::sync::mpsc::channel::<()>();
+        let (a_ref, tx_b) = (&a, tx.clone());
+        // B has waited here before (a short wait), so nothing new is pending for it.
+        scope.spawn(move || {
+            assert!(a_ref.wait(std::time::Duration::from_millis(1)));
+            assert!(a_ref.wait(std::time::Duration::from_millis(1)));
+            go_b.send(()).unwrap();
+            b_go.recv().unwrap();
+            // The interrupt came while B was not parked, and A woke for it first.
+            assert!(a_ref.wait(LONG_NAP));
+            tx_b.send("b").unwrap();
+        });
+        b_ready.recv().unwrap();
+        a.interrupt();
+        let tx_a = tx.clone();
+        let a_ref = &a;
+        scope
+            .spawn(move || {
+                assert!(a_ref.wait(LONG_NAP));
+                tx_a.send("a").unwrap();
+            })
+            .join()
+            .unwrap();
+        assert_eq!(rx.recv_timeout(PATIENCE), Ok("a"));
+        b_may_wait.send(()).unwrap();
+        let b = rx.recv_timeout(PATIENCE);
+        if b.is_err() {
+            // Let the scope end: wake B (with the bug it sleeps to LONG_NAP).
+            a.interrupt();
+        }
+        assert_eq!(b, Ok("b"), "B slept through the interrupt");
+    });
+}

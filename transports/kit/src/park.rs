@@ -1,9 +1,12 @@
-//! Host threads parked in the transport (`TransportPlugin::wait`).
+//! Host threads parked in a transport (`TransportPlugin::wait`), as the shm and tcp
+//! transports park them.
 //!
-//! A parked thread sleeps in `poll` on the connection sockets, like the endpoint's
-//! thread, so that a sender's wake-up byte wakes it directly, and on an eventfd of its
-//! own, which [`Parking::interrupt`] signals. One eventfd per parked thread: an
-//! interrupt reaches every parked thread, and no thread's drain can swallow another's.
+//! A parked thread sleeps in `poll` on the transport's sockets, so that the peer's data
+//! (or wake-up byte) wakes it directly, and on an eventfd of its own, which
+//! [`Parking::interrupt`] signals. One eventfd per parked thread: an interrupt reaches
+//! every parked thread, and no thread's drain can swallow another's (one eventfd shared
+//! by all parked threads lost interrupts: the first thread to wake drained it, and a
+//! thread that parked just after slept until its timeout).
 //!
 //! **No lost interrupt.** The host decides to park under its own lock and calls `wait`
 //! after releasing it, so an interrupt may come before the thread has registered its
@@ -21,8 +24,6 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-use crate::sys;
-
 thread_local! {
     /// The endpoint (its `Parking`'s id) and the interrupt count this thread saw when
     /// it last stopped being parked there.
@@ -33,9 +34,31 @@ thread_local! {
 /// endpoint, whose count a thread would then take as seen). 0 is never given out.
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 
+/// A new non-blocking eventfd.
+fn eventfd() -> io::Result<OwnedFd> {
+    use rustix::event::EventfdFlags;
+    Ok(rustix::event::eventfd(
+        0,
+        EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK,
+    )?)
+}
+
+/// Signals an eventfd.
+fn eventfd_signal(fd: &OwnedFd) {
+    // A full counter (EAGAIN) means it is signalled already.
+    let _ = rustix::io::write(fd, &1u64.to_ne_bytes());
+}
+
+/// Resets an eventfd.
+fn eventfd_drain(fd: &OwnedFd) {
+    let mut v = [0u8; 8];
+    // Non-blocking: EAGAIN means it was not signalled.
+    let _ = rustix::io::read(fd, &mut v);
+}
+
 /// The parked threads of one endpoint.
 #[derive(Debug)]
-pub(crate) struct Parking {
+pub struct Parking {
     id: u64,
     /// Interrupts so far.
     interrupts: AtomicU64,
@@ -51,7 +74,7 @@ struct Fds {
 }
 
 /// A thread registered as parked; deregistered (and its eventfd reset) on drop.
-pub(crate) struct Parked<'a> {
+pub struct Parked<'a> {
     parking: &'a Parking,
     fd: Arc<OwnedFd>,
 }
@@ -69,11 +92,11 @@ impl Default for Parking {
 impl Parking {
     /// Registers the calling thread as parked. `None` when an interrupt came since the
     /// thread was last parked here: the caller returns at once instead of sleeping.
-    pub(crate) fn park(&self) -> io::Result<Option<Parked<'_>>> {
+    pub fn park(&self) -> io::Result<Option<Parked<'_>>> {
         let spare = self.fds.lock().spare.pop();
         let fd = match spare {
             Some(fd) => fd,
-            None => Arc::new(sys::eventfd()?),
+            None => Arc::new(eventfd()?),
         };
         self.fds.lock().waiting.push(Arc::clone(&fd));
         let parked = Parked { parking: self, fd };
@@ -88,23 +111,22 @@ impl Parking {
 
     /// Wakes every parked thread, and makes the next `park` of every other thread that
     /// uses this endpoint return at once.
-    pub(crate) fn interrupt(&self) {
+    pub fn interrupt(&self) {
         self.interrupts.fetch_add(1, Ordering::SeqCst);
         for fd in &self.fds.lock().waiting {
-            sys::eventfd_signal(fd);
+            eventfd_signal(fd);
         }
     }
 
-    /// Threads parked now (for tests).
-    #[cfg(test)]
-    fn parked(&self) -> usize {
+    /// Threads parked now.
+    pub fn parked(&self) -> usize {
         self.fds.lock().waiting.len()
     }
 }
 
 impl Parked<'_> {
     /// The eventfd to poll with the sockets.
-    pub(crate) fn fd(&self) -> BorrowedFd<'_> {
+    pub fn fd(&self) -> BorrowedFd<'_> {
         self.fd.as_fd()
     }
 }
@@ -112,7 +134,7 @@ impl Parked<'_> {
 impl Drop for Parked<'_> {
     fn drop(&mut self) {
         let p = self.parking;
-        sys::eventfd_drain(&self.fd);
+        eventfd_drain(&self.fd);
         let mut fds = p.fds.lock();
         fds.waiting.retain(|f| !Arc::ptr_eq(f, &self.fd));
         fds.spare.push(Arc::clone(&self.fd));
@@ -156,8 +178,11 @@ mod tests {
                         rustix::event::PollFlags::IN,
                     )];
                     // Bounded: an interrupt that never comes fails the assertion below.
-                    let n = sys::poll(&mut fds, Some(std::time::Duration::from_secs(60)));
-                    n.unwrap()
+                    let timeout = rustix::event::Timespec {
+                        tv_sec: 60,
+                        tv_nsec: 0,
+                    };
+                    rustix::event::poll(&mut fds, Some(&timeout)).unwrap()
                 })
             })
             .collect();
