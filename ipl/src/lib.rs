@@ -78,7 +78,7 @@ pub use identifiers::{ReceivePortIdentifier, SendPortIdentifier};
 pub use ipl_registry::{
     EmbeddedRegistry, Event, IbisIdentifier, Registry, RegistryError, RegistryEventHandler,
 };
-pub use ipl_serialization::{Level, MessageReader, MessageWriter, Primitive};
+pub use ipl_serialization::{ArraySpan, Level, MessageReader, MessageWriter, Primitive};
 pub use ipl_transport_abi::{Plugin, TransportCapabilities};
 pub use message::{ReadMessage, WriteMessage};
 pub use port_type::PortType;

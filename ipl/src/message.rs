@@ -4,7 +4,7 @@
 use std::borrow::Cow;
 use std::sync::Arc;
 
-use ipl_serialization::{Level, MessageReader, MessageWriter, Primitive};
+use ipl_serialization::{ArraySpan, Level, MessageReader, MessageWriter, Primitive};
 use ipl_transport_abi::ReceivedBuffer;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -223,6 +223,20 @@ impl ReadMessage {
     pub fn read_array_ref<T: Primitive>(&mut self) -> Result<Cow<'_, [T]>> {
         check(self.level, Level::Data)?;
         Ok(self.reader.read_array_ref()?)
+    }
+
+    /// Consumes an array and returns where its elements are, for
+    /// [`array_at`](Self::array_at) after the rest is read: several arrays of one
+    /// message borrowed at once (data level).
+    pub fn read_array_span<T: Primitive>(&mut self) -> Result<ArraySpan<T>> {
+        check(self.level, Level::Data)?;
+        Ok(self.reader.read_array_span()?)
+    }
+
+    /// The elements of an array consumed with [`read_array_span`](Self::read_array_span),
+    /// in place when they are aligned in the buffer, else with one copy.
+    pub fn array_at<T: Primitive>(&self, span: &ArraySpan<T>) -> Result<Cow<'_, [T]>> {
+        Ok(self.reader.array_at(span)?)
     }
 
     /// Reads an array into the caller's slice with one copy; its length must match

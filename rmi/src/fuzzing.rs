@@ -22,7 +22,7 @@ pub fn decode_request<S: Skeleton>(
     m: &mut ReadMessage,
 ) -> Option<(RequestHeader, Result<bool, RmiError>)> {
     let hash = interface_hash(<S::Interface as RemoteInterface>::NAME);
-    let (h, inv) = crate::server::decode(skel, hash, m)?;
+    let (h, inv) = crate::server::decode(skel, hash, m, false)?;
     Some((h, inv.map(|i| i.nonblocking)))
 }
 

@@ -85,7 +85,9 @@ pub use stub::{Args, PendingCall, RemoteResult, StubCore, WriteArgs};
 /// What the generated code uses; not part of the API.
 #[doc(hidden)]
 pub mod __private {
-    pub use crate::skeleton::{outcome, read_args, read_array, unit_outcome};
+    pub use crate::skeleton::{
+        array_at, outcome, read_args, read_array, read_array_span, unit_outcome,
+    };
     pub use crate::stub::{args, StubCore};
     pub use ipl::{ReadMessage, WriteMessage};
 }

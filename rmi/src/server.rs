@@ -13,7 +13,7 @@ use parking_lot::Mutex;
 use crate::client::REPLY_PORT;
 use crate::error::RmiError;
 use crate::reference::RemoteInterface;
-use crate::skeleton::{ErrorOutcome, Invocation, Outcome, Skeleton};
+use crate::skeleton::{Body, ErrorOutcome, Invocation, Outcome, Skeleton};
 use crate::wire::{interface_hash, RequestHeader};
 use crate::workers::Workers;
 
@@ -139,21 +139,24 @@ impl ServerCore {
         let core = Arc::clone(self);
         let hash = interface_hash(<S::Interface as RemoteInterface>::NAME);
         let upcall = move |mut m: ReadMessage| {
-            let Some((h, inv)) = decode(&*skel, hash, &mut m) else {
+            let serial = mode == Mode::Serial;
+            let Some((h, inv)) = decode(&*skel, hash, &mut m, serial) else {
                 return;
             };
             match inv {
                 // Calls that run here are answered before the message is finished: the
-                // caller's identity is borrowed from it, not copied.
+                // caller's identity is borrowed from it, not copied, and arrays are read
+                // from it in place.
                 Err(e) => core.refuse(&h, &m.origin().ibis, e),
-                Ok(inv) if mode == Mode::Serial || inv.nonblocking => {
-                    core.run(&*skel, inv, &h, &m.origin().ibis)
+                Ok(inv) if serial || inv.nonblocking || inv.needs_request() => {
+                    core.run(&*skel, inv, &h, Request::InPlace(&mut m))
                 }
                 Ok(inv) => {
                     let origin = m.origin().ibis.clone();
                     m.finish();
                     let (c, s) = (Arc::clone(&core), Arc::clone(&skel));
-                    core.workers.execute(move || c.run(&*s, inv, &h, &origin));
+                    core.workers
+                        .execute(move || c.run(&*s, inv, &h, Request::Finished(origin)));
                 }
             }
         };
@@ -170,12 +173,12 @@ impl ServerCore {
         let core = Arc::clone(self);
         let hash = interface_hash(<S::Interface as RemoteInterface>::NAME);
         let upcall = move |mut m: ReadMessage| {
-            let Some((h, inv)) = decode(&skel, hash, &mut m) else {
+            let Some((h, inv)) = decode(&skel, hash, &mut m, true) else {
                 return;
             };
             match inv {
                 Err(e) => core.refuse(&h, &m.origin().ibis, e),
-                Ok(inv) => core.run(&skel, inv, &h, &m.origin().ibis),
+                Ok(inv) => core.run(&skel, inv, &h, Request::InPlace(&mut m)),
             }
         };
         self.open(name, upcall)
@@ -205,10 +208,17 @@ impl ServerCore {
     }
 
     /// Runs a call (catching a panic of the method) and replies.
-    fn run<S>(&self, skel: &S, inv: Invocation<S>, h: &RequestHeader, origin: &IbisIdentifier) {
-        let run = inv.run;
-        let outcome: Box<dyn Outcome> = match catch_unwind(AssertUnwindSafe(|| run(skel))) {
-            Ok(o) => o,
+    fn run<S>(&self, skel: &S, inv: Invocation<S>, h: &RequestHeader, mut request: Request<'_>) {
+        let call = || match (inv.body, &mut request) {
+            (Body::Decoded(run), _) => Ok(run(skel)),
+            (Body::InPlace(run), Request::InPlace(m)) => run(skel, m),
+            (Body::InPlace(_), Request::Finished(_)) => Err(RmiError::Malformed(
+                "a call that reads its request ran after the request was finished".into(),
+            )),
+        };
+        let outcome: Box<dyn Outcome> = match catch_unwind(AssertUnwindSafe(call)) {
+            Ok(Ok(o)) => o,
+            Ok(Err(e)) => Box::new(ErrorOutcome(e)),
             Err(p) => {
                 let what = p
                     .downcast_ref::<&str>()
@@ -218,6 +228,10 @@ impl ServerCore {
                 tracing::warn!(method = h.method, panic = %what, "remote method panicked");
                 Box::new(ErrorOutcome(RmiError::Panicked(what)))
             }
+        };
+        let origin = match &request {
+            Request::InPlace(m) => &m.origin().ibis,
+            Request::Finished(o) => o,
         };
         if h.oneway() {
             if let Some(e) = outcome.error() {
@@ -229,11 +243,25 @@ impl ServerCore {
     }
 }
 
+/// Where a running call's request is.
+enum Request<'a> {
+    /// Not finished yet: the call may read from it, and the reply goes to its origin.
+    InPlace(&'a mut ReadMessage),
+    /// Finished; the caller it came from.
+    Finished(IbisIdentifier),
+}
+
 pub(crate) type Decoded<S> = (RequestHeader, Result<Invocation<S>, RmiError>);
 
 /// Reads a request: its header (a request without one is dropped: there is nobody to
 /// answer) and its arguments.
-pub(crate) fn decode<S: Skeleton>(skel: &S, hash: u32, m: &mut ReadMessage) -> Option<Decoded<S>> {
+/// `in_place`: every call runs before the request is finished (see [`Skeleton::decode`]).
+pub(crate) fn decode<S: Skeleton>(
+    skel: &S,
+    hash: u32,
+    m: &mut ReadMessage,
+    in_place: bool,
+) -> Option<Decoded<S>> {
     let h = match RequestHeader::read(m) {
         Ok(h) => h,
         Err(e) => {
@@ -249,7 +277,7 @@ pub(crate) fn decode<S: Skeleton>(skel: &S, hash: u32, m: &mut ReadMessage) -> O
     } else if !h.oneway() && h.call == 0 {
         Err(RmiError::Malformed("call id 0 on a two-way call".into()))
     } else {
-        skel.decode(h.method, m)
+        skel.decode(h.method, m, in_place)
     };
     Some((h, inv))
 }

@@ -19,16 +19,36 @@ pub trait Skeleton: Sized + Send + 'static {
     type Interface: RemoteInterface + ?Sized;
 
     /// Reads the arguments of method `method` from the request and returns the call,
-    /// ready to run; unknown methods and undecodable arguments are errors.
-    fn decode(&self, method: u16, request: &mut ReadMessage) -> Result<Invocation<Self>, RmiError>;
+    /// ready to run; unknown methods and undecodable arguments are errors. `in_place`:
+    /// the server runs every call in the receiving thread before it finishes the
+    /// request (a serial export), so a call may also read its primitive arrays from the
+    /// request when it runs ([`Invocation::in_place`]), as `#[nonblocking]` methods
+    /// always may.
+    fn decode(
+        &self,
+        method: u16,
+        request: &mut ReadMessage,
+        in_place: bool,
+    ) -> Result<Invocation<Self>, RmiError>;
 }
 
 type Run<S> = Box<dyn FnOnce(&S) -> Box<dyn Outcome> + Send>;
+type RunInPlace<S> =
+    Box<dyn FnOnce(&S, &mut ReadMessage) -> Result<Box<dyn Outcome>, RmiError> + Send>;
 
 /// A decoded call: the method with its arguments, waiting to run on the object.
 pub struct Invocation<S> {
     pub(crate) nonblocking: bool,
-    pub(crate) run: Run<S>,
+    pub(crate) body: Body<S>,
+}
+
+/// What runs a call.
+pub(crate) enum Body<S> {
+    /// The arguments are all decoded: the call may run after the request is finished.
+    Decoded(Run<S>),
+    /// The call reads the rest of its arguments (primitive arrays, borrowed from the
+    /// request's buffer without a copy) when it runs: before the request is finished.
+    InPlace(RunInPlace<S>),
 }
 
 impl<S> Invocation<S> {
@@ -40,8 +60,27 @@ impl<S> Invocation<S> {
     ) -> Self {
         Invocation {
             nonblocking,
-            run: Box::new(run),
+            body: Body::Decoded(Box::new(run)),
         }
+    }
+
+    /// A call that runs in the receiving thread and reads the rest of its arguments
+    /// from the request then: primitive arrays in place, the way the IPL hands them
+    /// out (Manta's point: an array crosses without a copy on either side). Its reading
+    /// may fail (a malformed request), which is answered as such.
+    pub fn in_place(
+        nonblocking: bool,
+        run: impl FnOnce(&S, &mut ReadMessage) -> Result<Box<dyn Outcome>, RmiError> + Send + 'static,
+    ) -> Self {
+        Invocation {
+            nonblocking,
+            body: Body::InPlace(Box::new(run)),
+        }
+    }
+
+    /// Whether the call must run before its request is finished.
+    pub(crate) fn needs_request(&self) -> bool {
+        matches!(self.body, Body::InPlace(_))
     }
 }
 
@@ -114,6 +153,25 @@ where
 /// The outcome of a one-way method returning `()`.
 pub fn unit_outcome(_: ()) -> Box<dyn Outcome> {
     Box::new(UnitOutcome)
+}
+
+/// Consumes a primitive array argument of a request, to be read in place with
+/// [`array_at`] once every argument is consumed.
+pub fn read_array_span<T: ipl::Primitive>(
+    m: &mut ReadMessage,
+) -> Result<ipl::ArraySpan<T>, RmiError> {
+    m.read_array_span()
+        .map_err(|e| RmiError::Malformed(format!("array argument: {e}")))
+}
+
+/// A primitive array argument consumed with [`read_array_span`], borrowed from the
+/// request's buffer when it is aligned there (always for bytes), else copied once.
+pub fn array_at<'m, T: ipl::Primitive>(
+    m: &'m ReadMessage,
+    span: &ipl::ArraySpan<T>,
+) -> Result<std::borrow::Cow<'m, [T]>, RmiError> {
+    m.array_at(span)
+        .map_err(|e| RmiError::Malformed(format!("array argument: {e}")))
 }
 
 /// Reads a primitive array argument from a request.

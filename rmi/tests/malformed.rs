@@ -128,6 +128,22 @@ fn malformed_requests_get_error_replies_or_are_dropped() {
     });
     assert!(replies.receive_timeout(Duration::from_millis(200)).is_err());
 
+    // A call that reads its arrays in place when it runs (`weigh`, nonblocking) with
+    // an array missing: answered as malformed when it runs, not a panic.
+    send(&mut sp, |m| {
+        RequestHeader {
+            call: 11,
+            interface: hash,
+            method: 11,
+            flags: 0,
+        }
+        .write(m)
+        .unwrap();
+        m.write_object(&()).unwrap();
+        m.write_array(&[1u8, 2, 3][..]).unwrap();
+    });
+    assert!(matches!(error_reply(&replies, 11), RmiError::Malformed(_)));
+
     // A well-formed raw request is answered.
     send(&mut sp, |m| {
         RequestHeader {

@@ -81,7 +81,7 @@ mod writer;
 pub use error::{DecodeError, LevelError, SerError};
 pub use level::Level;
 pub use primitive::Primitive;
-pub use reader::MessageReader;
+pub use reader::{ArraySpan, MessageReader};
 pub use writer::{MessageWriter, ZERO_COPY_THRESHOLD};
 
 /// The README example, compiled and run as a doc test.

@@ -8,6 +8,42 @@ use serde::de::DeserializeOwned;
 use crate::error::DecodeError;
 use crate::primitive::Primitive;
 
+/// Where the elements of an array are in a message's buffer (see
+/// [`MessageReader::read_array_span`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ArraySpan<T> {
+    range: std::ops::Range<usize>,
+    _elements: std::marker::PhantomData<fn() -> T>,
+}
+
+impl<T> ArraySpan<T> {
+    /// The number of elements.
+    pub fn len(&self) -> usize {
+        self.range.len() / size_of::<T>().max(1)
+    }
+
+    /// Whether the array is empty.
+    pub fn is_empty(&self) -> bool {
+        self.range.is_empty()
+    }
+}
+
+/// An array's elements in place when the bytes are aligned for `T` (and the host is
+/// little endian), else decoded with one copy.
+fn in_place<T: Primitive>(bytes: &[u8]) -> Cow<'_, [T]> {
+    if cfg!(target_endian = "little") {
+        if let Ok(s) = bytemuck::try_cast_slice::<u8, T>(bytes) {
+            return Cow::Borrowed(s);
+        }
+    }
+    Cow::Owned(
+        bytes
+            .chunks_exact(size_of::<T>())
+            .map(|c| T::from_le_repr(bytemuck::pod_read_unaligned::<T>(c)))
+            .collect(),
+    )
+}
+
 /// Reads a payload written by [`MessageWriter`](crate::MessageWriter) from a
 /// contiguous buffer, in the order it was written.
 ///
@@ -154,18 +190,30 @@ impl<B: AsRef<[u8]>> MessageReader<B> {
     /// copy ([`Cow::Owned`]).
     pub fn read_array_ref<T: Primitive>(&mut self) -> Result<Cow<'_, [T]>, DecodeError> {
         let range = self.array_span::<T>(None)?;
-        let bytes = &self.buf.as_ref()[range];
-        if cfg!(target_endian = "little") {
-            if let Ok(s) = bytemuck::try_cast_slice::<u8, T>(bytes) {
-                return Ok(Cow::Borrowed(s));
-            }
-        }
-        Ok(Cow::Owned(
-            bytes
-                .chunks_exact(size_of::<T>())
-                .map(|c| T::from_le_repr(bytemuck::pod_read_unaligned::<T>(c)))
-                .collect(),
-        ))
+        Ok(in_place(&self.buf.as_ref()[range]))
+    }
+
+    /// Data level: consumes an array and returns where its elements are, to be read
+    /// with [`array_at`](Self::array_at) once the message has been read further: so
+    /// that several arrays can be borrowed from the buffer at once.
+    pub fn read_array_span<T: Primitive>(&mut self) -> Result<ArraySpan<T>, DecodeError> {
+        Ok(ArraySpan {
+            range: self.array_span::<T>(None)?,
+            _elements: std::marker::PhantomData,
+        })
+    }
+
+    /// The elements of an array this reader consumed ([`read_array_span`](Self::read_array_span)),
+    /// as [`read_array_ref`](Self::read_array_ref) gives them. A span of another, shorter
+    /// message is [`DecodeError::Truncated`].
+    pub fn array_at<T: Primitive>(&self, span: &ArraySpan<T>) -> Result<Cow<'_, [T]>, DecodeError> {
+        let buf = self.buf.as_ref();
+        buf.get(span.range.clone())
+            .map(in_place)
+            .ok_or(DecodeError::Truncated {
+                needed: span.range.end,
+                remaining: buf.len(),
+            })
     }
 
     /// Data level: reads an array into `out` with exactly one copy. The

@@ -197,3 +197,38 @@ fn all_primitive_types() {
     assert_eq!(r.read_array_vec::<f64>().unwrap(), f64s);
     assert!(r.is_empty());
 }
+
+#[test]
+fn several_arrays_are_borrowed_at_once_through_their_spans() {
+    let a: Vec<u64> = (0..300).collect();
+    let b: Vec<f64> = (0..200).map(|x| x as f64 / 2.0).collect();
+    let mut w = MessageWriter::new();
+    w.write_u8(3); // puts b's elements off 8-byte alignment unless padded
+    w.write_array(&a);
+    w.write_u8(4);
+    w.write_array(&b);
+    w.write_u32(9);
+    let bytes = aligned(&w.to_vec());
+    let buf: &[u8] = bytemuck::cast_slice(&bytes);
+    let buf = &buf[..w.len()];
+    let mut r = MessageReader::new(buf);
+    assert_eq!(r.read_u8().unwrap(), 3);
+    let sa = r.read_array_span::<u64>().unwrap();
+    assert_eq!(r.read_u8().unwrap(), 4);
+    let sb = r.read_array_span::<f64>().unwrap();
+    assert_eq!(r.read_u32().unwrap(), 9);
+    assert_eq!((sa.len(), sb.len()), (300, 200));
+    // Both held together, in place in an aligned buffer.
+    let (ga, gb) = (r.array_at(&sa).unwrap(), r.array_at(&sb).unwrap());
+    assert!(matches!(ga, Cow::Borrowed(_)) && matches!(gb, Cow::Borrowed(_)));
+    assert_eq!((&*ga, &*gb), (&a[..], &b[..]));
+    // A span of a longer message is refused, not read out of bounds.
+    let short = MessageReader::new(&buf[..100]);
+    assert!(matches!(
+        short.array_at(&sb),
+        Err(DecodeError::Truncated { .. })
+    ));
+    // A missing array is an error and consumes nothing.
+    assert!(r.read_array_span::<u8>().is_err());
+    assert_eq!(r.remaining(), 0);
+}

@@ -296,16 +296,71 @@ fn expand(mut t: ItemTrait) -> syn::Result<Tokens> {
             quote!(::ibis_rmi::__private::outcome)
         };
         let nb = m.nonblocking;
+        // Borrowed array arguments (`&[P]`) of a call that runs before its request is
+        // finished (`#[nonblocking]`, or a serial export) are read from the request in
+        // place when the call runs; owned ones (`Vec<P>`) and those of a call that runs
+        // on a worker are copied out of it first.
+        let spans: Vec<_> = arr_names
+            .iter()
+            .map(|a| format_ident!("{}_span", a))
+            .collect();
+        // In the order they were written: spans of the borrowed ones, copies of the
+        // owned ones; then the borrowed ones out of their spans (borrowed at once).
+        let in_place_reads: Vec<Tokens> = arrays
+            .iter()
+            .zip(&arr_elems)
+            .zip(&spans)
+            .map(|(((t, a), e), sp)| match t {
+                Type::Reference(_) => quote! {
+                    let #sp = ::ibis_rmi::__private::read_array_span::<#e>(__rmi_request)?;
+                },
+                _ => quote! {
+                    let #a: ::std::vec::Vec<#e> = ::ibis_rmi::__private::read_array(__rmi_request)?;
+                },
+            })
+            .collect();
+        let in_place_borrows: Vec<Tokens> = arrays
+            .iter()
+            .zip(&spans)
+            .filter(|((t, _), _)| matches!(t, Type::Reference(_)))
+            .map(|((_, a), sp)| {
+                quote! {
+                    let #a = ::ibis_rmi::__private::array_at(&*__rmi_request, &#sp)?;
+                }
+            })
+            .collect();
+        let borrows = arrays.iter().any(|(t, _)| matches!(t, Type::Reference(_)));
+        let decoded = quote! {
+            #( let #arr_names: ::std::vec::Vec<#arr_elems> =
+                ::ibis_rmi::__private::read_array(__rmi_request)?; )*
+            ::std::result::Result::Ok(::ibis_rmi::Invocation::new(
+                #nb,
+                move |__rmi_self: &Self| #make(<T as #name>::#mname(&__rmi_self.object, #(#pass),*)),
+            ))
+        };
+        let body = if borrows {
+            quote! {
+                if #nb || __rmi_in_place {
+                    ::std::result::Result::Ok(::ibis_rmi::Invocation::in_place(
+                        #nb,
+                        move |__rmi_self: &Self, __rmi_request: &mut ::ibis_rmi::__private::ReadMessage| {
+                            #(#in_place_reads)*
+                            #(#in_place_borrows)*
+                            ::std::result::Result::Ok(#make(<T as #name>::#mname(&__rmi_self.object, #(#pass),*)))
+                        },
+                    ))
+                } else {
+                    #decoded
+                }
+            }
+        } else {
+            decoded
+        };
         arms.push(quote! {
             #idx => {
                 let (#(#obj_names,)*): (#(#obj_types,)*) =
                     ::ibis_rmi::__private::read_args(__rmi_request)?;
-                #( let #arr_names: ::std::vec::Vec<#arr_elems> =
-                    ::ibis_rmi::__private::read_array(__rmi_request)?; )*
-                ::std::result::Result::Ok(::ibis_rmi::Invocation::new(
-                    #nb,
-                    move |__rmi_self: &Self| #make(<T as #name>::#mname(&__rmi_self.object, #(#pass),*)),
-                ))
+                #body
             }
         });
     }
@@ -374,8 +429,9 @@ fn expand(mut t: ItemTrait) -> syn::Result<Tokens> {
                 &self,
                 __rmi_method: u16,
                 __rmi_request: &mut ::ibis_rmi::__private::ReadMessage,
+                __rmi_in_place: bool,
             ) -> ::std::result::Result<::ibis_rmi::Invocation<Self>, ::ibis_rmi::RmiError> {
-                let _ = &__rmi_request;
+                let _ = (&__rmi_request, __rmi_in_place);
                 match __rmi_method {
                     #(#arms)*
                     other => ::std::result::Result::Err(::ibis_rmi::RmiError::NoSuchMethod(other)),

@@ -135,6 +135,31 @@ pub trait Service {
     fn noted(&self) -> Result<i64, RmiError>;
     /// Blocks until `release` is called (or 20 s pass); reports it started.
     fn hold(&self) -> Result<(), RmiError>;
+    /// Sums of primitive arrays, run in the receiving thread: the borrowed ones are
+    /// read from the request in place, the owned one copied.
+    #[nonblocking]
+    fn weigh(&self, b: &[u8], i: &[i32], d: &[f64], owned: Vec<i64>) -> Result<Sums, RmiError>;
+    /// `weigh` on a worker (every array copied out of the request first).
+    fn weigh_pooled(
+        &self,
+        b: &[u8],
+        i: &[i32],
+        d: &[f64],
+        owned: Vec<i64>,
+    ) -> Result<Sums, RmiError>;
+}
+
+/// What `weigh` returns: the sum and length of each array.
+pub type Sums = [(i64, usize); 4];
+
+/// `weigh`'s answer, computed locally.
+pub fn sums(b: &[u8], i: &[i32], d: &[f64], owned: &[i64]) -> Sums {
+    [
+        (b.iter().map(|&x| x as i64).sum(), b.len()),
+        (i.iter().map(|&x| x as i64).sum(), i.len()),
+        (d.iter().map(|&x| x as i64).sum(), d.len()),
+        (owned.iter().sum(), owned.len()),
+    ]
 }
 
 pub struct ServiceImpl {
@@ -193,6 +218,18 @@ impl Service for ServiceImpl {
     }
     fn noted(&self) -> Result<i64, RmiError> {
         Ok(self.noted.load(Ordering::SeqCst))
+    }
+    fn weigh(&self, b: &[u8], i: &[i32], d: &[f64], owned: Vec<i64>) -> Result<Sums, RmiError> {
+        Ok(sums(b, i, d, &owned))
+    }
+    fn weigh_pooled(
+        &self,
+        b: &[u8],
+        i: &[i32],
+        d: &[f64],
+        owned: Vec<i64>,
+    ) -> Result<Sums, RmiError> {
+        Ok(sums(b, i, d, &owned))
     }
     fn hold(&self) -> Result<(), RmiError> {
         if let Some(tx) = self.started.lock().unwrap().as_ref() {

@@ -11,11 +11,14 @@
 //! process. The IPL baseline is an empty message and an empty reply between an explicit
 //! receive port and an echo thread on the server (for arrays: the array, zero-copy, and
 //! an empty reply). RMI calls: `null` runs in the skeleton's receiving thread
-//! (`#[nonblocking]`), `null_pooled` on a worker; arguments are serde values.
+//! (`#[nonblocking]`), `null_pooled` on a worker; arguments are serde values, and the
+//! arrays IPL arrays (sent without a copy, and read in place by a `#[nonblocking]`
+//! method).
 //!
 //! Output: a table, then `name value unit` lines: `rmi.null.<t>.rtt_us`,
 //! `rmi.null_pooled.<t>.rtt_us`, `ipl.null.<t>.rtt_us`, `ratio.rmi_vs_ipl.<t>`,
-//! `rmi.array.<type>.<t>.MBps`, `ipl.array.bytes.<t>.MBps`, `rmi.tree.<t>.us`.
+//! `rmi.array.<type>.<t>.MBps`, `ipl.array.bytes.<t>.MBps`,
+//! `ratio.rmi_vs_ipl.array.<t>` (RMI bytes / IPL bytes), `rmi.tree.<t>.us`.
 
 #![forbid(unsafe_code)]
 
@@ -305,6 +308,7 @@ fn client(a: &Args) -> Res<()> {
     };
     let (mut ipl_null, mut rmi_null, mut rmi_pooled, mut ratio) = (vec![], vec![], vec![], vec![]);
     let (mut ipl_arr, mut rb, mut ri, mut rd, mut rt) = (vec![], vec![], vec![], vec![], vec![]);
+    let mut arr_ratio = vec![];
     for _ in 0..a.repeat {
         let i = us(stats(&mut time_calls(n, || echo.round_trip(None))?).median);
         let r = us(stats(&mut time_calls(n, || Ok(bench.null()?))?).median);
@@ -317,6 +321,9 @@ fn client(a: &Args) -> Res<()> {
             echo.round_trip(Some(&bytes))
         })?));
         rb.push(mbps(&time_calls(arrays_n, || Ok(bench.bytes(&bytes)?))?));
+        if let (Some(r), Some(i)) = (rb.last(), ipl_arr.last()) {
+            arr_ratio.push(r / i.max(1e-9));
+        }
         ri.push(mbps(&time_calls(arrays_n, || Ok(bench.ints(&ints)?))?));
         rd.push(mbps(&time_calls(
             arrays_n,
@@ -362,6 +369,12 @@ fn client(a: &Args) -> Res<()> {
             median(&rb),
             "MB/s",
             format!("RMI call with a 100 KB byte array, {t}"),
+        ),
+        Figure::new(
+            format!("ratio.rmi_vs_ipl.array.{t}"),
+            median(&arr_ratio),
+            "x",
+            format!("RMI byte array / IPL byte array throughput, {t}"),
         ),
         Figure::new(
             format!("rmi.array.ints.{t}.MBps"),
