@@ -144,13 +144,34 @@ pub(crate) struct PortShared {
     transports: Vec<Option<Weak<TransportInstance>>>,
     /// The port's one connection, when it has exactly one and it came over a transport
     /// with receiver-driven progress: a waiting receive asks that transport for this
-    /// channel's next message directly (`TransportInstance::take`) instead of having it
-    /// delivered through the router and the queue. Slot `usize::MAX`: none. The two
-    /// words are written under the state lock but read without it; a receive that
-    /// reads them torn still only routes what it takes the usual way.
-    direct_slot: std::sync::atomic::AtomicUsize,
-    direct_chan: std::sync::atomic::AtomicU64,
+    /// channel's next message directly (through the channel's fast path when the
+    /// transport has one, else `TransportInstance::take`) instead of having it
+    /// delivered through the router and the queue. Written under the state lock.
+    direct: parking_lot::RwLock<Option<Arc<Direct>>>,
     connect_upcall: Option<Box<dyn ReceivePortConnectUpcall>>,
+}
+
+/// A port's one connection on a transport with receiver-driven progress (see
+/// `PortShared::direct`), with the channel's fast path if the transport has one.
+struct Direct {
+    key: ChannelKey,
+    fast: Option<ipl_transport_abi::FastPath>,
+}
+
+impl Direct {
+    /// Asks the channel's transport `t` for its next message (`accept`), delivering the
+    /// others through the callbacks; the number delivered.
+    fn take(
+        &self,
+        t: &TransportInstance,
+        mut accept: impl FnMut(ChannelKey, ReceivedBuffer),
+    ) -> usize {
+        let key = self.key;
+        match &self.fast {
+            Some(f) => f.take(|buf| accept(key, buf)),
+            None => t.take(key.1, |buf| accept(key, buf)),
+        }
+    }
 }
 
 /// How long a receive waits between two questions to the registry whether the senders
@@ -225,8 +246,7 @@ impl PortShared {
             spin_ns: std::sync::atomic::AtomicU64::new(spin.as_nanos() as u64),
             polled: std::sync::atomic::AtomicU64::new(0),
             transports,
-            direct_slot: std::sync::atomic::AtomicUsize::new(usize::MAX),
-            direct_chan: std::sync::atomic::AtomicU64::new(0),
+            direct: parking_lot::RwLock::new(None),
             connect_upcall,
         }
     }
@@ -247,25 +267,28 @@ impl PortShared {
         out
     }
 
-    /// Recomputes the direct channel (see `direct_slot`) after the connections changed.
+    /// Recomputes the direct channel (see `direct`) after the connections changed.
     fn sync_direct(&self, st: &PortState) {
         let mut only = st.connections.keys().copied();
-        let slot = match (only.next(), only.next()) {
+        let direct = match (only.next(), only.next()) {
             (Some(key), None)
                 if key.0 < 64 && self.polled.load(Ordering::Relaxed) & (1 << key.0) != 0 =>
             {
-                self.direct_chan.store(key.1, Ordering::Relaxed);
-                key.0
+                let fast = self
+                    .transports
+                    .get(key.0)
+                    .and_then(|w| w.as_ref()?.upgrade())
+                    .and_then(|t| t.fast_path(key.1));
+                Some(Arc::new(Direct { key, fast }))
             }
-            _ => usize::MAX,
+            _ => None,
         };
-        self.direct_slot.store(slot, Ordering::Release);
+        *self.direct.write() = direct;
     }
 
-    /// The direct channel, if any (see `direct_slot`).
-    fn direct(&self) -> Option<ChannelKey> {
-        let slot = self.direct_slot.load(Ordering::Acquire);
-        (slot != usize::MAX).then(|| (slot, self.direct_chan.load(Ordering::Relaxed)))
+    /// The direct channel, if any (see `direct`).
+    fn direct(&self) -> Option<Arc<Direct>> {
+        self.direct.read().clone()
     }
 
     fn sync_ready(&self, st: &PortState) {
@@ -603,20 +626,19 @@ impl PortShared {
                 // other threads on a busy CPU still run.
                 //
                 // A port with one connection asks its transport for that channel's next
-                // message directly (see `direct_slot`).
+                // message directly (see `direct`).
                 let direct = self.direct();
                 let mut rounds = 0u32;
                 let mut next_yield: Option<Instant> = None;
                 while !self.ready.load(Ordering::Acquire) {
                     let mut delivered = 0;
                     for (slot, t) in &polled {
-                        match direct {
-                            Some(key) if key.0 == *slot => {
-                                delivered +=
-                                    t.take(key.1, |buf| self.accept_taken(key, buf, &mut taken));
+                        delivered += match &direct {
+                            Some(d) if d.key.0 == *slot => {
+                                d.take(t, |key, buf| self.accept_taken(key, buf, &mut taken))
                             }
-                            _ => delivered += t.progress(),
-                        }
+                            _ => t.progress(),
+                        };
                     }
                     if taken.is_some() {
                         break;
@@ -725,8 +747,8 @@ impl PortShared {
                 // thread, anything else through the callbacks.
                 let mut taken = None;
                 match self.direct() {
-                    Some(key) if key.0 == *slot => {
-                        t.take(key.1, |buf| self.accept_taken(key, buf, &mut taken));
+                    Some(d) if d.key.0 == *slot => {
+                        d.take(t, |key, buf| self.accept_taken(key, buf, &mut taken));
                     }
                     _ => {
                         t.progress();

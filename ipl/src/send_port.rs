@@ -240,6 +240,9 @@ struct Connection {
     key: ChannelKey,
     receiver: ReceivePortIdentifier,
     link: Arc<OutLink>,
+    /// The channel's fast path, if its transport has one: every message goes there
+    /// directly instead of through the instance's transport slot.
+    fast: Option<Arc<ipl_transport_abi::FastPath>>,
 }
 
 pub(crate) struct SendShared {
@@ -287,9 +290,13 @@ pub struct SendPort {
     slots: Vec<usize>,
     seq: u64,
     spare: Vec<u8>,
-    /// The channels of the last snapshot of the connections, and the loss count it was
-    /// taken at (None: take a new one at the next send).
-    keys: Vec<(ChannelKey, Arc<OutLink>)>,
+    /// The channels of the last snapshot of the connections (with their fast paths),
+    /// and the loss count it was taken at (None: take a new one at the next send).
+    keys: Vec<(
+        ChannelKey,
+        Arc<OutLink>,
+        Option<Arc<ipl_transport_abi::FastPath>>,
+    )>,
     keys_at: Option<u64>,
     /// The allocation of the slice list of a message, kept between sends (empty).
     slice_buf: Vec<&'static [u8]>,
@@ -447,10 +454,12 @@ impl SendPort {
             match link.wait_reply(deadline) {
                 Ok(Control::Accept { .. }) => {
                     self.keys_at = None;
+                    let fast = self.ibis.fast_path(key).map(Arc::new);
                     self.shared.connections.lock().push(Connection {
                         key,
                         receiver: target.clone(),
                         link: Arc::clone(&link),
+                        fast,
                     });
                     tracing::debug!(port = %self.shared.ident, to = %target, "connected");
                     return Ok(());
@@ -551,8 +560,11 @@ impl SendPort {
         if self.keys_at != Some(losses) {
             let conns = self.shared.connections.lock();
             self.keys.clear();
-            self.keys
-                .extend(conns.iter().map(|c| (c.key, Arc::clone(&c.link))));
+            self.keys.extend(
+                conns
+                    .iter()
+                    .map(|c| (c.key, Arc::clone(&c.link), c.fast.clone())),
+            );
             // Bumped under this lock only: the snapshot matches this count.
             self.keys_at = Some(self.shared.losses.load(Ordering::Acquire));
             lost = std::mem::take(&mut *self.shared.unreported.lock())
@@ -562,7 +574,7 @@ impl SendPort {
         }
         let any = !self.keys.is_empty() || !lost.is_empty();
         let mut failed = Vec::new();
-        for (key, link) in &self.keys {
+        for (key, link, fast) in &self.keys {
             let key = *key;
             // Flow control: wait while this receiver's window is full. A connection lost
             // meanwhile did not get this message: reported now, like a failed send.
@@ -572,7 +584,11 @@ impl SendPort {
                 failed.push((key, why));
                 continue;
             }
-            if let Err(e) = self.ibis.send_on(key, &slices) {
+            let sent = match fast {
+                Some(f) => f.send(&slices),
+                None => self.ibis.send_on(key, &slices),
+            };
+            if let Err(e) = sent {
                 tracing::debug!(error = %e, "send failed");
                 failed.push((key, e.to_string()));
             }

@@ -104,6 +104,11 @@ impl IbisShared {
         self.instance(key.0)?.send(key.1, slices)
     }
 
+    /// The fast path of channel `key`, if its transport has one.
+    pub(crate) fn fast_path(&self, key: ChannelKey) -> Option<ipl_transport_abi::FastPath> {
+        self.instance(key.0).ok()?.fast_path(key.1)
+    }
+
     /// Sends and logs a failure (for control replies).
     pub(crate) fn send_raw(&self, key: ChannelKey, slices: &[&[u8]]) {
         if let Err(e) = self.send_on(key, slices) {

@@ -13,7 +13,7 @@ use std::ffi::c_void;
 
 /// The ABI version this crate speaks. A plugin whose descriptor carries another version
 /// is refused by the loader before any of its functions is called.
-pub const ABI_VERSION: u32 = 5;
+pub const ABI_VERSION: u32 = 6;
 
 /// The magic number at the start of every [`PluginDescriptor`] ("IPL_TRNS"), so that a
 /// library exporting an unrelated symbol of the same name is recognised as not a plugin.
@@ -125,6 +125,30 @@ pub struct TakeSink {
     pub ctx: *mut c_void,
     /// Receives the message; the host owns `buf` from then on, as a callback's buffer.
     pub accept: unsafe extern "C" fn(ctx: *mut c_void, buf: RawBuffer),
+}
+
+/// One channel's fast path (ABI version 6): the functions the host calls for every
+/// message of that channel, resolved once ([`TransportVTable::fast_path`]) instead of
+/// the channel being looked up on every call. `ctx` belongs to the plugin until the
+/// host passes it to `release`, exactly once; until then `send` and `take` may be
+/// called with it from any thread, concurrently, also after the channel closed or the
+/// instance was destroyed (a send then fails, a take finds nothing).
+#[repr(C)]
+#[derive(Debug)]
+pub struct RawFastPath {
+    /// The plugin's context for the channel.
+    pub ctx: *mut c_void,
+    /// As [`TransportVTable::send`] on the channel.
+    pub send: unsafe extern "C" fn(
+        ctx: *mut c_void,
+        slices: *const RawSlice,
+        n: usize,
+        err: *mut OutBuf,
+    ) -> Status,
+    /// As [`TransportVTable::take`] on the channel.
+    pub take: unsafe extern "C" fn(ctx: *mut c_void, sink: TakeSink) -> usize,
+    /// Frees the context.
+    pub release: unsafe extern "C" fn(ctx: *mut c_void),
 }
 
 /// A received message handed from the plugin to the host. The bytes stay valid, and
@@ -242,6 +266,11 @@ pub struct TransportVTable {
     /// Makes every thread parked in `wait` return soon (ABI version 5): the host has
     /// something for one of them from elsewhere (another transport, a closed port).
     pub interrupt: unsafe extern "C" fn(inst: *mut c_void),
+    /// The fast path of `channel` (ABI version 6): fills `out` and returns OK, or
+    /// returns [`Status::UNAVAILABLE`] when the transport has none for it (the host
+    /// then uses `send` and `take`).
+    pub fast_path:
+        unsafe extern "C" fn(inst: *mut c_void, channel: u64, out: *mut RawFastPath) -> Status,
 }
 
 /// What the entry symbol returns: who the plugin is and its functions. Lives in static

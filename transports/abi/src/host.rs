@@ -9,8 +9,8 @@ use std::time::Duration;
 use crate::capabilities::TransportCapabilities;
 use crate::error::{LoadError, TransportError};
 use crate::ffi::{
-    CloseCode, HostCallbacks, OutBuf, PluginDescriptor, RawBuffer, RawSlice, Status, TakeSink,
-    ABI_MAGIC, ABI_VERSION,
+    CloseCode, HostCallbacks, OutBuf, PluginDescriptor, RawBuffer, RawFastPath, RawSlice, Status,
+    TakeSink, ABI_MAGIC, ABI_VERSION,
 };
 
 /// Why a channel closed, as the host sees it.
@@ -330,6 +330,108 @@ fn describe_static(desc: &'static PluginDescriptor) -> String {
     }
 }
 
+/// Calls a plugin's send (`call(slices, n, err)`) with `slices` as RawSlices (on the
+/// stack for up to eight) and an error buffer, and turns its status into a result.
+fn send_with(
+    slices: &[&[u8]],
+    call: impl FnOnce(*const RawSlice, usize, *mut OutBuf) -> Status,
+) -> Result<(), TransportError> {
+    const INLINE: usize = 8;
+    let mut inline = [RawSlice::from_slice(&[]); INLINE];
+    let heap: Vec<RawSlice>;
+    let raw: &[RawSlice] = if slices.len() <= INLINE {
+        for (d, s) in inline.iter_mut().zip(slices) {
+            *d = RawSlice::from_slice(s);
+        }
+        &inline[..slices.len()]
+    } else {
+        heap = slices.iter().map(|s| RawSlice::from_slice(s)).collect();
+        &heap
+    };
+    // Not zeroed: a send is hot, and only a failed one reads the buffer.
+    let mut buf = [std::mem::MaybeUninit::<u8>::uninit(); 256];
+    let mut err = OutBuf {
+        ptr: buf.as_mut_ptr().cast(),
+        cap: buf.len(),
+        len: 0,
+    };
+    let st = guard_call(|| call(raw.as_ptr(), raw.len(), &mut err));
+    if st == Status::OK {
+        Ok(())
+    } else {
+        let n = err.len.min(buf.len());
+        // SAFETY: the plugin wrote the first min(len, cap) bytes of the buffer (the
+        // OutBuf contract, kept by the trampolines of `plugin.rs`), the same trust
+        // the host gives the bytes of a RawBuffer; `n` is within the array.
+        let written = unsafe { std::slice::from_raw_parts(buf.as_ptr().cast::<u8>(), n) };
+        Err(TransportError::from_status(
+            st,
+            out_message(written, &err, st),
+        ))
+    }
+}
+
+/// Calls a plugin's take (`call(sink)`) with `accept` behind the sink.
+fn take_with<F: FnMut(ReceivedBuffer)>(
+    mut accept: F,
+    call: impl FnOnce(TakeSink) -> usize,
+) -> usize {
+    unsafe extern "C" fn hand<F: FnMut(ReceivedBuffer)>(ctx: *mut c_void, buf: RawBuffer) {
+        // SAFETY: the plugin hands over a buffer obeying the RawBuffer contract.
+        let buf = unsafe { ReceivedBuffer::from_raw(buf) };
+        // SAFETY: ctx is the `&mut F` made below, alive for the whole take call,
+        // within which the plugin calls this (ABI contract), on the same thread.
+        let f = unsafe { &mut *ctx.cast::<F>() };
+        let _ = catch_unwind(AssertUnwindSafe(|| f(buf)));
+    }
+    call(TakeSink {
+        ctx: (&mut accept as *mut F).cast(),
+        accept: hand::<F>,
+    })
+}
+
+/// One channel's fast path ([`TransportInstance::fast_path`]): its send and take,
+/// called directly. Released when dropped.
+#[derive(Debug)]
+pub struct FastPath {
+    raw: RawFastPath,
+}
+
+// SAFETY: the ABI contract of RawFastPath: the context may be used from any thread,
+// concurrently, until it is released (once, by Drop).
+unsafe impl Send for FastPath {}
+// SAFETY: as above.
+unsafe impl Sync for FastPath {}
+
+impl FastPath {
+    /// As [`TransportInstance::send`] on the channel.
+    pub fn send(&self, slices: &[&[u8]]) -> Result<(), TransportError> {
+        // SAFETY: the context is live until drop; the slices are valid for the call.
+        send_with(slices, |raw, n, err| unsafe {
+            (self.raw.send)(self.raw.ctx, raw, n, err)
+        })
+    }
+
+    /// As [`TransportInstance::take`] on the channel.
+    pub fn take<F: FnMut(ReceivedBuffer)>(&self, accept: F) -> usize {
+        // SAFETY: the context is live until drop; the sink's context outlives the call;
+        // the trampoline catches panics inside the plugin, `hand` those of `accept`.
+        take_with(accept, |sink| unsafe {
+            (self.raw.take)(self.raw.ctx, sink)
+        })
+    }
+}
+
+impl Drop for FastPath {
+    fn drop(&mut self) {
+        let _ = guard_call(|| {
+            // SAFETY: released exactly once, here; nothing uses the context after.
+            unsafe { (self.raw.release)(self.raw.ctx) };
+            Status::OK
+        });
+    }
+}
+
 fn guard_call<F: FnOnce() -> Status>(f: F) -> Status {
     catch_unwind(AssertUnwindSafe(f)).unwrap_or(Status::PANIC)
 }
@@ -511,42 +613,25 @@ impl TransportInstance {
 
     /// Sends one message, the concatenation of `slices`, on `channel`.
     pub fn send(&self, channel: u64, slices: &[&[u8]]) -> Result<(), TransportError> {
-        const INLINE: usize = 8;
-        let mut inline = [RawSlice::from_slice(&[]); INLINE];
-        let heap: Vec<RawSlice>;
-        let raw: &[RawSlice] = if slices.len() <= INLINE {
-            for (d, s) in inline.iter_mut().zip(slices) {
-                *d = RawSlice::from_slice(s);
-            }
-            &inline[..slices.len()]
-        } else {
-            heap = slices.iter().map(|s| RawSlice::from_slice(s)).collect();
-            &heap
-        };
-        // Not zeroed: a send is hot, and only a failed one reads the buffer.
-        let mut buf = [std::mem::MaybeUninit::<u8>::uninit(); 256];
-        let mut err = OutBuf {
-            ptr: buf.as_mut_ptr().cast(),
-            cap: buf.len(),
-            len: 0,
-        };
         // SAFETY: live instance; the slices borrow `slices`, valid for the whole call.
+        send_with(slices, |raw, n, err| unsafe {
+            (self.plugin.desc.vtable.send)(self.inst, channel, raw, n, err)
+        })
+    }
+
+    /// The fast path of `channel`, if the transport has one: to call for every
+    /// message of the channel instead of [`send`](Self::send) and [`take`](Self::take).
+    pub fn fast_path(&self, channel: u64) -> Option<FastPath> {
+        let mut out = std::mem::MaybeUninit::<RawFastPath>::uninit();
+        // SAFETY: live instance; `out` is valid for the plugin's write.
         let st = guard_call(|| unsafe {
-            (self.plugin.desc.vtable.send)(self.inst, channel, raw.as_ptr(), raw.len(), &mut err)
+            (self.plugin.desc.vtable.fast_path)(self.inst, channel, out.as_mut_ptr())
         });
-        if st == Status::OK {
-            Ok(())
-        } else {
-            let n = err.len.min(buf.len());
-            // SAFETY: the plugin wrote the first min(len, cap) bytes of the buffer (the
-            // OutBuf contract, kept by the trampolines of `plugin.rs`), the same trust
-            // the host gives the bytes of a RawBuffer; `n` is within the array.
-            let written = unsafe { std::slice::from_raw_parts(buf.as_ptr().cast::<u8>(), n) };
-            Err(TransportError::from_status(
-                st,
-                out_message(written, &err, st),
-            ))
-        }
+        (st == Status::OK).then(|| FastPath {
+            // SAFETY: the plugin wrote `out` when it returned OK (the ABI contract, kept
+            // by the `fast_path` trampoline).
+            raw: unsafe { out.assume_init() },
+        })
     }
 
     /// Receiver-driven progress: lets the transport deliver what has arrived on this
@@ -563,22 +648,12 @@ impl TransportInstance {
     /// [`TransportEvents::message`]. As with a callback, every earlier message of
     /// `channel` was delivered before, and no later one is until `accept` returns.
     /// Returns the number of messages delivered, the one accepted included.
-    pub fn take<F: FnMut(ReceivedBuffer)>(&self, channel: u64, mut accept: F) -> usize {
-        unsafe extern "C" fn call<F: FnMut(ReceivedBuffer)>(ctx: *mut c_void, buf: RawBuffer) {
-            // SAFETY: the plugin hands over a buffer obeying the RawBuffer contract.
-            let buf = unsafe { ReceivedBuffer::from_raw(buf) };
-            // SAFETY: ctx is the `&mut F` made below, alive for the whole `take` call,
-            // within which the plugin calls this (ABI contract), on the same thread.
-            let f = unsafe { &mut *ctx.cast::<F>() };
-            let _ = catch_unwind(AssertUnwindSafe(|| f(buf)));
-        }
-        let sink = TakeSink {
-            ctx: (&mut accept as *mut F).cast(),
-            accept: call::<F>,
-        };
-        // SAFETY: live instance; sink's ctx outlives the call; the trampoline catches
-        // panics inside the plugin and `call` those of `accept`.
-        unsafe { (self.plugin.desc.vtable.take)(self.inst, channel, sink) }
+    pub fn take<F: FnMut(ReceivedBuffer)>(&self, channel: u64, accept: F) -> usize {
+        // SAFETY: live instance; the sink's context outlives the call; the trampoline
+        // catches panics inside the plugin and `hand` those of `accept`.
+        take_with(accept, |sink| unsafe {
+            (self.plugin.desc.vtable.take)(self.inst, channel, sink)
+        })
     }
 
     /// Parks this thread until the transport may have something to deliver, or

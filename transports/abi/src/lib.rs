@@ -64,11 +64,13 @@ pub mod plugin;
 
 pub use capabilities::{TransportCapabilities, UNRELIABLE_SUFFIX};
 pub use error::{LoadError, TransportError};
-pub use host::{ChannelClosed, Plugin, ReceivedBuffer, TransportEvents, TransportInstance};
+pub use host::{
+    ChannelClosed, FastPath, Plugin, ReceivedBuffer, TransportEvents, TransportInstance,
+};
 pub use loader::{
     discover, discover_default, load_file, search_path, Discovery, PLUGIN_PATH_VAR, PLUGIN_PREFIX,
 };
-pub use plugin::{ChannelSink, HostSink, PluginBuffer, TransportPlugin};
+pub use plugin::{ChannelSink, FastChannel, HostSink, PluginBuffer, TransportPlugin};
 
 /// The README example, compiled and run as a doc test.
 #[cfg(doctest)]

@@ -9,7 +9,7 @@ use std::time::Duration;
 use crate::capabilities::TransportCapabilities;
 use crate::error::TransportError;
 use crate::ffi::{
-    write_out, CloseCode, HostCallbacks, OutBuf, RawBuffer, RawSlice, Status, TakeSink,
+    write_out, CloseCode, HostCallbacks, OutBuf, RawBuffer, RawFastPath, RawSlice, Status, TakeSink,
 };
 use crate::host::{EventsCtx, TransportEvents};
 
@@ -87,9 +87,28 @@ pub trait TransportPlugin: Sized + Send + Sync + 'static {
     /// does nothing.
     fn interrupt(&self) {}
 
+    /// The fast path of `channel`: an object the host keeps and calls for every message
+    /// of that channel instead of [`send`](Self::send) and [`take`](Self::take), so
+    /// that the transport finds the channel's link once, not on every call. It must
+    /// behave as those two do on the channel (a send after the channel closed fails).
+    /// None (the default): the host uses `send` and `take`.
+    fn fast_path(&self, channel: u64) -> Option<Box<dyn FastChannel>> {
+        let _ = channel;
+        None
+    }
+
     /// Shuts the endpoint down (called by `destroy` before the value is dropped): every
     /// channel is reported lost to its peer, and no host callback may follow.
     fn shutdown(&self);
+}
+
+/// One channel's fast path ([`TransportPlugin::fast_path`]): used from any thread, also
+/// after the channel closed or the endpoint shut down.
+pub trait FastChannel: Send + Sync + 'static {
+    /// As [`TransportPlugin::send`] on the channel.
+    fn send(&self, slices: &[&[u8]]) -> Result<(), TransportError>;
+    /// As [`TransportPlugin::take`] on the channel.
+    fn take(&self, sink: &mut ChannelSink<'_>) -> usize;
 }
 
 /// Where [`TransportPlugin::take`] hands the message of its channel: the host's sink,
@@ -439,6 +458,34 @@ pub unsafe extern "C" fn connect<T: TransportPlugin>(
     })
 }
 
+/// Calls `f` with the host's slices as Rust slices: on the stack for a handful (a
+/// message has a header, a payload and maybe a few borrowed arrays), so that a send
+/// allocates nothing here.
+///
+/// # Safety
+/// `slices` points to `n` RawSlices each valid for the call (or `n` is 0).
+unsafe fn with_slices<R>(slices: *const RawSlice, n: usize, f: impl FnOnce(&[&[u8]]) -> R) -> R {
+    let raw: &[RawSlice] = if n == 0 || slices.is_null() {
+        &[]
+    } else {
+        // SAFETY: the host passes n valid RawSlices for the duration of the call.
+        unsafe { std::slice::from_raw_parts(slices, n) }
+    };
+    // SAFETY: each slice is valid for the duration of this call (contract).
+    let view = |s: &RawSlice| -> &[u8] { unsafe { s.as_slice() } };
+    const INLINE: usize = 8;
+    if raw.len() <= INLINE {
+        let mut parts: [&[u8]; INLINE] = [&[]; INLINE];
+        for (d, s) in parts.iter_mut().zip(raw) {
+            *d = view(s);
+        }
+        f(&parts[..raw.len()])
+    } else {
+        let parts: Vec<&[u8]> = raw.iter().map(view).collect();
+        f(&parts)
+    }
+}
+
 /// Trampoline for `send`.
 ///
 /// # Safety
@@ -453,27 +500,8 @@ pub unsafe extern "C" fn send<T: TransportPlugin>(
     guarded(err, || {
         // SAFETY: inst is live (contract).
         let t = unsafe { instance::<T>(inst) };
-        let raw: &[RawSlice] = if n == 0 || slices.is_null() {
-            &[]
-        } else {
-            // SAFETY: the host passes n valid RawSlices for the duration of the call.
-            unsafe { std::slice::from_raw_parts(slices, n) }
-        };
-        // SAFETY: each slice is valid for the duration of this call (contract).
-        let view = |s: &RawSlice| -> &[u8] { unsafe { s.as_slice() } };
-        // A message has a handful of slices (header, payload, borrowed arrays): they go
-        // on the stack, so that a send allocates nothing here.
-        const INLINE: usize = 8;
-        if raw.len() <= INLINE {
-            let mut parts: [&[u8]; INLINE] = [&[]; INLINE];
-            for (d, s) in parts.iter_mut().zip(raw) {
-                *d = view(s);
-            }
-            t.send(channel, &parts[..raw.len()])
-        } else {
-            let parts: Vec<&[u8]> = raw.iter().map(view).collect();
-            t.send(channel, &parts)
-        }
+        // SAFETY: the slices are valid for this call (contract).
+        unsafe { with_slices(slices, n, |parts| t.send(channel, parts)) }
     })
 }
 
@@ -555,6 +583,95 @@ pub unsafe extern "C" fn interrupt<T: TransportPlugin>(inst: *mut c_void) {
     }));
 }
 
+/// Trampoline for `fast_path`.
+///
+/// # Safety
+/// `inst` is live; `out` is valid for a write.
+pub unsafe extern "C" fn fast_path<T: TransportPlugin>(
+    inst: *mut c_void,
+    channel: u64,
+    out: *mut RawFastPath,
+) -> Status {
+    let fast = catch_unwind(AssertUnwindSafe(|| {
+        // SAFETY: inst is live (contract).
+        unsafe { instance::<T>(inst) }.fast_path(channel)
+    }));
+    match fast {
+        Ok(Some(f)) if !out.is_null() => {
+            // A thin pointer to the trait object, owned by the host until `fast_release`.
+            let ctx = Box::into_raw(Box::new(f)).cast::<c_void>();
+            // SAFETY: out is valid for a write (contract).
+            unsafe {
+                out.write(RawFastPath {
+                    ctx,
+                    send: fast_send,
+                    take: fast_take,
+                    release: fast_release,
+                })
+            };
+            Status::OK
+        }
+        Ok(_) => Status::UNAVAILABLE,
+        Err(_) => Status::PANIC,
+    }
+}
+
+/// The fast path of a `fast_path` context.
+///
+/// # Safety
+/// `ctx` came from [`fast_path`] and was not released.
+unsafe fn fast<'a>(ctx: *mut c_void) -> &'a dyn FastChannel {
+    // SAFETY: ctx is the Box<Box<dyn FastChannel>> made by `fast_path`, still owned.
+    unsafe { &**ctx.cast::<Box<dyn FastChannel>>() }
+}
+
+/// Trampoline for a fast path's `send`.
+///
+/// # Safety
+/// `ctx` is a live fast path context; `slices` points to `n` RawSlices each valid for
+/// the call.
+unsafe extern "C" fn fast_send(
+    ctx: *mut c_void,
+    slices: *const RawSlice,
+    n: usize,
+    err: *mut OutBuf,
+) -> Status {
+    guarded(err, || {
+        // SAFETY: ctx is live (contract).
+        let f = unsafe { fast(ctx) };
+        // SAFETY: the slices are valid for this call (contract).
+        unsafe { with_slices(slices, n, |parts| f.send(parts)) }
+    })
+}
+
+/// Trampoline for a fast path's `take`.
+///
+/// # Safety
+/// `ctx` is a live fast path context; `sink` is valid for the duration of the call.
+unsafe extern "C" fn fast_take(ctx: *mut c_void, sink: TakeSink) -> usize {
+    let mut sink = ChannelSink {
+        raw: sink,
+        given: false,
+        _call: std::marker::PhantomData,
+    };
+    catch_unwind(AssertUnwindSafe(|| {
+        // SAFETY: ctx is live (contract).
+        unsafe { fast(ctx) }.take(&mut sink)
+    }))
+    .unwrap_or(0)
+}
+
+/// Trampoline for a fast path's `release`.
+///
+/// # Safety
+/// `ctx` is a live fast path context, released once.
+unsafe extern "C" fn fast_release(ctx: *mut c_void) {
+    let _ = catch_unwind(AssertUnwindSafe(|| {
+        // SAFETY: ctx is the Box made by `fast_path`, given back once (contract).
+        drop(unsafe { Box::from_raw(ctx.cast::<Box<dyn FastChannel>>()) });
+    }));
+}
+
 /// Declares `static $name: PluginDescriptor` for a type implementing
 /// [`TransportPlugin`]. Link it statically with [`Plugin::from_static`](crate::Plugin::from_static),
 /// or export it from a `cdylib` with [`export_plugin!`](crate::export_plugin).
@@ -585,6 +702,7 @@ macro_rules! declare_plugin {
                 take: $crate::plugin::take::<$ty>,
                 wait: $crate::plugin::wait::<$ty>,
                 interrupt: $crate::plugin::interrupt::<$ty>,
+                fast_path: $crate::plugin::fast_path::<$ty>,
             },
         };
     };

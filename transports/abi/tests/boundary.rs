@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use ipl_transport_abi::ffi::{PluginDescriptor, ABI_MAGIC, ABI_VERSION};
 use ipl_transport_abi::{
-    ChannelClosed, HostSink, LoadError, Plugin, ReceivedBuffer, TransportCapabilities as C,
-    TransportError, TransportEvents, TransportPlugin,
+    ChannelClosed, ChannelSink, FastChannel, HostSink, LoadError, Plugin, PluginBuffer,
+    ReceivedBuffer, TransportCapabilities as C, TransportError, TransportEvents, TransportPlugin,
 };
 
 /// A plugin whose every operation panics or fails, to check the boundary catches it.
@@ -48,6 +48,9 @@ impl TransportPlugin for Wild {
     }
     fn interrupt(&self) {
         panic!("interrupt exploded")
+    }
+    fn fast_path(&self, _: u64) -> Option<Box<dyn FastChannel>> {
+        panic!("fast_path exploded")
     }
     fn shutdown(&self) {}
 }
@@ -100,6 +103,99 @@ fn panics_are_caught_at_the_boundary() {
         "a panicking wait counts as no wait"
     );
     inst.interrupt(); // panics inside; must not unwind into us
+    assert!(
+        inst.fast_path(1).is_none(),
+        "a panicking fast_path gives none"
+    );
+}
+
+/// What the fast paths of `Fasty` were sent, and how many were released.
+static FAST_SENT: std::sync::Mutex<Vec<(u64, Vec<u8>)>> = std::sync::Mutex::new(Vec::new());
+static FAST_RELEASED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// A transport whose channels other than 0 have a fast path.
+struct Fasty;
+struct FastCh(u64);
+impl Drop for FastCh {
+    fn drop(&mut self) {
+        FAST_RELEASED.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+impl FastChannel for FastCh {
+    fn send(&self, slices: &[&[u8]]) -> Result<(), TransportError> {
+        if slices.is_empty() {
+            panic!("fast send exploded");
+        }
+        FAST_SENT.lock().unwrap().push((self.0, slices.concat()));
+        Ok(())
+    }
+    fn take(&self, sink: &mut ChannelSink<'_>) -> usize {
+        let first = sink.give(PluginBuffer::owned(vec![self.0 as u8])).is_ok();
+        // A second message of the call comes back to the plugin.
+        let second = sink.give(PluginBuffer::owned(vec![0])).is_err();
+        usize::from(first && second)
+    }
+}
+impl TransportPlugin for Fasty {
+    const NAME: &'static str = "fasty";
+    const VERSION: &'static str = "0.1.0";
+    const CAPABILITIES: C = C::RELIABLE.union(C::POLLED);
+    const PRIORITY: i32 = 0;
+    fn create(_: &str, _: HostSink) -> Result<Self, TransportError> {
+        Ok(Fasty)
+    }
+    fn local_address(&self) -> Vec<u8> {
+        Vec::new()
+    }
+    fn connect(&self, _: &[u8], _: Duration) -> Result<u64, TransportError> {
+        Ok(1)
+    }
+    fn send(&self, _: u64, _: &[&[u8]]) -> Result<(), TransportError> {
+        Err(TransportError::Other("the slow path was used".into()))
+    }
+    fn close_channel(&self, _: u64) {}
+    fn fast_path(&self, channel: u64) -> Option<Box<dyn FastChannel>> {
+        (channel != 0).then(|| Box::new(FastCh(channel)) as Box<dyn FastChannel>)
+    }
+    fn shutdown(&self) {}
+}
+ipl_transport_abi::declare_plugin!(static FASTY = Fasty;);
+
+#[test]
+fn a_fast_path_sends_takes_survives_a_panic_and_is_released_once() {
+    let p = Plugin::from_static(&FASTY).unwrap();
+    let inst = p.create("", Arc::new(Sink)).unwrap();
+    assert!(inst.fast_path(0).is_none(), "no fast path for channel 0");
+    let f = inst.fast_path(5).expect("a fast path");
+    let g = inst.fast_path(6).expect("another");
+    f.send(&[b"ab", b"c"]).unwrap();
+    g.send(&[b"x"]).unwrap();
+    let many: Vec<&[u8]> = vec![b"1"; 20]; // more slices than fit on the stack
+    f.send(&many).unwrap();
+    assert_eq!(
+        *FAST_SENT.lock().unwrap(),
+        vec![
+            (5, b"abc".to_vec()),
+            (6, b"x".to_vec()),
+            (5, vec![b'1'; 20])
+        ]
+    );
+    let e = f.send(&[]).unwrap_err();
+    assert!(
+        matches!(e, TransportError::Panicked(ref m) if m.contains("fast send exploded")),
+        "{e:?}"
+    );
+    let mut got = Vec::new();
+    assert_eq!(f.take(|b| got.push(b.to_vec())), 1);
+    assert_eq!(got, vec![vec![5u8]]);
+    assert_eq!(FAST_RELEASED.load(std::sync::atomic::Ordering::SeqCst), 0);
+    drop(f);
+    // Released once, and the instance's end does not release the other again.
+    assert_eq!(FAST_RELEASED.load(std::sync::atomic::Ordering::SeqCst), 1);
+    drop(inst);
+    g.send(&[b"after"]).unwrap();
+    drop(g);
+    assert_eq!(FAST_RELEASED.load(std::sync::atomic::Ordering::SeqCst), 2);
 }
 
 /// A transport that delivers only when the host calls `progress`.
@@ -203,6 +299,7 @@ fn copy_vtable() -> ipl_transport_abi::ffi::TransportVTable {
         take: v.take,
         wait: v.wait,
         interrupt: v.interrupt,
+        fast_path: v.fast_path,
     }
 }
 

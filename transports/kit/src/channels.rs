@@ -67,6 +67,12 @@ pub struct CachedLookup {
 }
 
 impl<S: BuildHasher> LinkChannels<S> {
+    /// Bumped whenever an entry leaves the table (a channel closed, or the link was
+    /// lost): a route found at an older generation may be gone.
+    pub fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
+    }
+
     /// Whether the link is still open (not yet [`take`](Self::take)n).
     pub fn is_open(&self) -> bool {
         self.map.lock().is_some()

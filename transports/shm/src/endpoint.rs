@@ -16,10 +16,11 @@ use rustix::event::{PollFd, PollFlags};
 
 use ipl_transport_abi::ffi::CloseCode;
 use ipl_transport_abi::{
-    ChannelSink, HostSink, PluginBuffer, TransportCapabilities, TransportError, TransportPlugin,
+    ChannelSink, FastChannel, HostSink, PluginBuffer, TransportCapabilities, TransportError,
+    TransportPlugin,
 };
 use ipl_transport_kit::admission::{Admission, Slot};
-use ipl_transport_kit::channels::{ChannelTable, Route};
+use ipl_transport_kit::channels::{ChannelLink, ChannelTable, Route};
 use ipl_transport_kit::Gate;
 
 use crate::address::{socket_name, Address, HostId};
@@ -444,6 +445,46 @@ impl Inner {
         self.channels.route("shm", channel)
     }
 
+    /// A data message on a route (the size checked against `max_message`).
+    fn send_on(&self, route: &Route<Link>, slices: &[&[u8]]) -> Result<(), TransportError> {
+        let total: usize = slices.iter().map(|s| s.len()).sum();
+        let max = self.cfg.max_message;
+        if total > max {
+            return Err(TransportError::InvalidArgument(format!(
+                "message of {total} bytes exceeds max_message ({max})"
+            )));
+        }
+        route
+            .link
+            .send(Kind::Data, route.wire, slices, total, self.pacing())
+    }
+
+    /// What `take` does once the wanted channel's link is known: that link first (the
+    /// message, if there, goes to `sink`), then every link with something pending.
+    fn take_on(&self, link: &Arc<Link>, wire_in: u64, sink: &mut ChannelSink<'_>) -> usize {
+        let mut delivered = 0;
+        if link.rx_shared.has_pending() {
+            delivered += self.consume(link, Some((wire_in, &mut *sink)));
+            if sink.given() {
+                return delivered;
+            }
+        }
+        delivered + self.progress_pending()
+    }
+
+    /// Delivers from every link with something pending (`progress`).
+    fn progress_pending(&self) -> usize {
+        // One look at each ring under the read lock (a few loads when nothing arrived).
+        if !self.links.read().iter().any(|l| l.rx_shared.has_pending()) {
+            return 0;
+        }
+        // The rings with something pending are consumed from a snapshot of the list,
+        // outside the lock (a host callback may lead to `link_lost`, which takes the
+        // write lock).
+        let links = Arc::clone(&*self.links.read());
+        self.progress_all(&links).0
+    }
+
     /// Delivers from every link with pending slots; returns (delivered, some link was
     /// busy with another consumer).
     fn progress_all(&self, links: &[Arc<Link>]) -> (usize, bool) {
@@ -583,26 +624,38 @@ impl ShmTransport {
     /// channel's next message, which goes to the sink.
     fn take_from(&self, want: Option<(u64, &mut ChannelSink<'_>)>) -> usize {
         let inner = &*self.inner;
-        // One look at each ring under the read lock (a few loads when nothing arrived).
-        if !inner.links.read().iter().any(|l| l.rx_shared.has_pending()) {
-            return 0;
+        match want.map(|(channel, sink)| (inner.route(channel), sink)) {
+            Some((Ok(route), sink)) => inner.take_on(&route.link, route.wire_in(), sink),
+            _ => inner.progress_pending(),
         }
-        let mut delivered = 0;
-        if let Some((channel, sink)) = want {
-            if let Ok(route) = inner.route(channel) {
-                if route.link.rx_shared.has_pending() {
-                    delivered += inner.consume(&route.link, Some((route.wire_in(), &mut *sink)));
-                    if sink.given() {
-                        return delivered;
-                    }
-                }
-            }
+    }
+}
+
+/// One channel's fast path: its route, found once. Valid while the link's channel
+/// generation is the one it was found at; after any channel of the link closed it looks
+/// the channel up again (and fails as `send` does once this one is gone).
+struct ShmFast {
+    inner: Arc<Inner>,
+    channel: u64,
+    route: Route<Link>,
+    /// The link's channel generation at which the route was last confirmed.
+    generation: AtomicU64,
+}
+
+impl FastChannel for ShmFast {
+    fn send(&self, slices: &[&[u8]]) -> Result<(), TransportError> {
+        let now = self.route.link.channels().generation();
+        if now != self.generation.load(Ordering::Relaxed) {
+            // Read before the lookup: a close after it bumps the generation again.
+            self.inner.route(self.channel)?;
+            self.generation.store(now, Ordering::Relaxed);
         }
-        // The rings with something pending are consumed from a snapshot of the list,
-        // outside the lock (a host callback may lead to `link_lost`, which takes the
-        // write lock).
-        let links = Arc::clone(&*inner.links.read());
-        delivered + inner.progress_all(&links).0
+        self.inner.send_on(&self.route, slices)
+    }
+
+    fn take(&self, sink: &mut ChannelSink<'_>) -> usize {
+        self.inner
+            .take_on(&self.route.link, self.route.wire_in(), sink)
     }
 }
 
@@ -705,16 +758,7 @@ impl TransportPlugin for ShmTransport {
 
     fn send(&self, channel: u64, slices: &[&[u8]]) -> Result<(), TransportError> {
         let route = self.inner.route(channel)?;
-        let total: usize = slices.iter().map(|s| s.len()).sum();
-        let max = self.inner.cfg.max_message;
-        if total > max {
-            return Err(TransportError::InvalidArgument(format!(
-                "message of {total} bytes exceeds max_message ({max})"
-            )));
-        }
-        route
-            .link
-            .send(Kind::Data, route.wire, slices, total, self.inner.pacing())
+        self.inner.send_on(&route, slices)
     }
 
     fn close_channel(&self, channel: u64) {
@@ -735,6 +779,19 @@ impl TransportPlugin for ShmTransport {
 
     fn take(&self, channel: u64, sink: &mut ChannelSink<'_>) -> usize {
         self.take_from(Some((channel, sink)))
+    }
+
+    fn fast_path(&self, channel: u64) -> Option<Box<dyn FastChannel>> {
+        let route = self.inner.route(channel).ok()?;
+        let generation = route.link.channels().generation();
+        // Still open after the generation was read: a close from now on bumps it.
+        self.inner.route(channel).ok()?;
+        Some(Box::new(ShmFast {
+            generation: AtomicU64::new(generation),
+            inner: Arc::clone(&self.inner),
+            channel,
+            route,
+        }))
     }
 
     /// Sleeps as the endpoint's thread does (announce on every ring, look again, `poll`
