@@ -66,6 +66,7 @@ pub mod negotiate;
 pub mod port_type;
 pub mod protocol;
 mod receive_port;
+mod receive_wait;
 mod send_port;
 
 pub use capabilities::{IbisCapabilities, PortCapabilities};

@@ -21,6 +21,7 @@ use crate::identifiers::{ReceivePortIdentifier, SendPortIdentifier};
 use crate::message::ReadMessage;
 use crate::port_type::PortType;
 use crate::protocol::{self, Control, RejectReason};
+use crate::receive_wait::{self, waited, YIELD_EVERY};
 
 /// Why a connection ended.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -198,29 +199,6 @@ fn until_liveness_check(st: &mut PortState) -> Option<Duration> {
         None
     } else {
         Some(due - now)
-    }
-}
-
-/// The longest poll a port learns from the waits it sees (see `next`); a message that
-/// comes later than this halves the budget instead.
-const LEARN_LIMIT: Duration = Duration::from_micros(200);
-
-/// How long a receiver that polls its transports runs between two yields of its CPU.
-/// Where it shares that CPU with its peer (both processes on one CPU, or more busy
-/// threads than CPUs), the peer runs only when the poller yields, and the round trip
-/// grows with this interval (shm, both processes on CPU 0, medians of alternating runs:
-/// 38 us at 5 us, 53 us at 10 us; a yield every 256 polls, which made it depend on how
-/// long a poll takes, 63 us). A shorter one costs where the round trip is a few of them:
-/// QUIC on two CPUs, 22.8 us with the 256 polls, 31.5 us at 5 us, 21.7 us at 10 us.
-const YIELD_EVERY: Duration = Duration::from_micros(10);
-
-/// How long a receive waited: from the first clock reading (`start`; none: it did not
-/// wait) to now if it slept, else to the poll loop's last reading.
-fn waited(slept: bool, start: Option<Instant>, last: Option<Instant>) -> Duration {
-    match (slept, start, last) {
-        (true, Some(s), _) => s.elapsed(),
-        (false, Some(s), Some(n)) => n - s,
-        _ => Duration::ZERO,
     }
 }
 
@@ -582,13 +560,8 @@ impl PortShared {
         timeout: Option<Duration>,
         report: bool,
     ) -> Result<Option<ReadMessage>> {
-        // Poll (yielding the CPU between polls) for an adaptive budget before sleeping.
-        // When a message comes within the `spin` budget, the budget goes back to it; when an
-        // answer to this thread's own send comes within LEARN_LIMIT, the next budget is
-        // twice this wait: "poll for about two latencies" of a round trip. Otherwise
-        // (later, or not at all) the budget halves, so a port whose messages come far
-        // apart (a stream, an idle server) soon stops taking CPU that senders and
-        // transport threads need.
+        // Poll (yielding the CPU between polls) for an adaptive budget before sleeping;
+        // the policy (the budget, where to sleep) is `receive_wait`'s.
         let max = self.spin;
         // This thread sent something since its last receive: it probably waits for the
         // answer, whose delay (a round trip) is worth learning. A thread that only
@@ -670,19 +643,12 @@ impl PortShared {
         let mut slept = false;
         let adapt = |got: bool, waited: Duration| {
             let budget = Duration::from_nanos(self.spin_ns.load(Ordering::Relaxed));
-            let next = if max.is_zero() {
-                // Polling is switched off (`IPL_SPIN_US=0`): nothing is learned.
-                Duration::ZERO
-            } else if got && waited <= max {
-                max
-            } else if got && awaits_reply && waited <= LEARN_LIMIT {
-                // About two latencies of what this port waits for, at least the
-                // configured budget: a transport whose round trip is longer than the
-                // budget (QUIC: 70-90 us here) is still caught while polling.
-                (waited * 2).clamp(max, LEARN_LIMIT)
-            } else {
-                (budget / 2).max(Duration::from_micros(1))
+            let seen = receive_wait::Seen {
+                got,
+                waited,
+                awaited_reply: awaits_reply,
             };
+            let next = receive_wait::next_budget(max, budget, seen);
             self.spin_ns
                 .store(next.as_nanos() as u64, Ordering::Relaxed);
         };
@@ -690,23 +656,18 @@ impl PortShared {
             adapt(true, waited(false, start, now));
             return Ok(Some(m));
         }
-        // A thread that waits for a reply, on a port whose connections use one
-        // transport with receiver-driven progress, sleeps in that transport (`wait`), so
-        // that the sender's wake-up wakes this thread itself, not a transport thread
-        // that then wakes it; `notify` interrupts it for whatever arrives otherwise.
-        // A thread that only receives (a stream) sleeps on the condition variable: the
-        // transport's thread then delivers a batch into the queue while it sleeps, and
-        // the sender is not woken against it for every message (a 1 MiB stream over
-        // shm, alternating runs: 23.5-28.5 GB/s parked, 32.5-39.4 GB/s so). So does a
-        // thread whose transport cannot park threads.
-        let mut park_on = if awaits_reply {
+        // Where this receive sleeps if nothing comes (see `receive_wait::sleep_in`): in
+        // the transport, which `notify` interrupts for whatever arrives otherwise, or
+        // on the port.
+        let mut park_on = {
             let polled = self.polled_instances();
-            match polled.as_slice() {
-                [(slot, t)] => Some((*slot, Arc::clone(t))),
+            match (
+                receive_wait::sleep_in(awaits_reply, polled.len()),
+                polled.as_slice(),
+            ) {
+                (receive_wait::SleepIn::Transport, [(slot, t)]) => Some((*slot, Arc::clone(t))),
                 _ => None,
             }
-        } else {
-            None
         };
         let mut st = self.state.lock();
         loop {
