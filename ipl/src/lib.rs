@@ -63,6 +63,7 @@ pub mod identifiers;
 pub mod launcher;
 mod message;
 pub mod negotiate;
+mod port_protocol;
 pub mod port_type;
 pub mod protocol;
 mod receive_port;

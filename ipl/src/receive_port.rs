@@ -19,6 +19,7 @@ use crate::error::{IplError, Result};
 use crate::ibis::{ChannelKey, IbisShared};
 use crate::identifiers::{ReceivePortIdentifier, SendPortIdentifier};
 use crate::message::ReadMessage;
+use crate::port_protocol::{Admission, Admitted, Finished};
 use crate::port_type::PortType;
 use crate::protocol::{self, Control, RejectReason};
 use crate::receive_wait::{self, waited, YIELD_EVERY};
@@ -86,7 +87,6 @@ pub(crate) struct Incoming {
 /// progress fit inline. Each with its transport slot.
 type PolledInstances = smallvec::SmallVec<[(usize, Arc<TransportInstance>); 4]>;
 
-#[derive(Default)]
 struct PortState {
     /// Threads waiting on the port's condition variable: a notify is a system call
     /// even when nobody waits, so it is made only when somebody does.
@@ -94,13 +94,10 @@ struct PortState {
     /// Threads of this port parked in a transport (`TransportInstance::wait`): a
     /// notify interrupts them.
     parked: usize,
-    enabled: bool,
-    closed: bool,
-    outstanding: bool,
+    /// The connections and the protocol state around them (enabled, closed, the
+    /// outstanding message, deferred connects, credits owed).
+    adm: Admission<ChannelKey, Arc<SendPortIdentifier>>,
     queue: VecDeque<Incoming>,
-    connections: crate::channel_map::ChannelMap<Arc<SendPortIdentifier>>,
-    /// Connects that arrived while a message was outstanding: accepted at its finish.
-    pending: Vec<(ChannelKey, Arc<SendPortIdentifier>)>,
     lost: Vec<(SendPortIdentifier, Disconnect)>,
     /// Connections lost that no explicit receive has reported yet (see `take_locked`):
     /// kept only on a port without message upcalls, at most [`MAX_UNREPORTED`] (the
@@ -114,8 +111,22 @@ struct PortState {
     /// checks too; see `until_liveness_check`).
     liveness_due: Option<Instant>,
     wakers: Vec<Waker>,
-    /// Bytes of messages finished per connection since credits were last returned.
-    finished: crate::channel_map::ChannelMap<u64>,
+}
+
+impl PortState {
+    fn new(adm: Admission<ChannelKey, Arc<SendPortIdentifier>>) -> Self {
+        PortState {
+            sleepers: 0,
+            parked: 0,
+            adm,
+            queue: VecDeque::new(),
+            lost: Vec::new(),
+            unreported: VecDeque::new(),
+            upcalls: false,
+            liveness_due: None,
+            wakers: Vec::new(),
+        }
+    }
 }
 
 pub(crate) struct PortShared {
@@ -130,8 +141,6 @@ pub(crate) struct PortShared {
     /// The longest poll budget of a blocking receive, unless learned from round trips
     /// (the instance's `spin` option; zero: never poll).
     spin: Duration,
-    /// The flow-control window of the port's connections, in bytes.
-    window: u64,
     /// The current poll budget of a blocking receive, in ns (adaptive, see `next`).
     spin_ns: std::sync::atomic::AtomicU64,
     /// The transports with receiver-driven progress that this port's connections came
@@ -216,11 +225,13 @@ impl PortShared {
             ident,
             port_type,
             ibis,
-            state: Mutex::new(PortState::default()),
+            state: Mutex::new(PortState::new(Admission::new(
+                window,
+                port_type.capabilities().allows_many_senders(),
+            ))),
             cond: Condvar::new(),
             ready: AtomicBool::new(false),
             spin,
-            window,
             spin_ns: std::sync::atomic::AtomicU64::new(spin.as_nanos() as u64),
             polled: std::sync::atomic::AtomicU64::new(0),
             transports,
@@ -247,7 +258,7 @@ impl PortShared {
 
     /// Recomputes the direct channel (see `direct`) after the connections changed.
     fn sync_direct(&self, st: &PortState) {
-        let mut only = st.connections.keys().copied();
+        let mut only = st.adm.keys().copied();
         let direct = match (only.next(), only.next()) {
             (Some(key), None)
                 if key.0 < 64 && self.polled.load(Ordering::Relaxed) & (1 << key.0) != 0 =>
@@ -270,7 +281,7 @@ impl PortShared {
     }
 
     fn sync_ready(&self, st: &PortState) {
-        let ready = st.closed || (!st.outstanding && !st.queue.is_empty());
+        let ready = st.adm.is_closed() || (!st.adm.outstanding() && !st.queue.is_empty());
         self.ready.store(ready, Ordering::Release);
     }
 
@@ -304,18 +315,8 @@ impl PortShared {
                 receiver: self.port_type,
             }));
         }
-        {
-            let st = self.state.lock();
-            if st.closed {
-                return Some(Control::Reject(RejectReason::Closed));
-            }
-            if !st.enabled {
-                return Some(Control::Reject(RejectReason::NotEnabled));
-            }
-            let senders = st.connections.len() + st.pending.len();
-            if senders > 0 && !self.port_type.capabilities().allows_many_senders() {
-                return Some(Control::Reject(RejectReason::OnlyOneSender));
-            }
+        if let Some(why) = self.state.lock().adm.check() {
+            return Some(Control::Reject(why));
         }
         if let Some(up) = &self.connect_upcall {
             if !up.got_connection(&self.ident, origin) {
@@ -323,7 +324,7 @@ impl PortShared {
             }
         }
         let mut st = self.state.lock();
-        if st.closed {
+        if st.adm.is_closed() {
             return Some(Control::Reject(RejectReason::Closed));
         }
         let origin = Arc::new(origin.clone());
@@ -333,28 +334,28 @@ impl PortShared {
         {
             self.polled.fetch_or(1 << key.0, Ordering::Relaxed);
         }
-        if st.outstanding {
-            st.pending.push((key, origin));
-            None
-        } else {
-            st.connections.insert(key, origin);
-            // A sender to wait for again: older losses are no longer news.
-            st.unreported.clear();
-            self.sync_direct(&st);
-            Some(Control::Accept {
-                receiver: self.ident.clone(),
-            })
+        match st.adm.admit(key, origin) {
+            Admitted::Deferred => None,
+            Admitted::Accepted => {
+                // A sender to wait for again: older losses are no longer news.
+                st.unreported.clear();
+                self.sync_direct(&st);
+                Some(Control::Accept {
+                    receiver: self.ident.clone(),
+                })
+            }
+            Admitted::Rejected(why) => Some(Control::Reject(why)),
         }
     }
 
     /// A data message arrived on a connection of this port.
     pub(crate) fn deliver(&self, key: ChannelKey, seq: u64, buf: ReceivedBuffer) {
         let mut st = self.state.lock();
-        let Some(origin) = st.connections.get(&key).cloned() else {
+        let Some(origin) = st.adm.connection(&key).cloned() else {
             tracing::warn!(port = %self.ident, "data on an unknown connection dropped");
             return;
         };
-        if st.closed {
+        if st.adm.is_closed() {
             return;
         }
         st.queue.push_back(Incoming {
@@ -370,11 +371,7 @@ impl PortShared {
     pub(crate) fn connection_ended(&self, key: ChannelKey, why: Disconnect) {
         let origin = {
             let mut st = self.state.lock();
-            st.finished.remove(&key);
-            let origin = st.connections.remove(&key).or_else(|| {
-                let i = st.pending.iter().position(|(k, _)| *k == key)?;
-                Some(st.pending.remove(i).1)
-            });
+            let origin = st.adm.ended(key);
             if let Some(o) = &origin {
                 if let Disconnect::Lost(reason) = &why {
                     st.lost.push(((**o).clone(), why.clone()));
@@ -407,8 +404,8 @@ impl PortShared {
         };
         let origins: Vec<(ChannelKey, Arc<SendPortIdentifier>)> = {
             let st = self.state.lock();
-            st.connections
-                .iter()
+            st.adm
+                .connections()
                 .map(|(k, o)| (*k, Arc::clone(o)))
                 .collect()
         };
@@ -428,29 +425,12 @@ impl PortShared {
     pub(crate) fn message_finished(&self, from: ChannelKey, cost: u64) {
         let (pending, credit) = {
             let mut st = self.state.lock();
-            st.outstanding = false;
-            // Flow control: return credits in batches of half the window. A connection
-            // has an entry in `finished` from its first finished message until it ends
-            // (`connection_ended` removes both), so the common case is one lookup.
-            let half = self.window / 2;
-            let state = &mut *st;
-            let credit = match state.finished.get_mut(&from) {
-                Some(n) => {
-                    *n += cost;
-                    (*n >= half).then(|| std::mem::take(n))
-                }
-                None if state.connections.contains_key(&from) => {
-                    let n = state.finished.entry(from).or_insert(0);
-                    *n += cost;
-                    (*n >= half).then(|| std::mem::take(n))
-                }
-                None => None,
-            };
-            let pending = std::mem::take(&mut st.pending);
+            // Flow control and deferred connects (see `port_protocol`).
+            let Finished {
+                credit,
+                accepted: pending,
+            } = st.adm.finished(from, cost);
             if !pending.is_empty() {
-                for (k, o) in &pending {
-                    st.connections.insert(*k, o.clone());
-                }
                 st.unreported.clear();
                 self.sync_direct(&st);
             }
@@ -484,15 +464,15 @@ impl PortShared {
         st: &mut PortState,
         report: bool,
     ) -> Option<Result<ReadMessage>> {
-        if st.closed {
+        if st.adm.is_closed() {
             return Some(Err(IplError::PortClosed));
         }
-        if st.outstanding {
+        if st.adm.outstanding() {
             return None;
         }
         match st.queue.pop_front() {
             Some(inc) => Some(Ok(self.hand_out(st, inc))),
-            None if report && st.connections.is_empty() && st.pending.is_empty() => {
+            None if report && st.adm.is_empty() => {
                 let (origin, reason) = st.unreported.pop_front()?;
                 Some(Err(IplError::ConnectionLost {
                     origin: Box::new((*origin).clone()),
@@ -505,7 +485,7 @@ impl PortShared {
 
     /// Makes `inc` the outstanding message.
     fn hand_out(self: &Arc<Self>, st: &mut PortState, inc: Incoming) -> ReadMessage {
-        st.outstanding = true;
+        st.adm.hand_out();
         self.sync_ready(st);
         ReadMessage {
             key: inc.key,
@@ -533,8 +513,8 @@ impl PortShared {
     ) {
         if let (None, Some(seq)) = (&out, protocol::data_seq(&buf)) {
             let mut st = self.state.lock();
-            if !st.closed && !st.outstanding && st.queue.is_empty() {
-                if let Some(origin) = st.connections.get(&key).cloned() {
+            if !st.adm.is_closed() && !st.adm.outstanding() && st.queue.is_empty() {
+                if let Some(origin) = st.adm.connection(&key).cloned() {
                     let inc = Incoming {
                         key,
                         origin,
@@ -783,12 +763,12 @@ impl ReceivePort {
     /// Starts accepting connections.
     pub fn enable_connections(&self) {
         let mut st = self.shared.state.lock();
-        st.enabled = true;
+        st.adm.enable(true);
     }
 
     /// Stops accepting new connections (existing ones stay).
     pub fn disable_connections(&self) {
-        self.shared.state.lock().enabled = false;
+        self.shared.state.lock().adm.enable(false);
     }
 
     /// The send ports connected now.
@@ -796,9 +776,9 @@ impl ReceivePort {
         self.shared
             .state
             .lock()
-            .connections
-            .values()
-            .map(|o| (**o).clone())
+            .adm
+            .connections()
+            .map(|(_, o)| (**o).clone())
             .collect()
     }
 
@@ -936,10 +916,10 @@ impl ReceivePort {
     pub fn close(&self, timeout: Option<Duration>) -> usize {
         let deadline = timeout.map(|t| Instant::now() + t);
         let mut st = self.shared.state.lock();
-        st.enabled = false;
+        st.adm.enable(false);
         // A sender the registry declares dead never leaves: checked every
         // LIVENESS_CHECK of waiting (a frozen process keeps its connections open).
-        while !st.connections.is_empty() {
+        while st.adm.keys().next().is_some() {
             let now = Instant::now();
             if deadline.is_some_and(|d| now >= d) {
                 break;
@@ -956,10 +936,10 @@ impl ReceivePort {
             self.shared.cond.wait_for(&mut st, nap);
             st.sleepers -= 1;
         }
-        st.closed = true;
-        let forced: Vec<(ChannelKey, Arc<SendPortIdentifier>)> = st.connections.drain().collect();
+        st.adm.close();
+        let (forced, waiting) = st.adm.drain();
+        let waiting: Vec<ChannelKey> = waiting.into_iter().map(|(k, _)| k).collect();
         self.shared.sync_direct(&st);
-        let waiting: Vec<ChannelKey> = st.pending.drain(..).map(|(k, _)| k).collect();
         let discarded = st.queue.len();
         st.queue.clear();
         self.shared.notify(&mut st);
@@ -988,7 +968,7 @@ impl ReceivePort {
 
 impl Drop for ReceivePort {
     fn drop(&mut self) {
-        if !self.shared.state.lock().closed {
+        if !self.shared.state.lock().adm.is_closed() {
             self.close(Some(Duration::ZERO));
         }
     }
@@ -1025,7 +1005,7 @@ mod tests {
             1000,
             None,
         );
-        p.state.lock().enabled = true;
+        p.state.lock().adm.enable(true);
         Arc::new(p)
     }
 

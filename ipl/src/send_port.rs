@@ -123,7 +123,7 @@ impl OutLink {
     fn try_take_credit(&self, cost: u64) -> bool {
         self.credits
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |c| {
-                (c >= cost || c >= self.window).then(|| c.saturating_sub(cost))
+                crate::port_protocol::take_credit(c, self.window, cost)
             })
             .is_ok()
     }

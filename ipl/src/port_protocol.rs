@@ -1,0 +1,467 @@
+//! The port protocol's decisions, with no I/O: which connects a receive port accepts,
+//! defers or rejects, when it returns credits and how many, what a connection's end
+//! takes with it ([`Admission`]); and how a sender spends the credits of its
+//! receiver's window ([`take_credit`]). The ports drive these under their locks and do
+//! the sending, waking and upcalls themselves; the tests here drive them directly, with
+//! every ordering of events that the transports may deliver.
+//!
+//! The protocol on a channel, sender first:
+//! - `Connect` (sender, receive port name, port type) → `Accept` or `Reject(reason)`;
+//!   a connect that arrives while the port hands out a message (its *outstanding*
+//!   message) is answered when that message is finished, so that a receive never
+//!   sees a connection appear in the middle of one;
+//! - data messages, each costing its length plus a header's worth
+//!   ([`protocol::cost`](crate::protocol::cost)) of the receiver's **window**; the
+//!   receiver returns what finished messages cost in `Credit` batches of half the
+//!   window, so that a sender blocks when the receiver falls a window behind, and
+//!   never otherwise;
+//! - `Disconnect`, or the channel closing or being lost, ends the connection in
+//!   whatever state it is (connected, or its connect deferred).
+
+use std::hash::Hash;
+
+use rustc_hash::FxHashMap;
+
+use crate::protocol::RejectReason;
+
+/// A receive port's connections and the protocol state around them. `K` names a
+/// connection (its channel), `O` is what the port keeps of its sender.
+#[derive(Debug)]
+pub(crate) struct Admission<K, O> {
+    /// Accepted connections.
+    connections: FxHashMap<K, O>,
+    /// Connects that arrived while a message was outstanding: accepted at its finish.
+    pending: Vec<(K, O)>,
+    /// Bytes of messages finished per connection since credits were last returned.
+    finished: FxHashMap<K, u64>,
+    /// A message is handed out and not finished yet.
+    outstanding: bool,
+    enabled: bool,
+    closed: bool,
+    /// The flow-control window of each connection, in bytes.
+    window: u64,
+    /// The port type allows many senders.
+    many_senders: bool,
+}
+
+/// Senders by connection.
+pub(crate) type Senders<K, O> = Vec<(K, O)>;
+
+/// What [`Admission::admit`] decided.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Admitted {
+    /// Connected now: answer `Accept`.
+    Accepted,
+    /// Connected when the outstanding message is finished (answer then).
+    Deferred,
+    /// Refused: answer `Reject`.
+    Rejected(RejectReason),
+}
+
+/// What finishing a message leads to.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct Finished<K, O> {
+    /// Credits to return to the message's sender now.
+    pub(crate) credit: Option<u64>,
+    /// Deferred connects accepted now: answer each `Accept`.
+    pub(crate) accepted: Vec<(K, O)>,
+}
+
+impl<K: Copy + Eq + Hash, O: Clone> Admission<K, O> {
+    /// A closed-to-connections port (see [`enable`](Self::enable)) whose connections
+    /// each get `window` bytes.
+    pub(crate) fn new(window: u64, many_senders: bool) -> Self {
+        Admission {
+            connections: FxHashMap::default(),
+            pending: Vec::new(),
+            finished: FxHashMap::default(),
+            outstanding: false,
+            enabled: false,
+            closed: false,
+            window,
+            many_senders,
+        }
+    }
+
+    /// Lets connects in (true) or turns them away as `NotEnabled` (false).
+    pub(crate) fn enable(&mut self, on: bool) {
+        self.enabled = on;
+    }
+
+    /// The port closes: every later connect is rejected as `Closed`.
+    pub(crate) fn close(&mut self) {
+        self.closed = true;
+        self.enabled = false;
+    }
+
+    /// Whether the port closed.
+    pub(crate) fn is_closed(&self) -> bool {
+        self.closed
+    }
+
+    /// Why a connect would be refused now, before the port's connection upcall is
+    /// asked; None: ask it, then [`admit`](Self::admit).
+    pub(crate) fn check(&self) -> Option<RejectReason> {
+        if self.closed {
+            Some(RejectReason::Closed)
+        } else if !self.enabled {
+            Some(RejectReason::NotEnabled)
+        } else if self.senders() > 0 && !self.many_senders {
+            Some(RejectReason::OnlyOneSender)
+        } else {
+            None
+        }
+    }
+
+    /// Admits a connect that passed [`check`](Self::check) (and the upcall): now, or
+    /// deferred while a message is outstanding; refused if the port closed meanwhile.
+    /// A channel that is already connected (or deferred) is not entered twice.
+    pub(crate) fn admit(&mut self, key: K, origin: O) -> Admitted {
+        if self.closed {
+            return Admitted::Rejected(RejectReason::Closed);
+        }
+        if self.connections.contains_key(&key) || self.pending.iter().any(|(k, _)| *k == key) {
+            return Admitted::Rejected(RejectReason::OnlyOneSender);
+        }
+        if self.outstanding {
+            self.pending.push((key, origin));
+            Admitted::Deferred
+        } else {
+            self.connections.insert(key, origin);
+            Admitted::Accepted
+        }
+    }
+
+    /// A message is handed out.
+    pub(crate) fn hand_out(&mut self) {
+        self.outstanding = true;
+    }
+
+    /// Whether a message is handed out and not finished.
+    pub(crate) fn outstanding(&self) -> bool {
+        self.outstanding
+    }
+
+    /// The outstanding message, from `key` and costing `cost`, was finished: the
+    /// credits to return (a batch once half the window is finished, for a connection
+    /// still open), and the deferred connects accepted now.
+    pub(crate) fn finished(&mut self, key: K, cost: u64) -> Finished<K, O> {
+        self.outstanding = false;
+        let half = self.window / 2;
+        let credit = if self.connections.contains_key(&key) {
+            let n = self.finished.entry(key).or_insert(0);
+            *n = n.saturating_add(cost);
+            (*n >= half).then(|| std::mem::take(n))
+        } else {
+            None
+        };
+        let accepted = std::mem::take(&mut self.pending);
+        for (k, o) in &accepted {
+            self.connections.insert(*k, o.clone());
+        }
+        Finished { credit, accepted }
+    }
+
+    /// Connection `key` ended (Disconnect, closed or lost), connected or deferred: its
+    /// sender, if it was one of this port's. Credits it had not been returned are not.
+    pub(crate) fn ended(&mut self, key: K) -> Option<O> {
+        self.finished.remove(&key);
+        self.connections.remove(&key).or_else(|| {
+            let i = self.pending.iter().position(|(k, _)| *k == key)?;
+            Some(self.pending.remove(i).1)
+        })
+    }
+
+    /// The sender of connection `key`, if it is connected.
+    pub(crate) fn connection(&self, key: &K) -> Option<&O> {
+        self.connections.get(key)
+    }
+
+    /// The connected senders.
+    pub(crate) fn connections(&self) -> impl Iterator<Item = (&K, &O)> {
+        self.connections.iter()
+    }
+
+    /// The connected channels.
+    pub(crate) fn keys(&self) -> impl Iterator<Item = &K> {
+        self.connections.keys()
+    }
+
+    /// Whether nobody is connected or deferred.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.senders() == 0
+    }
+
+    /// Connected and deferred senders.
+    pub(crate) fn senders(&self) -> usize {
+        self.connections.len() + self.pending.len()
+    }
+
+    /// Takes every connection and every deferred connect out (the port closes them):
+    /// (connected, deferred).
+    pub(crate) fn drain(&mut self) -> (Senders<K, O>, Senders<K, O>) {
+        self.finished.clear();
+        (
+            self.connections.drain().collect(),
+            std::mem::take(&mut self.pending),
+        )
+    }
+}
+
+/// A sender's credits after spending `cost` of them, if the receiver's window (of
+/// `window` bytes, `credits` of it left) lets the message go now: when `cost` fits, or
+/// when nothing is in flight (a message larger than the window goes alone). None: wait
+/// for credits.
+pub(crate) fn take_credit(credits: u64, window: u64, cost: u64) -> Option<u64> {
+    (credits >= cost || credits >= window).then(|| credits.saturating_sub(cost))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    type A = Admission<u32, &'static str>;
+
+    fn open(window: u64, many: bool) -> A {
+        let mut a = A::new(window, many);
+        a.enable(true);
+        a
+    }
+
+    #[test]
+    fn connects_are_refused_until_enabled_and_after_close() {
+        let mut a = A::new(100, true);
+        assert_eq!(a.check(), Some(RejectReason::NotEnabled));
+        a.enable(true);
+        assert_eq!(a.check(), None);
+        assert_eq!(a.admit(1, "s1"), Admitted::Accepted);
+        a.close();
+        assert_eq!(a.check(), Some(RejectReason::Closed));
+        // A connect that passed the check before the close is still refused.
+        assert_eq!(a.admit(2, "s2"), Admitted::Rejected(RejectReason::Closed));
+        // Enabling again does not reopen a closed port.
+        a.enable(true);
+        assert_eq!(a.check(), Some(RejectReason::Closed));
+    }
+
+    #[test]
+    fn one_to_one_takes_a_single_sender_connected_or_deferred() {
+        let mut a = open(100, false);
+        a.hand_out();
+        assert_eq!(a.admit(1, "s1"), Admitted::Deferred);
+        assert_eq!(a.check(), Some(RejectReason::OnlyOneSender));
+        // The deferred one ends before it is accepted: the port is free again.
+        assert_eq!(a.ended(1), Some("s1"));
+        assert_eq!(a.check(), None);
+    }
+
+    #[test]
+    fn a_connect_during_a_message_is_accepted_at_its_finish() {
+        let mut a = open(100, true);
+        assert_eq!(a.admit(1, "s1"), Admitted::Accepted);
+        a.hand_out();
+        assert_eq!(a.admit(2, "s2"), Admitted::Deferred);
+        assert!(
+            a.connection(&2).is_none(),
+            "not connected before the finish"
+        );
+        let f = a.finished(1, 10);
+        assert_eq!(f.accepted, vec![(2, "s2")]);
+        assert_eq!(a.connection(&2), Some(&"s2"));
+        assert_eq!(a.senders(), 2);
+        // The same channel is not entered twice.
+        assert_eq!(
+            a.admit(2, "again"),
+            Admitted::Rejected(RejectReason::OnlyOneSender)
+        );
+    }
+
+    #[test]
+    fn credits_come_back_in_batches_of_half_the_window() {
+        let mut a = open(100, true);
+        a.admit(1, "s1");
+        let mut returned = Vec::new();
+        for _ in 0..10 {
+            a.hand_out();
+            returned.push(a.finished(1, 20).credit);
+        }
+        // 20, 40 (a batch of 60 at the third), ...
+        assert_eq!(
+            returned,
+            vec![
+                None,
+                None,
+                Some(60),
+                None,
+                None,
+                Some(60),
+                None,
+                None,
+                Some(60),
+                None
+            ]
+        );
+        // One message larger than the window is returned at once.
+        a.hand_out();
+        assert_eq!(a.finished(1, 500).credit, Some(520));
+    }
+
+    #[test]
+    fn a_message_finished_after_its_connection_ended_returns_nothing() {
+        let mut a = open(100, true);
+        a.admit(1, "s1");
+        a.hand_out();
+        a.finished(1, 40);
+        a.hand_out();
+        assert_eq!(a.ended(1), Some("s1"));
+        // The message handed out before the end is finished after it.
+        let f = a.finished(1, 40);
+        assert_eq!(f.credit, None);
+        assert!(!a.outstanding());
+        // A new connection on a new channel starts from nothing.
+        a.admit(2, "s2");
+        a.hand_out();
+        assert_eq!(a.finished(2, 40).credit, None);
+    }
+
+    #[test]
+    fn an_end_in_every_state_leaves_nothing_behind() {
+        // Connected, connected with credits owed, deferred, unknown, twice.
+        let mut a = open(100, true);
+        a.admit(1, "s1");
+        a.admit(2, "s2");
+        a.hand_out();
+        a.finished(2, 30);
+        a.hand_out();
+        a.admit(3, "s3");
+        assert_eq!(a.ended(1), Some("s1"));
+        assert_eq!(a.ended(2), Some("s2"));
+        assert_eq!(a.ended(3), Some("s3"));
+        assert_eq!(a.ended(4), None);
+        assert_eq!(a.ended(2), None);
+        assert!(a.is_empty());
+        let f = a.finished(2, 30);
+        assert_eq!(
+            f,
+            Finished {
+                credit: None,
+                accepted: vec![]
+            }
+        );
+    }
+
+    #[test]
+    fn a_sender_spends_what_fits_or_goes_alone_when_the_window_is_all_free() {
+        assert_eq!(take_credit(100, 100, 30), Some(70));
+        assert_eq!(take_credit(70, 100, 70), Some(0));
+        assert_eq!(take_credit(0, 100, 1), None, "window exhausted: wait");
+        assert_eq!(take_credit(50, 100, 60), None);
+        // Larger than the window: only when nothing is in flight.
+        assert_eq!(take_credit(100, 100, 250), Some(0));
+        assert_eq!(take_credit(99, 100, 250), None);
+    }
+
+    /// What the transports may deliver to a receive port, in any order.
+    #[derive(Debug, Clone)]
+    enum Event {
+        Connect(u32),
+        Receive,
+        Finish(u64),
+        End(u32),
+        Enable(bool),
+    }
+
+    fn event() -> impl Strategy<Value = Event> {
+        prop_oneof![
+            (0u32..4).prop_map(Event::Connect),
+            Just(Event::Receive),
+            (1u64..80).prop_map(Event::Finish),
+            (0u32..4).prop_map(Event::End),
+            any::<bool>().prop_map(Event::Enable),
+        ]
+    }
+
+    proptest! {
+        /// Under any order of connects, messages, finishes and ends: a channel is
+        /// connected or deferred, never both; nothing is deferred without an
+        /// outstanding message; deferred connects are accepted at the finish; credits
+        /// go only to open connections and never exceed what their finished messages
+        /// cost, and what is owed is returned once half the window is reached.
+        #[test]
+        fn the_receivers_protocol_state_stays_consistent(
+            many in any::<bool>(),
+            events in proptest::collection::vec(event(), 0..60),
+        ) {
+            const WINDOW: u64 = 200;
+            let mut a: Admission<u32, u32> = Admission::new(WINDOW, many);
+            // What each open connection's finished messages cost, and was returned.
+            let mut cost: FxHashMap<u32, (u64, u64)> = FxHashMap::default();
+            let mut from: Option<u32> = None;
+            for e in events {
+                match e {
+                    Event::Connect(k) => {
+                        if a.check().is_none() {
+                            match a.admit(k, k) {
+                                Admitted::Accepted => { cost.insert(k, (0, 0)); }
+                                Admitted::Deferred => prop_assert!(a.outstanding()),
+                                Admitted::Rejected(_) => {}
+                            }
+                        }
+                    }
+                    Event::Receive => {
+                        if !a.outstanding() {
+                            let first = a.keys().next().copied();
+                            if let Some(k) = first {
+                                a.hand_out();
+                                from = Some(k);
+                            }
+                        }
+                    }
+                    Event::Finish(c) => {
+                        if a.outstanding() {
+                            let k = from.take().unwrap();
+                            let was_open = a.connection(&k).is_some();
+                            let f = a.finished(k, c);
+                            match cost.get_mut(&k).filter(|_| was_open) {
+                                Some((done, back)) => {
+                                    *done += c;
+                                    if let Some(n) = f.credit {
+                                        *back += n;
+                                        prop_assert_eq!(*back, *done, "a batch returns all owed");
+                                        prop_assert!(n >= WINDOW / 2);
+                                    } else {
+                                        prop_assert!(*done - *back < WINDOW / 2);
+                                    }
+                                }
+                                None => prop_assert_eq!(f.credit, None),
+                            }
+                            for (nk, _) in &f.accepted {
+                                prop_assert!(a.connection(nk).is_some());
+                                cost.insert(*nk, (0, 0));
+                            }
+                        }
+                    }
+                    Event::End(k) => {
+                        let was = a.connection(&k).is_some()
+                            || a.pending.iter().any(|(x, _)| *x == k);
+                        let gone = a.ended(k);
+                        prop_assert_eq!(gone.is_some(), was);
+                        prop_assert!(a.connection(&k).is_none());
+                        cost.remove(&k);
+                    }
+                    Event::Enable(on) => a.enable(on),
+                }
+                if !a.outstanding() {
+                    prop_assert!(a.pending.is_empty(), "deferred without a message");
+                }
+                for (k, _) in &a.pending {
+                    prop_assert!(a.connection(k).is_none(), "connected and deferred");
+                }
+                if !many {
+                    prop_assert!(a.senders() <= 1);
+                }
+            }
+        }
+    }
+}
