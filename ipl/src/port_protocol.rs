@@ -19,10 +19,11 @@
 //!   whatever state it is (connected, or its connect deferred).
 
 use std::hash::Hash;
+use std::time::{Duration, Instant};
 
 use rustc_hash::FxHashMap;
 
-use crate::protocol::RejectReason;
+use crate::protocol::{Control, RejectReason};
 
 /// A receive port's connections and the protocol state around them. `K` names a
 /// connection (its channel), `O` is what the port keeps of its sender.
@@ -216,10 +217,130 @@ pub(crate) fn take_credit(credits: u64, window: u64, cost: u64) -> Option<u64> {
     (credits >= cost || credits >= window).then(|| credits.saturating_sub(cost))
 }
 
+/// The first pause of a sender whose connect was turned away for now.
+pub(crate) const FIRST_BACKOFF: Duration = Duration::from_millis(1);
+/// The longest pause between two connects (the pause doubles up to it).
+pub(crate) const MAX_BACKOFF: Duration = Duration::from_millis(50);
+
+/// What a connecting sender does after its `Connect` was answered (or not).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum ConnectStep {
+    /// Accepted: the connection is open.
+    Connected,
+    /// Turned away for now (no such port yet, not enabled yet): send `Connect` again
+    /// after this pause, then pause twice as long (up to [`MAX_BACKOFF`]) next time.
+    Retry { after: Duration, next: Duration },
+    /// Refused for good, or the channel was lost: the connect fails with this reason.
+    Failed(String),
+    /// A reply that is not one: a protocol error.
+    Unexpected(String),
+    /// The deadline passes before an answer (or before a retry could be answered); the
+    /// last refusal, if any, for the error.
+    TimedOut,
+}
+
+/// The sender's side of the connect handshake: what to do with `reply` (Ok: the
+/// receiver's answer; Err(Some(why)): the channel was lost; Err(None): no answer by
+/// the deadline), at `now`, with `deadline` and the current pause `backoff`.
+pub(crate) fn after_reply(
+    reply: Result<&Control, Option<&str>>,
+    now: Instant,
+    deadline: Instant,
+    backoff: Duration,
+) -> ConnectStep {
+    match reply {
+        Ok(Control::Accept { .. }) => ConnectStep::Connected,
+        Ok(Control::Reject(r)) if r.is_retryable() => {
+            if now + backoff >= deadline {
+                ConnectStep::TimedOut
+            } else {
+                ConnectStep::Retry {
+                    after: backoff,
+                    next: (backoff * 2).min(MAX_BACKOFF),
+                }
+            }
+        }
+        Ok(Control::Reject(r)) => ConnectStep::Failed(r.to_string()),
+        Ok(other) => ConnectStep::Unexpected(format!("unexpected reply {other:?}")),
+        Err(Some(lost)) => ConnectStep::Failed(lost.to_string()),
+        Err(None) => ConnectStep::TimedOut,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn a_connect_turned_away_retries_with_a_doubling_pause_until_the_deadline() {
+        let t0 = Instant::now();
+        let deadline = t0 + Duration::from_millis(100);
+        let not_yet = Control::Reject(RejectReason::NoSuchPort);
+        let mut backoff = FIRST_BACKOFF;
+        let mut now = t0;
+        let mut pauses = Vec::new();
+        loop {
+            match after_reply(Ok(&not_yet), now, deadline, backoff) {
+                ConnectStep::Retry { after, next } => {
+                    pauses.push(after.as_millis());
+                    now += after;
+                    backoff = next;
+                }
+                ConnectStep::TimedOut => break,
+                other => panic!("{other:?}"),
+            }
+        }
+        // 1 + 2 + 4 + 8 + 16 + 32 = 63 ms; the next 50 ms pause would pass the deadline.
+        assert_eq!(pauses, vec![1, 2, 4, 8, 16, 32]);
+        assert_eq!(
+            after_reply(Ok(&not_yet), t0, t0 + Duration::from_secs(9), MAX_BACKOFF),
+            ConnectStep::Retry {
+                after: MAX_BACKOFF,
+                next: MAX_BACKOFF
+            }
+        );
+    }
+
+    #[test]
+    fn every_answer_of_a_connect_has_one_step() {
+        let t0 = Instant::now();
+        let d = t0 + Duration::from_secs(1);
+        let b = FIRST_BACKOFF;
+        let accept = Control::Accept {
+            receiver: crate::identifiers::ReceivePortIdentifier {
+                ibis: ipl_registry::IbisIdentifier::new(
+                    ipl_registry::MemberId(1),
+                    "p",
+                    "c",
+                    "m",
+                    Vec::new(),
+                ),
+                name: "in".into(),
+            },
+        };
+        assert_eq!(after_reply(Ok(&accept), t0, d, b), ConnectStep::Connected);
+        for r in [
+            RejectReason::OnlyOneSender,
+            RejectReason::Refused,
+            RejectReason::Closed,
+        ] {
+            let step = after_reply(Ok(&Control::Reject(r.clone())), t0, d, b);
+            assert_eq!(step, ConnectStep::Failed(r.to_string()));
+        }
+        assert!(matches!(
+            after_reply(Ok(&Control::Credit { bytes: 5 }), t0, d, b),
+            ConnectStep::Unexpected(_)
+        ));
+        assert_eq!(
+            after_reply(Err(Some("lost")), t0, d, b),
+            ConnectStep::Failed("lost".into())
+        );
+        assert_eq!(after_reply(Err(None), t0, d, b), ConnectStep::TimedOut);
+        // Turned away at the deadline: no retry.
+        let late = Control::Reject(RejectReason::NotEnabled);
+        assert_eq!(after_reply(Ok(&late), d, d, b), ConnectStep::TimedOut);
+    }
 
     type A = Admission<u32, &'static str>;
 

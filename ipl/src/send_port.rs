@@ -14,6 +14,7 @@ use crate::error::{IplError, Result};
 use crate::ibis::{ChannelKey, IbisShared};
 use crate::identifiers::{ReceivePortIdentifier, SendPortIdentifier};
 use crate::message::WriteMessage;
+use crate::port_protocol::{self, ConnectStep};
 use crate::port_type::PortType;
 use crate::protocol::{self, Control};
 use crate::receive_port::Disconnect;
@@ -441,7 +442,7 @@ impl SendPort {
             receiver: target.name.clone(),
             port_type: self.port_type,
         });
-        let mut backoff = Duration::from_millis(1);
+        let mut backoff = port_protocol::FIRST_BACKOFF;
         let mut last = String::from("no answer");
         loop {
             if let Err(e) = self.ibis.send_on(key, &[&hello]) {
@@ -451,8 +452,15 @@ impl SendPort {
                     reason: e.to_string(),
                 });
             }
-            match link.wait_reply(deadline) {
-                Ok(Control::Accept { .. }) => {
+            let reply = link.wait_reply(deadline);
+            let step = port_protocol::after_reply(
+                reply.as_ref().map_err(|lost| lost.as_deref()),
+                Instant::now(),
+                deadline,
+                backoff,
+            );
+            match step {
+                ConnectStep::Connected => {
                     self.keys_at = None;
                     let fast = self.ibis.fast_path(key).map(Arc::new);
                     self.shared.connections.lock().push(Connection {
@@ -464,34 +472,30 @@ impl SendPort {
                     tracing::debug!(port = %self.shared.ident, to = %target, "connected");
                     return Ok(());
                 }
-                Ok(Control::Reject(r)) if r.is_retryable() => {
-                    last = r.to_string();
-                    let now = Instant::now();
-                    if now + backoff >= deadline {
-                        break;
+                ConnectStep::Retry { after, next } => {
+                    if let Ok(Control::Reject(r)) = &reply {
+                        last = r.to_string();
                     }
-                    std::thread::sleep(backoff);
-                    backoff = (backoff * 2).min(Duration::from_millis(50));
+                    std::thread::sleep(after);
+                    backoff = next;
                 }
-                Ok(Control::Reject(r)) => {
+                ConnectStep::Failed(reason) => {
                     self.ibis.close_channel(key);
                     return Err(IplError::ConnectFailed {
                         target: target.to_string(),
-                        reason: r.to_string(),
+                        reason,
                     });
                 }
-                Ok(other) => {
+                ConnectStep::Unexpected(what) => {
                     self.ibis.close_channel(key);
-                    return Err(IplError::Protocol(format!("unexpected reply {other:?}")));
+                    return Err(IplError::Protocol(what));
                 }
-                Err(Some(lost)) => {
-                    self.ibis.close_channel(key);
-                    return Err(IplError::ConnectFailed {
-                        target: target.to_string(),
-                        reason: lost,
-                    });
+                ConnectStep::TimedOut => {
+                    if let Ok(Control::Reject(r)) = &reply {
+                        last = r.to_string();
+                    }
+                    break;
                 }
-                Err(None) => break,
             }
         }
         self.ibis.close_channel(key);
