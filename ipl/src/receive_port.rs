@@ -638,8 +638,9 @@ impl PortShared {
         }
         // Where this receive sleeps if nothing comes (see `receive_wait::sleep_in`): in
         // the transport, which `notify` interrupts for whatever arrives otherwise, or
-        // on the port.
-        let mut park_on = {
+        // on the port. One that awaits no reply sleeps on the port whatever its
+        // transports, so a stream does not gather them to find that out.
+        let mut park_on = if awaits_reply {
             let polled = self.polled_instances();
             match (
                 receive_wait::sleep_in(awaits_reply, polled.len()),
@@ -648,6 +649,8 @@ impl PortShared {
                 (receive_wait::SleepIn::Transport, [(slot, t)]) => Some((*slot, Arc::clone(t))),
                 _ => None,
             }
+        } else {
+            None
         };
         let mut st = self.state.lock();
         loop {

@@ -624,6 +624,12 @@ impl ShmTransport {
     /// channel's next message, which goes to the sink.
     fn take_from(&self, want: Option<(u64, &mut ChannelSink<'_>)>) -> usize {
         let inner = &*self.inner;
+        // One look at each ring under the read lock before the channel's route is looked
+        // up: a receiver without the fast path (behind wan-emu, say) polls here in a loop,
+        // and most of its polls find nothing.
+        if !inner.links.read().iter().any(|l| l.rx_shared.has_pending()) {
+            return 0;
+        }
         match want.map(|(channel, sink)| (inner.route(channel), sink)) {
             Some((Ok(route), sink)) => inner.take_on(&route.link, route.wire_in(), sink),
             _ => inner.progress_pending(),
