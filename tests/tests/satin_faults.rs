@@ -109,6 +109,36 @@ fn link_to_the_master_ends_mid_run() {
     );
 }
 
+/// The link between the master and a member ends at the very end of the run: the
+/// master drops it just before it sends the member its `Exit` (on a loaded machine
+/// the drop of `link_to_the_master_ends_mid_run` can come that late). The member has
+/// done its part (its statistics are in the report), but it learns of the master's
+/// end only from the broken link and the registry: it must still say why it
+/// stopped (it left silently, and that test failed on a loaded CI run).
+#[test]
+fn link_to_the_master_ends_before_its_exit() {
+    let start = Instant::now();
+    let mut pool = Pool::start(
+        3,
+        &["nqueens", QUEENS],
+        &[("SATIN_TEST_DROP_LINK", "master-exit:0")],
+    );
+    pool.assert_result(start, SOLUTIONS);
+    let logs = pool.logs();
+    assert!(
+        logs.contains("test hook: dropping the link"),
+        "the master sent no Exit:\n{logs}"
+    );
+    assert!(
+        pool.ends.iter().all(|e| e.is_some_and(|s| s.success())),
+        "{logs}"
+    );
+    assert!(
+        logs.contains("lost the connection to the master"),
+        "the member did not say why it stopped:\n{logs}"
+    );
+}
+
 /// Finding 1 with a real reset: `ss -K` on the member-to-member TCP connections while
 /// the pool runs and jobs are out. The reset comes once every link has carried steal
 /// traffic (bytes received on each end), so that jobs stolen over the links are out

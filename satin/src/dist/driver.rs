@@ -61,10 +61,12 @@ const TICK_EVERY: Duration = Duration::from_millis(50);
 const ELECTION_RETRIES: u32 = 20;
 
 /// Fault-injection hook for tests: after `N` messages sent, `master:N` makes the master
-/// drop its connection to the first non-master node, `members:N` the first non-master
-/// node its connection to the second one just before it sends a job result over it
-/// (the result is lost): an orderly disconnect of the send port, without telling
-/// anybody, as a reset link would end it. Ignored when malformed.
+/// drop its connection to the first non-master node, `master-exit:N` the same just
+/// before it sends that node its `Exit` (the run is over, the `Exit` is lost), and
+/// `members:N` the first non-master node its connection to the second one just before
+/// it sends a job result over it (the result is lost): an orderly disconnect of the
+/// send port, without telling anybody, as a reset link would end it. Ignored when
+/// malformed.
 pub(crate) const DROP_LINK_ENV: &str = "SATIN_TEST_DROP_LINK";
 
 /// Test hook: with `SATIN_TEST_DROP_SHARED_WRITES=1` this member sends none of its
@@ -105,15 +107,35 @@ fn member_label(member: Option<&(u64, String, String)>) -> String {
     }
 }
 
-/// The hook of [`DROP_LINK_ENV`] for node `me`: (peer, after this many sends).
-fn drop_link_hook(me: u32, master: u32, nodes: u32) -> Option<(u32, u64, bool)> {
+/// Which message the hook of [`DROP_LINK_ENV`] drops the link before.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum DropBefore {
+    Any,
+    Result,
+    Exit,
+}
+
+impl DropBefore {
+    fn matches(self, msg: &Msg) -> bool {
+        match self {
+            DropBefore::Any => true,
+            DropBefore::Result => matches!(msg, Msg::Result { .. }),
+            DropBefore::Exit => matches!(msg, Msg::Exit),
+        }
+    }
+}
+
+/// The hook of [`DROP_LINK_ENV`] for node `me`: (peer, after this many sends, before
+/// which message).
+fn drop_link_hook(me: u32, master: u32, nodes: u32) -> Option<(u32, u64, DropBefore)> {
     let v = std::env::var(DROP_LINK_ENV).ok()?;
     let (which, n) = v.split_once(':')?;
     let n = n.trim().parse::<u64>().ok()?;
     let mut others = (0..nodes).filter(|x| *x != master);
     let (from, to, results) = match which.trim() {
-        "members" => (others.next()?, others.next()?, true),
-        "master" => (master, others.next()?, false),
+        "members" => (others.next()?, others.next()?, DropBefore::Result),
+        "master" => (master, others.next()?, DropBefore::Any),
+        "master-exit" => (master, others.next()?, DropBefore::Exit),
         _ => return None,
     };
     (from == me).then_some((to, n, results))
@@ -290,9 +312,9 @@ pub(crate) struct Driver {
     /// Nodes whose link broke during a send, handled in the loop.
     broken: Vec<u32>,
     registry_checked: Instant,
-    /// The test hook of [`DROP_LINK_ENV`]: (node, after this many sends, only before
-    /// a result).
-    drop_link: Option<(u32, u64, bool)>,
+    /// The test hook of [`DROP_LINK_ENV`]: (node, after this many sends, before which
+    /// message).
+    drop_link: Option<(u32, u64, DropBefore)>,
     sent: u64,
     alive: Vec<bool>,
     satin: Arc<Satin>,
@@ -808,7 +830,15 @@ impl Driver {
             let n = n as u32;
             if n == self.master && !died && self.phase != Phase::Running {
                 // The master left (leaving is the last thing it does): the run is
-                // over, there is nothing to hand over.
+                // over, there is nothing to hand over. If its link broke first (its
+                // `Exit` may have been lost with it), the user should know.
+                if self.master_suspect.is_some() {
+                    tracing::warn!(
+                        "lost the connection to the master, {}, at the end of the run; \
+                         it left: leaving",
+                        self.who(n)
+                    );
+                }
                 self.exit = true;
                 return Ok(());
             }
@@ -1630,11 +1660,10 @@ impl Driver {
         let Some(Some(port)) = self.ports.get_mut(to as usize) else {
             return false;
         };
-        if let Some((peer, after, results)) = self.drop_link {
+        if let Some((peer, after, before)) = self.drop_link {
             self.sent += 1;
-            let result = matches!(header.msg, Msg::Result { .. });
-            if peer == to && self.sent >= after && (result || !results) {
-                // The result goes nowhere: it is lost with the link.
+            if peer == to && self.sent >= after && before.matches(&header.msg) {
+                // The message goes nowhere: it is lost with the link.
                 self.drop_link = None;
                 tracing::warn!(node = to, "test hook: dropping the link");
                 for t in port.connected_to() {
