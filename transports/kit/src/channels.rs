@@ -171,6 +171,63 @@ impl<L> Clone for Route<L> {
     }
 }
 
+/// A channel's route found once, for a transport's fast path: valid while its link's
+/// channel generation is the one it was confirmed at. After any channel of the link
+/// left the tables, [`confirm`](Self::confirm) looks the channel up again (and fails as
+/// a lookup does once this one is gone), so another channel closing does not stop it.
+pub struct CachedRoute<L> {
+    channel: u64,
+    route: Route<L>,
+    /// The link's channel generation at which the route was last confirmed.
+    generation: AtomicU64,
+}
+
+impl<L: ChannelLink> CachedRoute<L> {
+    /// The route of `channel` in `table`, if it is open.
+    pub fn new<S: BuildHasher>(
+        table: &ChannelTable<L, S>,
+        transport: &str,
+        channel: u64,
+    ) -> Option<Self> {
+        let route = table.route(transport, channel).ok()?;
+        let generation = route.link.channels().generation();
+        // Still open after the generation was read: a close from now on bumps it.
+        table.route(transport, channel).ok()?;
+        Some(CachedRoute {
+            channel,
+            route,
+            generation: AtomicU64::new(generation),
+        })
+    }
+
+    /// The local channel.
+    pub fn channel(&self) -> u64 {
+        self.channel
+    }
+
+    /// The route, unconfirmed (for receiving: a closed channel's messages are dropped
+    /// by the link's table anyway).
+    pub fn route(&self) -> &Route<L> {
+        &self.route
+    }
+
+    /// The route, if the channel is still open (for sending): one atomic load while no
+    /// channel of the link closed, a lookup after one did.
+    pub fn confirm<S: BuildHasher>(
+        &self,
+        table: &ChannelTable<L, S>,
+        transport: &str,
+    ) -> Result<&Route<L>, TransportError> {
+        let now = self.route.link.channels().generation();
+        if now != self.generation.load(Ordering::Relaxed) {
+            // Read before the lookup: a close after it bumps the generation again.
+            table.route(transport, self.channel)?;
+            self.generation.store(now, Ordering::Relaxed);
+        }
+        Ok(&self.route)
+    }
+}
+
 /// An endpoint's channels: local channel id → [`Route`], and the counter that hands out
 /// local ids (from 1).
 pub struct ChannelTable<L, S = RandomState> {
@@ -420,6 +477,29 @@ mod tests {
         assert_eq!(link.chans.get(1), Some(1));
         // Our own messages on this link come back without the opener bit.
         assert_eq!(link.chans.get(1 | OPENED_BY_SENDER), None);
+    }
+
+    #[test]
+    fn a_cached_route_outlives_other_channels_closing_but_not_its_own() {
+        let t: ChannelTable<Link> = ChannelTable::default();
+        let link = Arc::new(Link::default());
+        let open = |t: &ChannelTable<Link>| connect(t, false, || Ok(link.clone()), |_, _| Ok(()));
+        let (a, b) = (open(&t).unwrap(), open(&t).unwrap());
+        assert!(CachedRoute::new(&t, "x", 99).is_none(), "no such channel");
+        let fast = CachedRoute::new(&t, "x", a).unwrap();
+        assert_eq!(fast.channel(), a);
+        assert!(Arc::ptr_eq(&fast.route().link, &link));
+        assert_eq!(fast.confirm(&t, "x").unwrap().wire, a | OPENED_BY_SENDER);
+        // Another channel of the link closes: the generation moves, the route holds.
+        let before = link.chans.generation();
+        assert!(t.close(b).is_some());
+        assert_ne!(link.chans.generation(), before);
+        assert!(fast.confirm(&t, "x").is_ok());
+        // Its own closes: confirming fails from then on, as a lookup does.
+        assert!(t.close(a).is_some());
+        let e = fast.confirm(&t, "x").err().unwrap();
+        assert_eq!(e, closed(&format!("no open x channel {a}")));
+        assert!(fast.confirm(&t, "x").is_err());
     }
 
     #[test]

@@ -8,7 +8,8 @@
 //! [`IpTransport`](addresses::IpTransport): [`addresses`] (interface selection,
 //! advertised addresses, the dial order) and [`across_hosts`] (a connection between two
 //! namespace hosts). [`strangers`] plays the strangers that never finish a handshake;
-//! [`take`] is the receiver-driven take scenario of the transports that poll (shm, tcp).
+//! [`take`] is the receiver-driven take scenario of the transports that poll (shm, tcp),
+//! [`fast_path`] the scenario of a channel's fast path.
 //!
 //! ```
 //! use ipl_transport_kit::testing::{pattern, EventLog};
@@ -23,6 +24,7 @@
 
 pub mod across_hosts;
 pub mod addresses;
+pub mod fast_path;
 pub mod netns;
 pub mod strangers;
 pub mod take;

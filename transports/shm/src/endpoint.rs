@@ -20,7 +20,7 @@ use ipl_transport_abi::{
     TransportPlugin,
 };
 use ipl_transport_kit::admission::{Admission, Slot};
-use ipl_transport_kit::channels::{ChannelLink, ChannelTable, Route};
+use ipl_transport_kit::channels::{CachedRoute, ChannelTable, Route};
 use ipl_transport_kit::Gate;
 
 use crate::address::{socket_name, Address, HostId};
@@ -637,31 +637,21 @@ impl ShmTransport {
     }
 }
 
-/// One channel's fast path: its route, found once. Valid while the link's channel
-/// generation is the one it was found at; after any channel of the link closed it looks
-/// the channel up again (and fails as `send` does once this one is gone).
+/// One channel's fast path: its route, found once (see [`CachedRoute`]).
 struct ShmFast {
     inner: Arc<Inner>,
-    channel: u64,
-    route: Route<Link>,
-    /// The link's channel generation at which the route was last confirmed.
-    generation: AtomicU64,
+    route: CachedRoute<Link>,
 }
 
 impl FastChannel for ShmFast {
     fn send(&self, slices: &[&[u8]]) -> Result<(), TransportError> {
-        let now = self.route.link.channels().generation();
-        if now != self.generation.load(Ordering::Relaxed) {
-            // Read before the lookup: a close after it bumps the generation again.
-            self.inner.route(self.channel)?;
-            self.generation.store(now, Ordering::Relaxed);
-        }
-        self.inner.send_on(&self.route, slices)
+        let route = self.route.confirm(&self.inner.channels, "shm")?;
+        self.inner.send_on(route, slices)
     }
 
     fn take(&self, sink: &mut ChannelSink<'_>) -> usize {
-        self.inner
-            .take_on(&self.route.link, self.route.wire_in(), sink)
+        let route = self.route.route();
+        self.inner.take_on(&route.link, route.wire_in(), sink)
     }
 }
 
@@ -788,14 +778,9 @@ impl TransportPlugin for ShmTransport {
     }
 
     fn fast_path(&self, channel: u64) -> Option<Box<dyn FastChannel>> {
-        let route = self.inner.route(channel).ok()?;
-        let generation = route.link.channels().generation();
-        // Still open after the generation was read: a close from now on bumps it.
-        self.inner.route(channel).ok()?;
+        let route = CachedRoute::new(&self.inner.channels, "shm", channel)?;
         Some(Box::new(ShmFast {
-            generation: AtomicU64::new(generation),
             inner: Arc::clone(&self.inner),
-            channel,
             route,
         }))
     }

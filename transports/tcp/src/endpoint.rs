@@ -15,11 +15,11 @@ use std::time::{Duration, Instant};
 use ipl_auth::{AuthError, Initiator, Responder, CHALLENGE_LEN, HELLO_LEN};
 use ipl_transport_abi::ffi::CloseCode;
 use ipl_transport_abi::{
-    ChannelSink, HostSink, TransportCapabilities, TransportError, TransportPlugin,
+    ChannelSink, FastChannel, HostSink, TransportCapabilities, TransportError, TransportPlugin,
 };
 use ipl_transport_kit::admission::{self, Admission, DeadlineIo, Slot};
 use ipl_transport_kit::channels::{
-    ChannelLink, ChannelTable, LinkChannels, PeerLink, Peers, Route,
+    CachedRoute, ChannelLink, ChannelTable, LinkChannels, PeerLink, Peers, Route,
 };
 use ipl_transport_kit::host::{host_id, HostId};
 use ipl_transport_kit::listen::ListenPlan;
@@ -687,25 +687,33 @@ impl Inner {
     /// Receiver-driven progress: renews the poll lease and delivers what arrived on
     /// every connection whose receive side nobody else holds; with `want`, that
     /// channel's connection first, its next message to the sink.
-    fn poll_conns(&self, mut want: Option<(u64, &mut ChannelSink<'_>)>) -> usize {
+    fn poll_conns(&self, want: Option<(u64, &mut ChannelSink<'_>)>) -> usize {
+        match want {
+            Some((ch, sink)) => match self.route(ch) {
+                Ok(route) => self.poll_conns_on(Some((&route.link, ch, sink))),
+                Err(_) => self.poll_conns_on(None),
+            },
+            None => self.poll_conns_on(None),
+        }
+    }
+
+    /// [`poll_conns`](Self::poll_conns) with the wanted channel's connection known.
+    fn poll_conns_on(&self, want: Option<(&Arc<Conn>, u64, &mut ChannelSink<'_>)>) -> usize {
         self.lease.touch();
-        let live = Arc::clone(&*self.live.read());
         let mut delivered = 0;
         let mut first: Option<*const Conn> = None;
-        if let Some((ch, sink)) = want.as_mut() {
-            if let Ok(route) = self.route(*ch) {
-                let c = &route.link;
-                first = Some(Arc::as_ptr(c));
-                if !c.rx_ended.load(Ordering::Acquire) {
-                    if let Some(mut rx) = c.rx.try_lock() {
-                        delivered += self.drain(c, &mut rx, Some((*ch, &mut **sink)), POLL_BUDGET);
-                    }
-                }
-                if sink.given() {
-                    return delivered;
+        if let Some((c, ch, sink)) = want {
+            first = Some(Arc::as_ptr(c));
+            if !c.rx_ended.load(Ordering::Acquire) {
+                if let Some(mut rx) = c.rx.try_lock() {
+                    delivered += self.drain(c, &mut rx, Some((ch, &mut *sink)), POLL_BUDGET);
                 }
             }
+            if sink.given() {
+                return delivered;
+            }
         }
+        let live = Arc::clone(&*self.live.read());
         let others = live
             .iter()
             .filter(|c| first != Some(Arc::as_ptr(c)) && !c.rx_ended.load(Ordering::Acquire));
@@ -752,6 +760,39 @@ impl Inner {
 
     fn route(&self, channel: u64) -> Result<Route<Conn>, TransportError> {
         self.channels.route("tcp", channel)
+    }
+
+    /// A data message on a route (the size checked against `max_message`).
+    fn send_on(&self, route: &Route<Conn>, slices: &[&[u8]]) -> Result<(), TransportError> {
+        let total: u64 = slices.iter().map(|s| s.len() as u64).sum();
+        let max = self.cfg.max_message;
+        let len = u32::try_from(total)
+            .ok()
+            .filter(|&l| l <= max)
+            .ok_or_else(|| {
+                TransportError::InvalidArgument(format!(
+                    "message of {total} bytes exceeds max_message ({max})"
+                ))
+            })?;
+        route
+            .link
+            .send_frame(route.wire, KIND_DATA, slices, len)
+            .map_err(|e| {
+                // A partly written frame leaves the stream unusable.
+                route.link.kill();
+                if net::is_timeout(&e) {
+                    TransportError::Timeout(format!(
+                        "tcp: the peer at {} took no data for {} ms (tcp.send_timeout_ms); connection closed",
+                        route.link.peer,
+                        self.cfg.send_timeout.as_millis()
+                    ))
+                } else {
+                    TransportError::Closed(format!(
+                        "tcp connection to {} failed: {e}",
+                        route.link.peer
+                    ))
+                }
+            })
     }
 }
 
@@ -991,35 +1032,7 @@ impl TransportPlugin for TcpTransport {
 
     fn send(&self, channel: u64, slices: &[&[u8]]) -> Result<(), TransportError> {
         let route = self.inner.route(channel)?;
-        let total: u64 = slices.iter().map(|s| s.len() as u64).sum();
-        let max = self.inner.cfg.max_message;
-        let len = u32::try_from(total)
-            .ok()
-            .filter(|&l| l <= max)
-            .ok_or_else(|| {
-                TransportError::InvalidArgument(format!(
-                    "message of {total} bytes exceeds max_message ({max})"
-                ))
-            })?;
-        route
-            .link
-            .send_frame(route.wire, KIND_DATA, slices, len)
-            .map_err(|e| {
-                // A partly written frame leaves the stream unusable.
-                route.link.kill();
-                if net::is_timeout(&e) {
-                    TransportError::Timeout(format!(
-                        "tcp: the peer at {} took no data for {} ms (tcp.send_timeout_ms); connection closed",
-                        route.link.peer,
-                        self.inner.cfg.send_timeout.as_millis()
-                    ))
-                } else {
-                    TransportError::Closed(format!(
-                        "tcp connection to {} failed: {e}",
-                        route.link.peer
-                    ))
-                }
-            })
+        self.inner.send_on(&route, slices)
     }
 
     fn progress(&self) -> usize {
@@ -1032,6 +1045,14 @@ impl TransportPlugin for TcpTransport {
 
     fn progress_end(&self) {
         self.inner.lease.end();
+    }
+
+    fn fast_path(&self, channel: u64) -> Option<Box<dyn FastChannel>> {
+        let route = CachedRoute::new(&self.inner.channels, "tcp", channel)?;
+        Some(Box::new(TcpFast {
+            inner: Arc::clone(&self.inner),
+            route,
+        }))
     }
 
     /// Sleeps in `poll` on every connection's socket (and an eventfd of this thread's own, for `interrupt`), so that the
@@ -1123,6 +1144,25 @@ impl TransportPlugin for TcpTransport {
             endpoint = format_args!("{:016x}", inner.id),
             "tcp endpoint shut down"
         );
+    }
+}
+
+/// One channel's fast path: its route, found once (see [`CachedRoute`]).
+struct TcpFast {
+    inner: Arc<Inner>,
+    route: CachedRoute<Conn>,
+}
+
+impl FastChannel for TcpFast {
+    fn send(&self, slices: &[&[u8]]) -> Result<(), TransportError> {
+        let route = self.route.confirm(&self.inner.channels, "tcp")?;
+        self.inner.send_on(route, slices)
+    }
+
+    fn take(&self, sink: &mut ChannelSink<'_>) -> usize {
+        let ch = self.route.channel();
+        self.inner
+            .poll_conns_on(Some((&self.route.route().link, ch, sink)))
     }
 }
 

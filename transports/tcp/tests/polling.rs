@@ -1,7 +1,8 @@
 //! Receiver-driven progress over tcp: a receiver that polls reads the socket itself
 //! (`take`, `progress`), its channel's next message handed to it, everything else
 //! delivered in order through the callbacks; once it stops polling (`progress_end`),
-//! or just goes away, the connection's reader thread delivers again.
+//! or just goes away, the connection's reader thread delivers again. A channel's fast
+//! path does the same on its channel.
 
 mod common;
 
@@ -13,6 +14,16 @@ use ipl_transport_abi::TransportCapabilities as C;
 
 fn index(m: &[u8]) -> u64 {
     u64::from_le_bytes(m[..8].try_into().unwrap())
+}
+
+/// tcp's fast path: the shared scenario (sends and takes on its channel, in order with
+/// the instance's, through another channel's close, failing after its own).
+#[test]
+fn a_fast_path_sends_and_takes_on_its_channel_until_it_closes() {
+    let s = PoolSecret::generate().unwrap();
+    let (a, _la) = endpoint(&config(&s));
+    let (b, lb) = endpoint(&config(&s));
+    ipl_transport_kit::testing::fast_path::fast_path_on_its_channel(a, &b, &lb);
 }
 
 #[test]
