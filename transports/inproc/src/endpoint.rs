@@ -1,12 +1,14 @@
 //! An in-process endpoint and the process-wide directory that finds endpoints by address.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
 use std::time::Duration;
 
 use ipl_transport_abi::ffi::CloseCode;
-use ipl_transport_abi::{HostSink, TransportCapabilities, TransportError, TransportPlugin};
+use ipl_transport_abi::{
+    ChannelSink, FastChannel, HostSink, TransportCapabilities, TransportError, TransportPlugin,
+};
 use ipl_transport_kit::gate::{Entered, Gate};
 use parking_lot::Mutex;
 
@@ -24,6 +26,42 @@ fn directory() -> &'static Mutex<HashMap<u64, Weak<Shared>>> {
 struct Peer {
     endpoint: Weak<Shared>,
     channel: u64,
+    /// Cleared when the channel leaves this side's table (closed here or by the peer,
+    /// or the endpoint shut down): a fast path that holds the peer sees it.
+    open: Arc<AtomicBool>,
+}
+
+impl Peer {
+    fn new(endpoint: Weak<Shared>, channel: u64) -> Peer {
+        Peer {
+            endpoint,
+            channel,
+            open: Arc::new(AtomicBool::new(true)),
+        }
+    }
+
+    /// Copies the message into a buffer of its own and hands it to the peer's host.
+    fn deliver(&self, slices: &[&[u8]]) -> Result<(), TransportError> {
+        let target = self
+            .endpoint
+            .upgrade()
+            .ok_or_else(|| TransportError::Closed("peer endpoint is gone".into()))?;
+        let total = slices.iter().map(|s| s.len()).sum();
+        let mut data = Vec::with_capacity(total);
+        for s in slices {
+            data.extend_from_slice(s);
+        }
+        let _e = target
+            .enter()
+            .ok_or_else(|| TransportError::Closed("peer endpoint is gone".into()))?;
+        // No lock is held here: the receiving host may send from inside the callback.
+        target.host.message_owned(self.channel, data);
+        Ok(())
+    }
+
+    fn closed(&self) {
+        self.open.store(false, Ordering::Release);
+    }
 }
 
 struct Shared {
@@ -62,9 +100,16 @@ impl Shared {
         self.channels.lock().get(&ch).cloned()
     }
 
+    /// Takes `ch` out of the table (its fast paths see it closed).
+    fn remove(&self, ch: u64) -> Option<Peer> {
+        let peer = self.channels.lock().remove(&ch)?;
+        peer.closed();
+        Some(peer)
+    }
+
     /// The peer side closed or lost `ch`: forget it and tell our host.
     fn remote_closed(&self, ch: u64, code: CloseCode, detail: &str) {
-        let known = self.channels.lock().remove(&ch).is_some();
+        let known = self.remove(ch).is_some();
         if known {
             if let Some(_e) = self.enter() {
                 self.host.channel_closed(ch, code, detail);
@@ -144,21 +189,15 @@ impl TransportPlugin for InProcTransport {
             .ok_or_else(|| TransportError::Refused(format!("no inproc endpoint {id}")))?;
         // Reserve our side first so the peer can answer as soon as it hears of the channel.
         let ours = self.shared.next_channel.fetch_add(1, Ordering::Relaxed);
-        let theirs = target.add_channel(Peer {
-            endpoint: Arc::downgrade(&self.shared),
-            channel: ours,
-        });
-        self.shared.channels.lock().insert(
-            ours,
-            Peer {
-                endpoint: Arc::downgrade(&target),
-                channel: theirs,
-            },
-        );
+        let theirs = target.add_channel(Peer::new(Arc::downgrade(&self.shared), ours));
+        self.shared
+            .channels
+            .lock()
+            .insert(ours, Peer::new(Arc::downgrade(&target), theirs));
         match target.enter() {
             Some(_e) => target.host.channel_opened(theirs),
             None => {
-                self.shared.channels.lock().remove(&ours);
+                self.shared.remove(ours);
                 return Err(TransportError::Refused(format!(
                     "inproc endpoint {id} is closing"
                 )));
@@ -168,29 +207,20 @@ impl TransportPlugin for InProcTransport {
     }
 
     fn send(&self, channel: u64, slices: &[&[u8]]) -> Result<(), TransportError> {
-        let peer = self
-            .shared
+        self.shared
             .peer(channel)
-            .ok_or_else(|| TransportError::Closed(format!("no channel {channel}")))?;
-        let target = peer
-            .endpoint
-            .upgrade()
-            .ok_or_else(|| TransportError::Closed("peer endpoint is gone".into()))?;
-        let total = slices.iter().map(|s| s.len()).sum();
-        let mut data = Vec::with_capacity(total);
-        for s in slices {
-            data.extend_from_slice(s);
-        }
-        let _e = target
-            .enter()
-            .ok_or_else(|| TransportError::Closed("peer endpoint is gone".into()))?;
-        // No lock is held here: the receiving host may send from inside the callback.
-        target.host.message_owned(peer.channel, data);
-        Ok(())
+            .ok_or_else(|| TransportError::Closed(format!("no channel {channel}")))?
+            .deliver(slices)
+    }
+
+    /// The channel's far end, held: a send checks a flag instead of the table's lock.
+    fn fast_path(&self, channel: u64) -> Option<Box<dyn FastChannel>> {
+        let peer = self.shared.peer(channel)?;
+        Some(Box::new(InProcFast { channel, peer }))
     }
 
     fn close_channel(&self, channel: u64) {
-        let peer = self.shared.channels.lock().remove(&channel);
+        let peer = self.shared.remove(channel);
         if let Some(peer) = peer {
             if let Some(t) = peer.endpoint.upgrade() {
                 t.remote_closed(peer.channel, CloseCode::CLOSED_BY_PEER, "closed by peer");
@@ -209,10 +239,34 @@ impl TransportPlugin for InProcTransport {
             .map(|(_, p)| p)
             .collect();
         for peer in channels {
+            peer.closed();
             if let Some(t) = peer.endpoint.upgrade() {
                 t.remote_closed(peer.channel, CloseCode::LOST, "peer endpoint destroyed");
             }
         }
         tracing::debug!(endpoint = self.shared.id, "inproc endpoint destroyed");
+    }
+}
+
+/// One channel's fast path: its far end, found once.
+struct InProcFast {
+    channel: u64,
+    peer: Peer,
+}
+
+impl FastChannel for InProcFast {
+    fn send(&self, slices: &[&[u8]]) -> Result<(), TransportError> {
+        if !self.peer.open.load(Ordering::Acquire) {
+            return Err(TransportError::Closed(format!(
+                "no channel {}",
+                self.channel
+            )));
+        }
+        self.peer.deliver(slices)
+    }
+
+    /// inproc delivers every message through the host's callback: nothing to take.
+    fn take(&self, _sink: &mut ChannelSink<'_>) -> usize {
+        0
     }
 }

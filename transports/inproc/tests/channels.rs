@@ -136,3 +136,33 @@ fn concurrent_senders_and_destroy_do_not_crash() {
     let sent: usize = threads.into_iter().map(|t| t.join().unwrap()).sum();
     assert_eq!(log.messages.lock().unwrap().len(), sent);
 }
+
+/// inproc's fast path: the shared scenario (its messages come through the callback,
+/// which the scenario counts; its sends fail once the channel closed, and after the
+/// endpoint is gone).
+#[test]
+fn a_fast_path_sends_on_its_channel_until_it_closes() {
+    let p = plugin();
+    let (a, _la) = ipl_transport_kit::testing::endpoint(&p, "");
+    let (b, lb) = ipl_transport_kit::testing::endpoint(&p, "");
+    ipl_transport_kit::testing::fast_path::fast_path_on_its_channel(a, &b, &lb);
+}
+
+/// A fast path of the accepting side fails too once the connecting side closed the
+/// channel (the close reaches the far end's table).
+#[test]
+fn a_fast_path_fails_once_the_peer_closed_its_channel() {
+    let p = plugin();
+    let (a, _la) = ipl_transport_kit::testing::endpoint(&p, "");
+    let (b, lb) = ipl_transport_kit::testing::endpoint(&p, "");
+    let ch = ipl_transport_kit::testing::connect(&a, &b);
+    let theirs = lb.wait("the channel", |e| e.opened.len() == 1).opened[0];
+    let back = b.fast_path(theirs).expect("inproc has fast paths");
+    back.send(&[b"hello"]).unwrap();
+    a.close_channel(ch);
+    lb.until("the close", |e| e.closed.len() == 1);
+    assert!(matches!(
+        back.send(&[b"late"]),
+        Err(TransportError::Closed(_))
+    ));
+}
