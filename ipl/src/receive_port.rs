@@ -567,55 +567,63 @@ impl PortShared {
                 let until = s + timeout.map_or(budget, |d| d.min(budget));
                 (t < until).then_some(t)
             };
-            let polled = self.polled_instances();
-            if polled.is_empty() {
-                while !self.ready.load(Ordering::Acquire) && keep_polling().is_some() {
-                    std::thread::yield_now();
-                }
-            } else {
-                // Receiver-driven progress: this thread moves messages out of the
-                // transports itself. It spins without a system call (a yield costs more
-                // than a shared-memory round trip), yielding every YIELD_EVERY so that
-                // other threads on a busy CPU still run.
-                //
-                // A port with one connection asks its transport for that channel's next
-                // message directly (see `direct`).
-                let direct = self.direct();
-                let mut rounds = 0u32;
-                let mut next_yield: Option<Instant> = None;
-                while !self.ready.load(Ordering::Acquire) {
-                    let mut delivered = 0;
-                    for (slot, t) in &polled {
-                        delivered += match &direct {
-                            Some(d) if d.key.0 == *slot => {
-                                d.take(t, |key, buf| self.accept_taken(key, buf, &mut taken))
-                            }
-                            _ => t.progress(),
-                        };
+            // A first look through the direct channel's fast path, before the polled
+            // transports are gathered: a message that is there already (a stream, a
+            // busy server, a reply that came first) costs no more than that.
+            let direct = self.direct();
+            if let Some(Direct { key, fast: Some(f) }) = direct.as_deref() {
+                f.take(|buf| self.accept_taken(*key, buf, &mut taken));
+            }
+            if taken.is_none() {
+                let polled = self.polled_instances();
+                if polled.is_empty() {
+                    while !self.ready.load(Ordering::Acquire) && keep_polling().is_some() {
+                        std::thread::yield_now();
                     }
-                    if taken.is_some() {
-                        break;
-                    }
-                    rounds = rounds.wrapping_add(1);
-                    if delivered == 0 {
-                        std::hint::spin_loop();
-                    }
-                    if rounds.is_multiple_of(8) {
-                        let Some(t) = keep_polling() else {
+                } else {
+                    // Receiver-driven progress: this thread moves messages out of the
+                    // transports itself. It spins without a system call (a yield costs more
+                    // than a shared-memory round trip), yielding every YIELD_EVERY so that
+                    // other threads on a busy CPU still run.
+                    //
+                    // A port with one connection asks its transport for that channel's next
+                    // message directly (see `direct`).
+                    let mut rounds = 0u32;
+                    let mut next_yield: Option<Instant> = None;
+                    while !self.ready.load(Ordering::Acquire) {
+                        let mut delivered = 0;
+                        for (slot, t) in &polled {
+                            delivered += match &direct {
+                                Some(d) if d.key.0 == *slot => {
+                                    d.take(t, |key, buf| self.accept_taken(key, buf, &mut taken))
+                                }
+                                _ => t.progress(),
+                            };
+                        }
+                        if taken.is_some() {
                             break;
-                        };
-                        let due = *next_yield.get_or_insert(t + YIELD_EVERY);
-                        if t >= due {
-                            std::thread::yield_now();
-                            next_yield = Some(t + YIELD_EVERY);
+                        }
+                        rounds = rounds.wrapping_add(1);
+                        if delivered == 0 {
+                            std::hint::spin_loop();
+                        }
+                        if rounds.is_multiple_of(8) {
+                            let Some(t) = keep_polling() else {
+                                break;
+                            };
+                            let due = *next_yield.get_or_insert(t + YIELD_EVERY);
+                            if t >= due {
+                                std::thread::yield_now();
+                                next_yield = Some(t + YIELD_EVERY);
+                            }
                         }
                     }
-                }
-                if taken.is_none() && !self.ready.load(Ordering::Acquire) {
-                    // This thread is about to sleep: the transports' own threads must
-                    // deliver from now on.
-                    for (_, t) in &polled {
-                        t.progress_end();
+                    if taken.is_none() && !self.ready.load(Ordering::Acquire) {
+                        // This thread is about to sleep: the transports' own threads must
+                        // deliver from now on.
+                        for (_, t) in &polled {
+                            t.progress_end();
+                        }
                     }
                 }
             }

@@ -337,16 +337,17 @@ fn send_with(
     call: impl FnOnce(*const RawSlice, usize, *mut OutBuf) -> Status,
 ) -> Result<(), TransportError> {
     const INLINE: usize = 8;
-    let mut inline = [RawSlice::from_slice(&[]); INLINE];
+    // Not initialised beyond the slices: the plugin reads only the first `n`.
+    let mut inline = [std::mem::MaybeUninit::<RawSlice>::uninit(); INLINE];
     let heap: Vec<RawSlice>;
-    let raw: &[RawSlice] = if slices.len() <= INLINE {
+    let (ptr, n): (*const RawSlice, usize) = if slices.len() <= INLINE {
         for (d, s) in inline.iter_mut().zip(slices) {
-            *d = RawSlice::from_slice(s);
+            d.write(RawSlice::from_slice(s));
         }
-        &inline[..slices.len()]
+        (inline.as_ptr().cast(), slices.len())
     } else {
         heap = slices.iter().map(|s| RawSlice::from_slice(s)).collect();
-        &heap
+        (heap.as_ptr(), heap.len())
     };
     // Not zeroed: a send is hot, and only a failed one reads the buffer.
     let mut buf = [std::mem::MaybeUninit::<u8>::uninit(); 256];
@@ -355,7 +356,7 @@ fn send_with(
         cap: buf.len(),
         len: 0,
     };
-    let st = guard_call(|| call(raw.as_ptr(), raw.len(), &mut err));
+    let st = guard_call(|| call(ptr, n, &mut err));
     if st == Status::OK {
         Ok(())
     } else {

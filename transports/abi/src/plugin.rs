@@ -475,11 +475,16 @@ unsafe fn with_slices<R>(slices: *const RawSlice, n: usize, f: impl FnOnce(&[&[u
     let view = |s: &RawSlice| -> &[u8] { unsafe { s.as_slice() } };
     const INLINE: usize = 8;
     if raw.len() <= INLINE {
-        let mut parts: [&[u8]; INLINE] = [&[]; INLINE];
+        // Only the first `raw.len()` are written, and only those are read.
+        let mut parts = [std::mem::MaybeUninit::<&[u8]>::uninit(); INLINE];
         for (d, s) in parts.iter_mut().zip(raw) {
-            *d = view(s);
+            d.write(view(s));
         }
-        f(&parts[..raw.len()])
+        // SAFETY: the first raw.len() (at most INLINE) elements were initialised just
+        // above; MaybeUninit<T> has the layout of T.
+        let parts: &[&[u8]] =
+            unsafe { std::slice::from_raw_parts(parts.as_ptr().cast(), raw.len()) };
+        f(parts)
     } else {
         let parts: Vec<&[u8]> = raw.iter().map(view).collect();
         f(&parts)
