@@ -575,8 +575,18 @@ impl PortShared {
                 f.take(|buf| self.accept_taken(*key, buf, &mut taken));
             }
             if taken.is_none() {
-                let polled = self.polled_instances();
-                if polled.is_empty() {
+                // The direct channel's fast path when its transport is the only one
+                // polled: the loop takes through it alone, and gathers the transports
+                // only if it ends without a message.
+                let alone = direct.as_deref().and_then(|d| {
+                    let only = self.polled.load(Ordering::Relaxed) == 1u64 << d.key.0;
+                    d.fast.as_ref().filter(|_| only).map(|f| (d.key, f))
+                });
+                let polled = match alone {
+                    Some(_) => PolledInstances::new(),
+                    None => self.polled_instances(),
+                };
+                if polled.is_empty() && alone.is_none() {
                     while !self.ready.load(Ordering::Acquire) && keep_polling().is_some() {
                         std::thread::yield_now();
                     }
@@ -592,6 +602,9 @@ impl PortShared {
                     let mut next_yield: Option<Instant> = None;
                     while !self.ready.load(Ordering::Acquire) {
                         let mut delivered = 0;
+                        if let Some((key, f)) = alone {
+                            delivered += f.take(|buf| self.accept_taken(key, buf, &mut taken));
+                        }
                         for (slot, t) in &polled {
                             delivered += match &direct {
                                 Some(d) if d.key.0 == *slot => {
@@ -621,7 +634,15 @@ impl PortShared {
                     if taken.is_none() && !self.ready.load(Ordering::Acquire) {
                         // This thread is about to sleep: the transports' own threads must
                         // deliver from now on.
-                        for (_, t) in &polled {
+                        let gathered;
+                        let polled = match alone {
+                            Some(_) => {
+                                gathered = self.polled_instances();
+                                &gathered
+                            }
+                            None => &polled,
+                        };
+                        for (_, t) in polled {
                             t.progress_end();
                         }
                     }
