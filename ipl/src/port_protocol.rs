@@ -29,12 +29,11 @@ use crate::protocol::{Control, RejectReason};
 /// connection (its channel), `O` is what the port keeps of its sender.
 #[derive(Debug)]
 pub(crate) struct Admission<K, O> {
-    /// Accepted connections.
-    connections: FxHashMap<K, O>,
+    /// Accepted connections, each with the bytes of its messages finished since its
+    /// credits were last returned.
+    connections: FxHashMap<K, (O, u64)>,
     /// Connects that arrived while a message was outstanding: accepted at its finish.
     pending: Vec<(K, O)>,
-    /// Bytes of messages finished per connection since credits were last returned.
-    finished: FxHashMap<K, u64>,
     /// A message is handed out and not finished yet.
     outstanding: bool,
     enabled: bool,
@@ -75,7 +74,6 @@ impl<K: Copy + Eq + Hash, O: Clone> Admission<K, O> {
         Admission {
             connections: FxHashMap::default(),
             pending: Vec::new(),
-            finished: FxHashMap::default(),
             outstanding: false,
             enabled: false,
             closed: false,
@@ -128,7 +126,7 @@ impl<K: Copy + Eq + Hash, O: Clone> Admission<K, O> {
             self.pending.push((key, origin));
             Admitted::Deferred
         } else {
-            self.connections.insert(key, origin);
+            self.connections.insert(key, (origin, 0));
             Admitted::Accepted
         }
     }
@@ -149,16 +147,14 @@ impl<K: Copy + Eq + Hash, O: Clone> Admission<K, O> {
     pub(crate) fn finished(&mut self, key: K, cost: u64) -> Finished<K, O> {
         self.outstanding = false;
         let half = self.window / 2;
-        let credit = if self.connections.contains_key(&key) {
-            let n = self.finished.entry(key).or_insert(0);
+        // One lookup: a message is finished for every message received.
+        let credit = self.connections.get_mut(&key).and_then(|(_, n)| {
             *n = n.saturating_add(cost);
             (*n >= half).then(|| std::mem::take(n))
-        } else {
-            None
-        };
+        });
         let accepted = std::mem::take(&mut self.pending);
         for (k, o) in &accepted {
-            self.connections.insert(*k, o.clone());
+            self.connections.insert(*k, (o.clone(), 0));
         }
         Finished { credit, accepted }
     }
@@ -166,8 +162,7 @@ impl<K: Copy + Eq + Hash, O: Clone> Admission<K, O> {
     /// Connection `key` ended (Disconnect, closed or lost), connected or deferred: its
     /// sender, if it was one of this port's. Credits it had not been returned are not.
     pub(crate) fn ended(&mut self, key: K) -> Option<O> {
-        self.finished.remove(&key);
-        self.connections.remove(&key).or_else(|| {
+        self.connections.remove(&key).map(|(o, _)| o).or_else(|| {
             let i = self.pending.iter().position(|(k, _)| *k == key)?;
             Some(self.pending.remove(i).1)
         })
@@ -175,12 +170,12 @@ impl<K: Copy + Eq + Hash, O: Clone> Admission<K, O> {
 
     /// The sender of connection `key`, if it is connected.
     pub(crate) fn connection(&self, key: &K) -> Option<&O> {
-        self.connections.get(key)
+        self.connections.get(key).map(|(o, _)| o)
     }
 
     /// The connected senders.
     pub(crate) fn connections(&self) -> impl Iterator<Item = (&K, &O)> {
-        self.connections.iter()
+        self.connections.iter().map(|(k, (o, _))| (k, o))
     }
 
     /// The connected channels.
@@ -201,9 +196,8 @@ impl<K: Copy + Eq + Hash, O: Clone> Admission<K, O> {
     /// Takes every connection and every deferred connect out (the port closes them):
     /// (connected, deferred).
     pub(crate) fn drain(&mut self) -> (Senders<K, O>, Senders<K, O>) {
-        self.finished.clear();
         (
-            self.connections.drain().collect(),
+            self.connections.drain().map(|(k, (o, _))| (k, o)).collect(),
             std::mem::take(&mut self.pending),
         )
     }
