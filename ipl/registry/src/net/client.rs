@@ -672,10 +672,15 @@ fn reader_loop(
             ServerMsg::HeartbeatAck { .. } => {}
         }
     };
+    // Members of this process still in a pool through this connection: only they lose
+    // anything (after every member left, a server that stops is no news).
+    let members = shared.state.lock().members.len();
     if closing.load(Ordering::SeqCst) {
         tracing::debug!(server = %server, "registry connection closed");
+    } else if members == 0 {
+        tracing::debug!(server = %server, reason = %reason, "registry connection ended after every member left");
     } else {
-        tracing::warn!(server = %server, reason = %reason, "lost the registry connection; its members are considered dead");
+        tracing::warn!(server = %server, reason = %reason, members, "lost the registry connection; its members are considered dead");
     }
     shared.fail(RegistryError::Disconnected(reason));
 }
