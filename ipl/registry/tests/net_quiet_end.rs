@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use ipl_auth::PoolSecret;
-use ipl_registry::{JoinRequest, NetRegistry, PoolConfig, RegistryServer};
+use ipl_registry::{JoinRequest, NetRegistry, PoolConfig, Registry, RegistryServer, ServerHandle};
 use tracing_subscriber::layer::{Context, SubscriberExt};
 use tracing_subscriber::Layer;
 
@@ -48,6 +48,23 @@ fn until_disconnected(client: &NetRegistry) {
     }
 }
 
+/// A new server, a client of it, and that client's one member of pool `pool` (closed).
+fn member_of_a_new_server(
+    secret: &PoolSecret,
+    pool: &str,
+) -> (ServerHandle, NetRegistry, Registry) {
+    let server = RegistryServer::bind("127.0.0.1:0", secret.clone())
+        .unwrap()
+        .run_in_background()
+        .unwrap();
+    let client = NetRegistry::connect(server.local_addr(), secret, T).unwrap();
+    let member = client
+        .join(pool, PoolConfig::closed_world(1), JoinRequest::new("m"))
+        .unwrap();
+    member.wait_until_pool_closed(Some(T)).unwrap();
+    (server, client, member)
+}
+
 #[test]
 fn a_server_that_stops_warns_only_a_client_with_members_left() {
     let seen = Arc::new(Mutex::new(Vec::new()));
@@ -59,15 +76,7 @@ fn a_server_that_stops_warns_only_a_client_with_members_left() {
     let lost = |w: &Vec<String>| w.iter().filter(|m| m.contains("lost the registry")).count();
 
     // Every member left, then the server stops: no warning.
-    let server = RegistryServer::bind("127.0.0.1:0", secret.clone())
-        .unwrap()
-        .run_in_background()
-        .unwrap();
-    let client = NetRegistry::connect(server.local_addr(), &secret, T).unwrap();
-    let member = client
-        .join("quiet", PoolConfig::closed_world(1), JoinRequest::new("a"))
-        .unwrap();
-    member.wait_until_pool_closed(Some(T)).unwrap();
+    let (server, client, member) = member_of_a_new_server(&secret, "quiet");
     member.leave().unwrap();
     server.shutdown();
     until_disconnected(&client);
@@ -75,15 +84,7 @@ fn a_server_that_stops_warns_only_a_client_with_members_left() {
     assert_eq!(lost(&quiet), 0, "{quiet:?}");
 
     // A member still in its pool when the server stops: warned.
-    let server = RegistryServer::bind("127.0.0.1:0", secret.clone())
-        .unwrap()
-        .run_in_background()
-        .unwrap();
-    let client = NetRegistry::connect(server.local_addr(), &secret, T).unwrap();
-    let member = client
-        .join("loud", PoolConfig::closed_world(1), JoinRequest::new("b"))
-        .unwrap();
-    member.wait_until_pool_closed(Some(T)).unwrap();
+    let (server, client, member) = member_of_a_new_server(&secret, "loud");
     server.shutdown();
     until_disconnected(&client);
     let end = Instant::now() + T;

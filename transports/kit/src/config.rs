@@ -5,6 +5,28 @@
 
 use ipl_transport_abi::TransportError;
 
+/// The length of a message made of `slices`, checked against `max_message` before it
+/// is sent: an [`InvalidArgument`](TransportError::InvalidArgument) error if it is larger
+/// (or does not fit the 32-bit length of a frame).
+///
+/// ```
+/// use ipl_transport_kit::config::message_len;
+/// assert_eq!(message_len(&[b"ab", b"cde"], 5).unwrap(), 5);
+/// let e = message_len(&[b"abcdef"], 5).unwrap_err().to_string();
+/// assert!(e.contains("message of 6 bytes exceeds max_message (5)"), "{e}");
+/// ```
+pub fn message_len(slices: &[&[u8]], max_message: u32) -> Result<u32, TransportError> {
+    let total: u64 = slices.iter().map(|s| s.len() as u64).sum();
+    u32::try_from(total)
+        .ok()
+        .filter(|&l| l <= max_message)
+        .ok_or_else(|| {
+            TransportError::InvalidArgument(format!(
+                "message of {total} bytes exceeds max_message ({max_message})"
+            ))
+        })
+}
+
 /// The `(key, value)` pairs of a configuration text, in order; a line without `=` is an
 /// [`InvalidArgument`](TransportError::InvalidArgument) error naming `transport` and
 /// the line.

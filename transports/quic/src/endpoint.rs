@@ -9,6 +9,7 @@ use std::sync::{Arc, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
 use ipl_transport_abi::{HostSink, TransportCapabilities, TransportError, TransportPlugin};
+use ipl_transport_kit::config::message_len;
 use ipl_transport_kit::host::{host_id, HostId};
 use ipl_transport_kit::listen::ListenPlan;
 use ipl_transport_kit::{dial, BufferPool};
@@ -383,16 +384,8 @@ impl TransportPlugin for QuicTransport {
     }
 
     fn send(&self, channel: u64, slices: &[&[u8]]) -> Result<(), TransportError> {
-        let total: u64 = slices.iter().map(|s| s.len() as u64).sum();
-        let max = self.inner.cfg.max_message;
-        let len = u32::try_from(total)
-            .ok()
-            .filter(|&l| l <= max)
-            .ok_or_else(|| {
-                TransportError::InvalidArgument(format!(
-                    "message of {total} bytes exceeds max_message ({max})"
-                ))
-            })?;
+        let len = message_len(slices, self.inner.cfg.max_message)?;
+        let total = u64::from(len);
         let d = &self.inner.driver;
         let mut g = d.lock();
         while g.engine.is_busy(channel) {

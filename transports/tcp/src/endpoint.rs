@@ -32,6 +32,7 @@ use crate::net;
 use crate::rx::{Fill, Frame, FrameReader};
 use crate::wire::{self, KIND_CLOSE, KIND_DATA, KIND_OPEN, MAGIC, OPENED_BY_SENDER};
 use crate::Address;
+use ipl_transport_kit::config::message_len;
 use ipl_transport_kit::park::Parking;
 use parking_lot::{Mutex, RwLock};
 
@@ -764,16 +765,7 @@ impl Inner {
 
     /// A data message on a route (the size checked against `max_message`).
     fn send_on(&self, route: &Route<Conn>, slices: &[&[u8]]) -> Result<(), TransportError> {
-        let total: u64 = slices.iter().map(|s| s.len() as u64).sum();
-        let max = self.cfg.max_message;
-        let len = u32::try_from(total)
-            .ok()
-            .filter(|&l| l <= max)
-            .ok_or_else(|| {
-                TransportError::InvalidArgument(format!(
-                    "message of {total} bytes exceeds max_message ({max})"
-                ))
-            })?;
+        let len = message_len(slices, self.cfg.max_message)?;
         route
             .link
             .send_frame(route.wire, KIND_DATA, slices, len)
