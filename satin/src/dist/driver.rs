@@ -830,12 +830,15 @@ impl Driver {
             let n = n as u32;
             if n == self.master && !died && self.phase != Phase::Running {
                 // The master left (leaving is the last thing it does): the run is
-                // over, there is nothing to hand over. If its link broke first (its
-                // `Exit` may have been lost with it), the user should know.
-                if self.master_suspect.is_some() {
+                // over, there is nothing to hand over. It leaves once its members
+                // disconnected after its `Exit`, or after it waited for them in vain:
+                // an `Exit` that never came here (the registry's word can also come
+                // before this member saw its link break) means the link to it broke,
+                // and the user should know.
+                if self.master_suspect.is_some() || (self.phase == Phase::Ending && !self.exit) {
                     tracing::warn!(
-                        "lost the connection to the master, {}, at the end of the run; \
-                         it left: leaving",
+                        "lost the connection to the master, {}, at the end of the run: \
+                         it left without its Exit reaching this member; leaving",
                         self.who(n)
                     );
                 }
