@@ -129,7 +129,7 @@ fn removed_ranks(o: &LaunchOutcome) -> Vec<usize> {
 
 /// Two members, one worker each, on `nqueens 14` (seconds of work in a debug build):
 /// both are busy (efficiency well above 50 %), so the coordinator asks `ipl-run` for
-/// a member (at most 3: one), which joins and runs stolen jobs.
+/// a member (at most 3: one at a time), which joins and runs stolen jobs.
 ///
 /// Without adaptivity (checked with `SATIN_ADAPT=0`) no third process starts and
 /// `adapt_added` is 0: the test fails.
@@ -144,11 +144,20 @@ fn a_busy_pool_grows_and_the_new_member_takes_work() {
         "{kv:?}"
     );
     assert!(count(&kv, "adapt_added") >= 1, "{kv:?}");
-    assert_eq!(o.ends.len(), 3, "a third process was started: {o:?}");
+    // Every process the launcher started, and those it removed again: on a loaded
+    // machine the coordinator may also shrink the pool and grow it once more (a CI run
+    // removed member-2 and added member-3), never past the maximum of 3.
+    let started = o.ends.len();
+    let removed = removed_ranks(&o).len();
+    assert!(started >= 3, "no third process was started: {o:?}");
+    assert!(
+        started - removed <= 3,
+        "more than 3 members at the end: {o:?}"
+    );
     let ran = executed_by(&kv);
     assert!(
-        ran.get("member-2").is_some_and(|n| *n > 0),
-        "the added member-2 ran stolen jobs: {kv:?}"
+        (2..started).any(|r| ran.get(&format!("member-{r}")).is_some_and(|n| *n > 0)),
+        "no added member ran stolen jobs: {kv:?}"
     );
 }
 
