@@ -662,7 +662,11 @@ impl PortShared {
                 .store(next.as_nanos() as u64, Ordering::Relaxed);
         };
         if let Some(m) = taken {
-            adapt(true, waited(false, start, now));
+            // Taken at the first look with the budget at its maximum: nothing to learn
+            // (the budget would be set to the maximum again).
+            if start.is_some() || budget != max {
+                adapt(true, waited(false, start, now));
+            }
             return Ok(Some(m));
         }
         // Where this receive sleeps if nothing comes (see `receive_wait::sleep_in`): in
