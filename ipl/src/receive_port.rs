@@ -662,9 +662,7 @@ impl PortShared {
                 .store(next.as_nanos() as u64, Ordering::Relaxed);
         };
         if let Some(m) = taken {
-            // Taken at the first look with the budget at its maximum: nothing to learn
-            // (the budget would be set to the maximum again).
-            if start.is_some() || budget != max {
+            if start.is_some() || receive_wait::first_look_changes_budget(max, budget) {
                 adapt(true, waited(false, start, now));
             }
             return Ok(Some(m));

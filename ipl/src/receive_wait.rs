@@ -64,6 +64,14 @@ pub(crate) fn next_budget(max: Duration, current: Duration, seen: Seen) -> Durat
     }
 }
 
+/// Whether a message taken by the receive's first look (no clock read, so no wait to
+/// learn from) can change the budget: only when the budget is below the configured
+/// one, which [`next_budget`] then restores. The receive port skips the update
+/// otherwise (the common case of a busy port).
+pub(crate) fn first_look_changes_budget(max: Duration, current: Duration) -> bool {
+    current != max
+}
+
 /// Where a receive that found nothing sleeps.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum SleepIn {
@@ -148,6 +156,21 @@ mod tests {
             b = next_budget(max, b, seen(false, 1000, false));
         }
         assert_eq!(b, MIN_BUDGET);
+    }
+
+    #[test]
+    fn a_first_look_changes_the_budget_exactly_when_next_budget_does() {
+        let max = US * 50;
+        for current in [MIN_BUDGET, US * 3, US * 25, max, US * 160, LEARN_LIMIT] {
+            for awaited in [false, true] {
+                let next = next_budget(max, current, seen(true, 0, awaited));
+                assert_eq!(
+                    first_look_changes_budget(max, current),
+                    next != current,
+                    "{current:?}, awaited {awaited}"
+                );
+            }
+        }
     }
 
     #[test]
