@@ -60,6 +60,7 @@ pub mod config;
 pub mod error;
 mod ibis;
 pub mod identifiers;
+mod lane;
 pub mod launcher;
 mod message;
 pub mod negotiate;

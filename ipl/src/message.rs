@@ -2,7 +2,6 @@
 //! receive port). Both enforce the port type's serialization level.
 
 use std::borrow::Cow;
-use std::sync::Arc;
 
 use ipl_serialization::{ArraySpan, Level, MessageReader, MessageWriter, Primitive};
 use ipl_transport_abi::ReceivedBuffer;
@@ -12,7 +11,7 @@ use serde::Serialize;
 use crate::capabilities::PortCapabilities;
 use crate::error::{IplError, Result};
 use crate::identifiers::SendPortIdentifier;
-use crate::receive_port::PortShared;
+use crate::receive_port::Source;
 use crate::send_port::SendPort;
 
 fn check(allowed: Level, needed: Level) -> Result<()> {
@@ -127,10 +126,10 @@ impl Drop for WriteMessage<'_, '_> {
 /// and lets the port deliver its next message.
 pub struct ReadMessage {
     pub(crate) key: crate::ibis::ChannelKey,
-    pub(crate) port: Arc<PortShared>,
     pub(crate) reader: MessageReader<ReceivedBuffer>,
-    pub(crate) origin: Arc<SendPortIdentifier>,
+    pub(crate) source: Source,
     pub(crate) seq: u64,
+    pub(crate) port_type: crate::PortType,
     pub(crate) level: Level,
     pub(crate) finished: bool,
 }
@@ -138,7 +137,7 @@ pub struct ReadMessage {
 impl std::fmt::Debug for ReadMessage {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ReadMessage")
-            .field("origin", &self.origin)
+            .field("origin", self.source.origin())
             .field("remaining", &self.reader.remaining())
             .finish()
     }
@@ -155,7 +154,7 @@ impl ReadMessage {
         use crate::identifiers::ReceivePortIdentifier;
         use ipl_registry::{IbisIdentifier, MemberId};
         let member = IbisIdentifier::new(MemberId(0), "fuzz", "fuzz", "fuzz", Vec::new());
-        let port = PortShared::new(
+        let port = crate::receive_port::PortShared::new(
             ReceivePortIdentifier {
                 ibis: member.clone(),
                 name: "fuzz".into(),
@@ -169,13 +168,16 @@ impl ReadMessage {
         );
         ReadMessage {
             key: (0, 0),
-            port: Arc::new(port),
             reader: MessageReader::new(ipl_transport_abi::PluginBuffer::owned(payload).into()),
-            origin: Arc::new(SendPortIdentifier {
-                ibis: member,
-                name: "fuzz".into(),
-            }),
+            source: Source::Queued {
+                port,
+                origin: std::sync::Arc::new(SendPortIdentifier {
+                    ibis: member,
+                    name: "fuzz".into(),
+                }),
+            },
             seq: 0,
+            port_type,
             level: port_type.serialization(),
             finished: false,
         }
@@ -183,16 +185,12 @@ impl ReadMessage {
 
     /// The send port that sent this message.
     pub fn origin(&self) -> &SendPortIdentifier {
-        &self.origin
+        self.source.origin()
     }
 
     /// The message's sequence number at its send port (needs `communication.numbered`).
     pub fn sequence_number(&self) -> Result<u64> {
-        if self
-            .port
-            .port_type
-            .has(PortCapabilities::COMMUNICATION_NUMBERED)
-        {
+        if self.port_type.has(PortCapabilities::COMMUNICATION_NUMBERED) {
             Ok(self.seq)
         } else {
             Err(IplError::CapabilityNotRequested("communication.numbered"))
@@ -268,7 +266,7 @@ impl ReadMessage {
         if !self.finished {
             self.finished = true;
             let cost = crate::protocol::cost(self.reader.get_ref().len());
-            self.port.message_finished(self.key, cost);
+            self.source.finished(self.key, cost);
         }
     }
 }

@@ -42,6 +42,9 @@ pub(crate) struct Admission<K, O> {
     window: u64,
     /// The port type allows many senders.
     many_senders: bool,
+    /// The connection whose outstanding flag and finished bytes are lent to the
+    /// port's lane (see [`lend`](Self::lend)).
+    lent: Option<K>,
 }
 
 /// Senders by connection.
@@ -79,7 +82,46 @@ impl<K: Copy + Eq + Hash, O: Clone> Admission<K, O> {
             closed: false,
             window,
             many_senders,
+            lent: None,
         }
+    }
+
+    /// Lends the common path to connection `key` (the port's lane, see `crate::lane`),
+    /// if the port is in the state where only a data message of that connection can
+    /// change it: open, `key` its only connection, no deferred connect and no message
+    /// outstanding. Returns the bytes finished and not yet returned as credits, which
+    /// the lane keeps from now on (the connection's count here is zero until
+    /// [`restore`](Self::restore)). The other operations are made only while nothing is
+    /// lent.
+    pub(crate) fn lend(&mut self, key: K) -> Option<u64> {
+        if self.lent.is_some()
+            || self.closed
+            || self.outstanding
+            || !self.pending.is_empty()
+            || self.connections.len() != 1
+        {
+            return None;
+        }
+        let (_, n) = self.connections.get_mut(&key)?;
+        self.lent = Some(key);
+        Some(std::mem::take(n))
+    }
+
+    /// Takes the lent common path back: whether the lane handed out a message that is
+    /// not finished yet, and the bytes it finished since it was lent, not returned yet.
+    pub(crate) fn restore(&mut self, outstanding: bool, owed: u64) {
+        let Some(key) = self.lent.take() else {
+            return;
+        };
+        self.outstanding = outstanding;
+        if let Some((_, n)) = self.connections.get_mut(&key) {
+            *n = n.saturating_add(owed);
+        }
+    }
+
+    /// Whether the common path is lent (see [`lend`](Self::lend)).
+    pub(crate) fn is_lent(&self) -> bool {
+        self.lent.is_some()
     }
 
     /// Lets connects in (true) or turns them away as `NotEnabled` (false).
@@ -116,6 +158,7 @@ impl<K: Copy + Eq + Hash, O: Clone> Admission<K, O> {
     /// deferred while a message is outstanding; refused if the port closed meanwhile.
     /// A channel that is already connected (or deferred) is not entered twice.
     pub(crate) fn admit(&mut self, key: K, origin: O) -> Admitted {
+        debug_assert!(self.lent.is_none(), "the common path is lent");
         if self.closed {
             return Admitted::Rejected(RejectReason::Closed);
         }
@@ -133,6 +176,7 @@ impl<K: Copy + Eq + Hash, O: Clone> Admission<K, O> {
 
     /// A message is handed out.
     pub(crate) fn hand_out(&mut self) {
+        debug_assert!(self.lent.is_none(), "the common path is lent");
         self.outstanding = true;
     }
 
@@ -145,6 +189,7 @@ impl<K: Copy + Eq + Hash, O: Clone> Admission<K, O> {
     /// credits to return (a batch once half the window is finished, for a connection
     /// still open), and the deferred connects accepted now.
     pub(crate) fn finished(&mut self, key: K, cost: u64) -> Finished<K, O> {
+        debug_assert!(self.lent.is_none(), "the common path is lent");
         self.outstanding = false;
         let half = self.window / 2;
         // One lookup: a message is finished for every message received.
@@ -162,6 +207,7 @@ impl<K: Copy + Eq + Hash, O: Clone> Admission<K, O> {
     /// Connection `key` ended (Disconnect, closed or lost), connected or deferred: its
     /// sender, if it was one of this port's. Credits it had not been returned are not.
     pub(crate) fn ended(&mut self, key: K) -> Option<O> {
+        debug_assert!(self.lent.is_none(), "the common path is lent");
         self.connections.remove(&key).map(|(o, _)| o).or_else(|| {
             let i = self.pending.iter().position(|(k, _)| *k == key)?;
             Some(self.pending.remove(i).1)
@@ -485,6 +531,8 @@ mod tests {
         Finish(u64),
         End(u32),
         Enable(bool),
+        /// The port lends its common path, if it can (see `crate::lane`).
+        Lend,
     }
 
     fn event() -> impl Strategy<Value = Event> {
@@ -494,6 +542,7 @@ mod tests {
             (1u64..80).prop_map(Event::Finish),
             (0u32..4).prop_map(Event::End),
             any::<bool>().prop_map(Event::Enable),
+            Just(Event::Lend),
         ]
     }
 
@@ -502,7 +551,9 @@ mod tests {
         /// connected or deferred, never both; nothing is deferred without an
         /// outstanding message; deferred connects are accepted at the finish; credits
         /// go only to open connections and never exceed what their finished messages
-        /// cost, and what is owed is returned once half the window is reached.
+        /// cost, and what is owed is returned once half the window is reached. With the
+        /// common path lent to a lane between the events (receives and finishes then
+        /// go through the lane, anything else takes it back first), the same holds.
         #[test]
         fn the_receivers_protocol_state_stays_consistent(
             many in any::<bool>(),
@@ -513,8 +564,50 @@ mod tests {
             // What each open connection's finished messages cost, and was returned.
             let mut cost: FxHashMap<u32, (u64, u64)> = FxHashMap::default();
             let mut from: Option<u32> = None;
+            let lane = crate::lane::Lane::default();
+            let mut lent: Option<u32> = None;
             for e in events {
+                let on_lane = lent.is_some() && matches!(e, Event::Receive | Event::Finish(_));
+                if !on_lane {
+                    if let Some((out, owed)) = lane.revoke() {
+                        a.restore(out, owed);
+                    }
+                    lent = None;
+                    prop_assert!(!a.is_lent());
+                }
                 match e {
+                    Event::Lend => {
+                        let first = a.keys().next().copied();
+                        if let Some(owed) = first.and_then(|k| a.lend(k)) {
+                            prop_assert!(owed < WINDOW / 2);
+                            prop_assert!(!a.outstanding() && a.pending.is_empty());
+                            prop_assert_eq!(a.keys().count(), 1);
+                            lane.lend(owed);
+                            lent = first;
+                        }
+                    }
+                    Event::Receive if on_lane => {
+                        if lane.try_hand_out() {
+                            prop_assert!(from.is_none());
+                            from = lent;
+                        }
+                    }
+                    Event::Finish(c) if on_lane => {
+                        if let crate::lane::Finish::Done(credit) = lane.finish(c, WINDOW / 2) {
+                            let k = from.take().unwrap();
+                            let (done, back) = cost.get_mut(&k).unwrap();
+                            *done += c;
+                            if let Some(n) = credit {
+                                *back += n;
+                                prop_assert_eq!(*back, *done, "a batch returns all owed");
+                                prop_assert!(n >= WINDOW / 2);
+                            } else {
+                                prop_assert!(*done - *back < WINDOW / 2);
+                            }
+                        } else {
+                            prop_assert!(from.is_none(), "a lane message finished the locked way");
+                        }
+                    }
                     Event::Connect(k) => {
                         if a.check().is_none() {
                             match a.admit(k, k) {

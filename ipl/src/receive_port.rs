@@ -18,6 +18,7 @@ use crate::capabilities::PortCapabilities;
 use crate::error::{IplError, Result};
 use crate::ibis::{ChannelKey, IbisShared};
 use crate::identifiers::{ReceivePortIdentifier, SendPortIdentifier};
+use crate::lane::{Finish, Lane};
 use crate::message::ReadMessage;
 use crate::port_protocol::{Admission, Admitted, Finished};
 use crate::port_type::PortType;
@@ -72,6 +73,46 @@ pub trait MessageUpcall: Send + 'static {
 impl<F: FnMut(ReadMessage) + Send + 'static> MessageUpcall for F {
     fn upcall(&mut self, msg: ReadMessage) {
         self(msg)
+    }
+}
+
+/// Where a handed-out message came from: the queue (with its sender), or the lane of
+/// the port's direct connection (whose finish returns its credits without the lock).
+pub(crate) enum Source {
+    Queued {
+        port: Arc<PortShared>,
+        origin: Arc<SendPortIdentifier>,
+    },
+    Lane(Arc<Direct>),
+}
+
+impl Source {
+    /// The message's sender.
+    pub(crate) fn origin(&self) -> &Arc<SendPortIdentifier> {
+        match self {
+            Source::Queued { origin, .. } => origin,
+            Source::Lane(d) => &d.origin,
+        }
+    }
+
+    /// The message from `key`, costing `cost` bytes of the window, was finished.
+    pub(crate) fn finished(&self, key: ChannelKey, cost: u64) {
+        match self {
+            Source::Queued { port, .. } => port.message_finished(key, cost),
+            Source::Lane(d) => match d.lane.finish(cost, d.half_window) {
+                Finish::Done(None) => {}
+                Finish::Done(Some(n)) => {
+                    if let Some(port) = d.port.upgrade() {
+                        port.send_credit(key, n);
+                    }
+                }
+                Finish::Revoked => {
+                    if let Some(port) = d.port.upgrade() {
+                        port.message_finished(key, cost);
+                    }
+                }
+            },
+        }
     }
 }
 
@@ -159,13 +200,25 @@ pub(crate) struct PortShared {
     /// delivered through the router and the queue. Written under the state lock.
     direct: parking_lot::RwLock<Option<Arc<Direct>>>,
     connect_upcall: Option<Box<dyn ReceivePortConnectUpcall>>,
+    /// The flow-control window of each connection, in bytes.
+    window: u64,
+    /// This port, for the lanes of its direct connections.
+    me: Weak<PortShared>,
 }
 
 /// A port's one connection on a transport with receiver-driven progress (see
-/// `PortShared::direct`), with the channel's fast path if the transport has one.
-struct Direct {
+/// `PortShared::direct`), with the channel's fast path if the transport has one, and
+/// the port's common path when it is lent to this connection (see `crate::lane`).
+pub(crate) struct Direct {
     key: ChannelKey,
     fast: Option<ipl_transport_abi::FastPath>,
+    /// The connection's sender.
+    pub(crate) origin: Arc<SendPortIdentifier>,
+    lane: Lane,
+    /// Half the flow-control window: the credits a lane returns in one batch.
+    half_window: u64,
+    /// The port (not kept alive by its messages' lanes).
+    port: Weak<PortShared>,
 }
 
 impl Direct {
@@ -220,8 +273,8 @@ impl PortShared {
         spin: Duration,
         window: u64,
         connect_upcall: Option<Box<dyn ReceivePortConnectUpcall>>,
-    ) -> Self {
-        PortShared {
+    ) -> Arc<Self> {
+        Arc::new_cyclic(|me| PortShared {
             ident,
             port_type,
             ibis,
@@ -237,7 +290,9 @@ impl PortShared {
             transports,
             direct: parking_lot::RwLock::new(None),
             connect_upcall,
-        }
+            window,
+            me: me.clone(),
+        })
     }
 
     /// The live transports with receiver-driven progress that this port's connections
@@ -256,23 +311,70 @@ impl PortShared {
         out
     }
 
-    /// Recomputes the direct channel (see `direct`) after the connections changed.
-    fn sync_direct(&self, st: &PortState) {
+    /// Recomputes the direct channel (see `direct`) after the connections changed
+    /// (kept while it is the same connection).
+    fn sync_direct(&self, st: &mut PortState) {
+        self.lane_back(st);
         let mut only = st.adm.keys().copied();
-        let direct = match (only.next(), only.next()) {
+        let key = match (only.next(), only.next()) {
             (Some(key), None)
                 if key.0 < 64 && self.polled.load(Ordering::Relaxed) & (1 << key.0) != 0 =>
             {
-                let fast = self
-                    .transports
-                    .get(key.0)
-                    .and_then(|w| w.as_ref()?.upgrade())
-                    .and_then(|t| t.fast_path(key.1));
-                Some(Arc::new(Direct { key, fast }))
+                key
             }
-            _ => None,
+            _ => {
+                *self.direct.write() = None;
+                return;
+            }
         };
-        *self.direct.write() = direct;
+        if self.direct.read().as_ref().is_some_and(|d| d.key == key) {
+            return;
+        }
+        let Some(origin) = st.adm.connection(&key).cloned() else {
+            *self.direct.write() = None;
+            return;
+        };
+        let fast = self
+            .transports
+            .get(key.0)
+            .and_then(|w| w.as_ref()?.upgrade())
+            .and_then(|t| t.fast_path(key.1));
+        *self.direct.write() = Some(Arc::new(Direct {
+            key,
+            fast,
+            origin,
+            lane: Lane::default(),
+            half_window: self.window / 2,
+            port: self.me.clone(),
+        }));
+    }
+
+    /// Takes the common path back from the lane, if it is lent (see `crate::lane`):
+    /// the first thing every locked operation that reads or changes the protocol
+    /// state does, so that under the lock `st.adm` is the whole truth.
+    fn lane_back(&self, st: &mut PortState) {
+        if !st.adm.is_lent() {
+            return;
+        }
+        let back = self.direct.read().as_ref().and_then(|d| d.lane.revoke());
+        let (outstanding, owed) = back.unwrap_or((false, 0));
+        st.adm.restore(outstanding, owed);
+    }
+
+    /// Lends the common path to the direct connection if the port is in the state
+    /// where only that connection's data can change it (see `Admission::lend`) and
+    /// nothing is queued: the last thing of the locked operations after which it may be.
+    fn lend_lane(&self, st: &mut PortState) {
+        if !st.queue.is_empty() || st.adm.is_lent() || !Lane::fits(self.window) {
+            return;
+        }
+        let direct = self.direct.read();
+        let Some(d) = direct.as_ref() else {
+            return;
+        };
+        if let Some(owed) = st.adm.lend(d.key) {
+            d.lane.lend(owed);
+        }
     }
 
     /// The direct channel, if any (see `direct`).
@@ -324,7 +426,9 @@ impl PortShared {
             }
         }
         let mut st = self.state.lock();
+        self.lane_back(&mut st);
         if st.adm.is_closed() {
+            self.lend_lane(&mut st);
             return Some(Control::Reject(RejectReason::Closed));
         }
         let origin = Arc::new(origin.clone());
@@ -334,25 +438,29 @@ impl PortShared {
         {
             self.polled.fetch_or(1 << key.0, Ordering::Relaxed);
         }
-        match st.adm.admit(key, origin) {
+        let answer = match st.adm.admit(key, origin) {
             Admitted::Deferred => None,
             Admitted::Accepted => {
                 // A sender to wait for again: older losses are no longer news.
                 st.unreported.clear();
-                self.sync_direct(&st);
+                self.sync_direct(&mut st);
                 Some(Control::Accept {
                     receiver: self.ident.clone(),
                 })
             }
             Admitted::Rejected(why) => Some(Control::Reject(why)),
-        }
+        };
+        self.lend_lane(&mut st);
+        answer
     }
 
     /// A data message arrived on a connection of this port.
     pub(crate) fn deliver(&self, key: ChannelKey, seq: u64, buf: ReceivedBuffer) {
         let mut st = self.state.lock();
+        self.lane_back(&mut st);
         let Some(origin) = st.adm.connection(&key).cloned() else {
             tracing::warn!(port = %self.ident, "data on an unknown connection dropped");
+            self.lend_lane(&mut st);
             return;
         };
         if st.adm.is_closed() {
@@ -371,6 +479,7 @@ impl PortShared {
     pub(crate) fn connection_ended(&self, key: ChannelKey, why: Disconnect) {
         let origin = {
             let mut st = self.state.lock();
+            self.lane_back(&mut st);
             let origin = st.adm.ended(key);
             if let Some(o) = &origin {
                 if let Disconnect::Lost(reason) = &why {
@@ -383,8 +492,9 @@ impl PortShared {
                     }
                 }
             }
-            self.sync_direct(&st);
+            self.sync_direct(&mut st);
             self.notify(&mut st);
+            self.lend_lane(&mut st);
             origin
         };
         if let (Some(origin), Some(up)) = (origin, &self.connect_upcall) {
@@ -425,6 +535,7 @@ impl PortShared {
     pub(crate) fn message_finished(&self, from: ChannelKey, cost: u64) {
         let (pending, credit) = {
             let mut st = self.state.lock();
+            self.lane_back(&mut st);
             // Flow control and deferred connects (see `port_protocol`).
             let Finished {
                 credit,
@@ -432,16 +543,14 @@ impl PortShared {
             } = st.adm.finished(from, cost);
             if !pending.is_empty() {
                 st.unreported.clear();
-                self.sync_direct(&st);
+                self.sync_direct(&mut st);
             }
             self.notify(&mut st);
+            self.lend_lane(&mut st);
             (pending, credit)
         };
         if let Some(n) = credit {
-            if let Some(ibis) = self.ibis.upgrade() {
-                let c = protocol::encode_control(&Control::Credit { bytes: n });
-                ibis.send_raw(from, &[&c]);
-            }
+            self.send_credit(from, n);
         }
         if !pending.is_empty() {
             if let Some(ibis) = self.ibis.upgrade() {
@@ -455,6 +564,14 @@ impl PortShared {
         }
     }
 
+    /// Returns `n` bytes of credits to the sender on `key`.
+    pub(crate) fn send_credit(&self, key: ChannelKey, n: u64) {
+        if let Some(ibis) = self.ibis.upgrade() {
+            let c = protocol::encode_control(&Control::Credit { bytes: n });
+            ibis.send_raw(key, &[&c]);
+        }
+    }
+
     /// The next message, if one can be handed out now. `report`: an explicit receive,
     /// which also returns [`IplError::ConnectionLost`] for a lost connection when
     /// nothing is left to wait for: no message queued and no connection open (each loss
@@ -464,6 +581,7 @@ impl PortShared {
         st: &mut PortState,
         report: bool,
     ) -> Option<Result<ReadMessage>> {
+        self.lane_back(st);
         if st.adm.is_closed() {
             return Some(Err(IplError::PortClosed));
         }
@@ -473,13 +591,19 @@ impl PortShared {
         match st.queue.pop_front() {
             Some(inc) => Some(Ok(self.hand_out(st, inc))),
             None if report && st.adm.is_empty() => {
-                let (origin, reason) = st.unreported.pop_front()?;
+                let Some((origin, reason)) = st.unreported.pop_front() else {
+                    self.lend_lane(st);
+                    return None;
+                };
                 Some(Err(IplError::ConnectionLost {
                     origin: Box::new((*origin).clone()),
                     reason,
                 }))
             }
-            None => None,
+            None => {
+                self.lend_lane(st);
+                None
+            }
         }
     }
 
@@ -489,10 +613,13 @@ impl PortShared {
         self.sync_ready(st);
         ReadMessage {
             key: inc.key,
-            port: Arc::clone(self),
             reader: MessageReader::with_offset(inc.buf, protocol::HEADER_LEN),
-            origin: inc.origin,
+            source: Source::Queued {
+                port: Arc::clone(self),
+                origin: inc.origin,
+            },
             seq: inc.seq,
+            port_type: self.port_type,
             level: self.port_type.serialization(),
             finished: false,
         }
@@ -505,14 +632,31 @@ impl PortShared {
     /// transport delivered every earlier message of its channel into the queue before).
     /// Anything else goes the way of a delivered message, through the Ibis instance's
     /// routes.
+    ///
+    /// When the port's common path is lent to `direct` (see `crate::lane`), a data
+    /// message of it is handed out without the lock.
     fn accept_taken(
         self: &Arc<Self>,
+        direct: &Arc<Direct>,
         key: ChannelKey,
         buf: ReceivedBuffer,
         out: &mut Option<ReadMessage>,
     ) {
         if let (None, Some(seq)) = (&out, protocol::data_seq(&buf)) {
+            if key == direct.key && direct.lane.try_hand_out() {
+                *out = Some(ReadMessage {
+                    key,
+                    reader: MessageReader::with_offset(buf, protocol::HEADER_LEN),
+                    source: Source::Lane(Arc::clone(direct)),
+                    seq,
+                    port_type: self.port_type,
+                    level: self.port_type.serialization(),
+                    finished: false,
+                });
+                return;
+            }
             let mut st = self.state.lock();
+            self.lane_back(&mut st);
             if !st.adm.is_closed() && !st.adm.outstanding() && st.queue.is_empty() {
                 if let Some(origin) = st.adm.connection(&key).cloned() {
                     let inc = Incoming {
@@ -525,6 +669,7 @@ impl PortShared {
                     return;
                 }
             }
+            self.lend_lane(&mut st);
         }
         if let Some(ibis) = self.ibis.upgrade() {
             ibis.on_message(key, buf);
@@ -571,16 +716,18 @@ impl PortShared {
             // transports are gathered: a message that is there already (a stream, a
             // busy server, a reply that came first) costs no more than that.
             let direct = self.direct();
-            if let Some(Direct { key, fast: Some(f) }) = direct.as_deref() {
-                f.take(|buf| self.accept_taken(*key, buf, &mut taken));
+            if let Some(d) = &direct {
+                if let Some(f) = &d.fast {
+                    f.take(|buf| self.accept_taken(d, d.key, buf, &mut taken));
+                }
             }
             if taken.is_none() {
                 // The direct channel's fast path when its transport is the only one
                 // polled: the loop takes through it alone, and gathers the transports
                 // only if it ends without a message.
-                let alone = direct.as_deref().and_then(|d| {
+                let alone = direct.as_ref().and_then(|d| {
                     let only = self.polled.load(Ordering::Relaxed) == 1u64 << d.key.0;
-                    d.fast.as_ref().filter(|_| only).map(|f| (d.key, f))
+                    d.fast.as_ref().filter(|_| only).map(|f| (d, f))
                 });
                 let polled = match alone {
                     Some(_) => PolledInstances::new(),
@@ -602,13 +749,13 @@ impl PortShared {
                     let mut next_yield: Option<Instant> = None;
                     while !self.ready.load(Ordering::Acquire) {
                         let mut delivered = 0;
-                        if let Some((key, f)) = alone {
-                            delivered += f.take(|buf| self.accept_taken(key, buf, &mut taken));
+                        if let Some((d, f)) = alone {
+                            delivered += f.take(|buf| self.accept_taken(d, d.key, buf, &mut taken));
                         }
                         for (slot, t) in &polled {
                             delivered += match &direct {
                                 Some(d) if d.key.0 == *slot => {
-                                    d.take(t, |key, buf| self.accept_taken(key, buf, &mut taken))
+                                    d.take(t, |key, buf| self.accept_taken(d, key, buf, &mut taken))
                                 }
                                 _ => t.progress(),
                             };
@@ -723,7 +870,7 @@ impl PortShared {
                 let mut taken = None;
                 match self.direct() {
                     Some(d) if d.key.0 == *slot => {
-                        d.take(t, |key, buf| self.accept_taken(key, buf, &mut taken));
+                        d.take(t, |key, buf| self.accept_taken(&d, key, buf, &mut taken));
                     }
                     _ => {
                         t.progress();
@@ -970,10 +1117,11 @@ impl ReceivePort {
             self.shared.cond.wait_for(&mut st, nap);
             st.sleepers -= 1;
         }
+        self.shared.lane_back(&mut st);
         st.adm.close();
         let (forced, waiting) = st.adm.drain();
         let waiting: Vec<ChannelKey> = waiting.into_iter().map(|(k, _)| k).collect();
-        self.shared.sync_direct(&st);
+        self.shared.sync_direct(&mut st);
         let discarded = st.queue.len();
         st.queue.clear();
         self.shared.notify(&mut st);
@@ -1040,7 +1188,7 @@ mod tests {
             None,
         );
         p.state.lock().adm.enable(true);
-        Arc::new(p)
+        p
     }
 
     /// Connection `n` from member `n` (accepted).
@@ -1132,5 +1280,162 @@ mod tests {
         let b = connect(&p, 2);
         p.connection_ended(b, Disconnect::Closed);
         assert!(explicit_receive(&p).is_none());
+    }
+
+    /// A port whose connections come over a (gone) transport with receiver-driven
+    /// progress in slot 0: its one connection is direct, and its common path is lent.
+    fn polled_port() -> Arc<PortShared> {
+        let t = PortType::new(
+            P::RECEIVE_EXPLICIT
+                | P::CONNECTION_MANY_TO_ONE
+                | P::COMMUNICATION_RELIABLE
+                | P::COMMUNICATION_FIFO
+                | P::SERIALIZATION_DATA,
+        )
+        .expect("valid port type");
+        let ident = ReceivePortIdentifier {
+            ibis: member(0),
+            name: "in".into(),
+        };
+        let p = PortShared::new(
+            ident,
+            t,
+            Weak::new(),
+            vec![Some(Weak::new())],
+            Duration::ZERO,
+            1000,
+            None,
+        );
+        p.state.lock().adm.enable(true);
+        p
+    }
+
+    fn data(seq: u64) -> ReceivedBuffer {
+        let mut v = protocol::data_header(seq).to_vec();
+        v.extend_from_slice(b"payload");
+        ipl_transport_abi::PluginBuffer::owned(v).into()
+    }
+
+    /// What the waiting receive of the direct channel gets for `buf` (as from `take`).
+    fn taken(p: &Arc<PortShared>, key: ChannelKey, buf: ReceivedBuffer) -> Option<ReadMessage> {
+        let d = p.direct().expect("a direct connection");
+        let mut out = None;
+        p.accept_taken(&d, key, buf, &mut out);
+        out
+    }
+
+    fn lent(p: &PortShared) -> bool {
+        p.state.lock().adm.is_lent()
+    }
+
+    #[test]
+    fn a_lone_connection_gets_the_lane_and_its_messages_go_without_the_lock() {
+        let p = polled_port();
+        let a = connect(&p, 1);
+        assert!(lent(&p));
+        let m = taken(&p, a, data(7)).expect("handed out");
+        assert!(matches!(m.source, Source::Lane(_)));
+        assert_eq!(m.origin().ibis.id(), MemberId(1));
+        // A second message waits for the first: not handed out, not lost.
+        assert!(taken(&p, a, data(8)).is_none());
+        assert_eq!(
+            p.state.lock().queue.len(),
+            0,
+            "no Ibis instance to route it"
+        );
+        drop(m);
+        assert!(lent(&p), "lent again after the locked way");
+        let m = taken(&p, a, data(9)).expect("handed out");
+        assert!(matches!(m.source, Source::Lane(_)));
+        drop(m);
+        // Finished on the lane: still lent.
+        assert!(lent(&p));
+    }
+
+    #[test]
+    fn a_connect_during_a_lane_message_waits_for_its_finish_and_ends_the_lane() {
+        let p = polled_port();
+        let a = connect(&p, 1);
+        let m = taken(&p, a, data(0)).expect("handed out");
+        let origin = SendPortIdentifier {
+            ibis: member(2),
+            name: "out".into(),
+        };
+        assert_eq!(
+            p.connect_request((0, 2), &origin, &p.port_type.clone()),
+            None
+        );
+        assert!(!lent(&p));
+        assert!(
+            p.state.lock().adm.outstanding(),
+            "the lane's message is outstanding"
+        );
+        drop(m);
+        let st = p.state.lock();
+        assert!(!st.adm.outstanding());
+        assert_eq!(st.adm.keys().count(), 2, "the deferred connect is accepted");
+        assert!(!st.adm.is_lent(), "two connections: no lane");
+        drop(st);
+        assert!(p.direct().is_none());
+    }
+
+    #[test]
+    fn a_message_delivered_through_the_queue_takes_the_lane_back_until_it_is_finished() {
+        let p = polled_port();
+        let a = connect(&p, 1);
+        p.deliver(a, 3, data(3));
+        assert!(!lent(&p));
+        let m = explicit_receive(&p).expect("queued").expect("a message");
+        assert!(matches!(m.source, Source::Queued { .. }));
+        assert_eq!(m.seq, 3);
+        assert!(!lent(&p), "not while a message is outstanding");
+        // While it is outstanding, the lane hands out nothing either.
+        assert!(taken(&p, a, data(4)).is_none());
+        drop(m);
+        assert!(lent(&p));
+    }
+
+    #[test]
+    fn a_lane_message_outlives_its_connection_and_the_port() {
+        let p = polled_port();
+        let a = connect(&p, 1);
+        let m = taken(&p, a, data(0)).expect("handed out");
+        lose(&p, a);
+        assert!(!lent(&p));
+        assert!(p.direct().is_none());
+        assert!(taken_after_close(&p, a).is_none());
+        drop(p);
+        assert_eq!(m.origin().ibis.id(), MemberId(1));
+        drop(m);
+    }
+
+    fn taken_after_close(p: &Arc<PortShared>, key: ChannelKey) -> Option<ReadMessage> {
+        let d = Arc::new(Direct {
+            key,
+            fast: None,
+            origin: Arc::new(SendPortIdentifier {
+                ibis: member(9),
+                name: "stale".into(),
+            }),
+            lane: Lane::default(),
+            half_window: 500,
+            port: Arc::downgrade(p),
+        });
+        let mut out = None;
+        p.accept_taken(&d, key, data(1), &mut out);
+        out
+    }
+
+    #[test]
+    fn a_closed_port_lends_nothing_and_hands_out_nothing() {
+        let p = polled_port();
+        let a = connect(&p, 1);
+        let rp = ReceivePort::new(Arc::clone(&p), None);
+        let d = p.direct().expect("direct");
+        rp.close(Some(Duration::ZERO));
+        assert!(!lent(&p));
+        let mut out = None;
+        p.accept_taken(&d, a, data(0), &mut out);
+        assert!(out.is_none());
     }
 }

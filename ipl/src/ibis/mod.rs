@@ -244,7 +244,7 @@ impl ReceivePortBuilder<'_> {
             ibis: sh.ident.clone(),
             name: self.name.clone(),
         };
-        let shared = Arc::new(PortShared::new(
+        let shared = PortShared::new(
             ident,
             t,
             Arc::downgrade(sh),
@@ -252,7 +252,7 @@ impl ReceivePortBuilder<'_> {
             sh.spin,
             sh.window,
             self.connect_upcall,
-        ));
+        );
         {
             let mut ports = sh.receive_ports.lock();
             if ports.contains_key(&self.name) {
