@@ -1,7 +1,6 @@
 //! The server half of a runtime: one receive port with an upcall per exported object
 //! (its skeleton), the worker pool, and the reply send ports (one per client member).
 
-use std::collections::HashMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -34,7 +33,9 @@ pub(crate) struct ServerCore {
     ibis: Arc<Ibis>,
     port_type: PortType,
     connect_timeout: Duration,
-    replies: Mutex<HashMap<IbisIdentifier, Arc<Mutex<SendPort>>>>,
+    /// The reply port per client, looked up for every reply (FxHash: the key is a
+    /// short pool name and a member number, hashed on every call).
+    replies: Mutex<rustc_hash::FxHashMap<IbisIdentifier, Arc<Mutex<SendPort>>>>,
     connecting: Mutex<()>,
     ended: AtomicBool,
     next_port: AtomicU64,
@@ -52,7 +53,7 @@ impl ServerCore {
             ibis,
             port_type,
             connect_timeout,
-            replies: Mutex::new(HashMap::new()),
+            replies: Mutex::new(rustc_hash::FxHashMap::default()),
             connecting: Mutex::new(()),
             ended: AtomicBool::new(false),
             next_port: AtomicU64::new(0),
