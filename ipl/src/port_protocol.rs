@@ -131,6 +131,7 @@ impl<K: Copy + Eq + Hash, O: Clone> Admission<K, O> {
 
     /// The port closes: every later connect is rejected as `Closed`.
     pub(crate) fn close(&mut self) {
+        debug_assert!(self.lent.is_none(), "the common path is lent");
         self.closed = true;
         self.enabled = false;
     }
@@ -182,6 +183,7 @@ impl<K: Copy + Eq + Hash, O: Clone> Admission<K, O> {
 
     /// Whether a message is handed out and not finished.
     pub(crate) fn outstanding(&self) -> bool {
+        debug_assert!(self.lent.is_none(), "the common path is lent");
         self.outstanding
     }
 
@@ -242,6 +244,7 @@ impl<K: Copy + Eq + Hash, O: Clone> Admission<K, O> {
     /// Takes every connection and every deferred connect out (the port closes them):
     /// (connected, deferred).
     pub(crate) fn drain(&mut self) -> (Senders<K, O>, Senders<K, O>) {
+        debug_assert!(self.lent.is_none(), "the common path is lent");
         (
             self.connections.drain().map(|(k, (o, _))| (k, o)).collect(),
             std::mem::take(&mut self.pending),
@@ -533,16 +536,19 @@ mod tests {
         Enable(bool),
         /// The port lends its common path, if it can (see `crate::lane`).
         Lend,
+        Close,
     }
 
     fn event() -> impl Strategy<Value = Event> {
+        // A close is for good: rare, so that most sequences run long before it.
         prop_oneof![
-            (0u32..4).prop_map(Event::Connect),
-            Just(Event::Receive),
-            (1u64..80).prop_map(Event::Finish),
-            (0u32..4).prop_map(Event::End),
-            any::<bool>().prop_map(Event::Enable),
-            Just(Event::Lend),
+            10 => (0u32..4).prop_map(Event::Connect),
+            10 => Just(Event::Receive),
+            10 => (1u64..80).prop_map(Event::Finish),
+            10 => (0u32..4).prop_map(Event::End),
+            10 => any::<bool>().prop_map(Event::Enable),
+            10 => Just(Event::Lend),
+            1 => Just(Event::Close),
         ]
     }
 
@@ -576,11 +582,16 @@ mod tests {
                     prop_assert!(!a.is_lent());
                 }
                 match e {
+                    Event::Close => a.close(),
                     Event::Lend => {
                         let first = a.keys().next().copied();
-                        if let Some(owed) = first.and_then(|k| a.lend(k)) {
+                        let lend = first.and_then(|k| a.lend(k));
+                        if a.is_closed() {
+                            prop_assert_eq!(lend, None, "a closed port lends nothing");
+                        }
+                        if let Some(owed) = lend {
                             prop_assert!(owed < WINDOW / 2);
-                            prop_assert!(!a.outstanding() && a.pending.is_empty());
+                            prop_assert!(!a.outstanding && a.pending.is_empty());
                             prop_assert_eq!(a.keys().count(), 1);
                             lane.lend(owed);
                             lent = first;
@@ -660,7 +671,7 @@ mod tests {
                     }
                     Event::Enable(on) => a.enable(on),
                 }
-                if !a.outstanding() {
+                if !a.outstanding {
                     prop_assert!(a.pending.is_empty(), "deferred without a message");
                 }
                 for (k, _) in &a.pending {

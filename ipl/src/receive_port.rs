@@ -152,6 +152,9 @@ struct PortState {
     /// checks too; see `until_liveness_check`).
     liveness_due: Option<Instant>,
     wakers: Vec<Waker>,
+    /// The key of `PortShared::direct`, changed with it (under this lock): whether
+    /// there is a lane to lend is known without the direct channel's lock.
+    direct_key: Option<ChannelKey>,
 }
 
 impl PortState {
@@ -166,6 +169,7 @@ impl PortState {
             upcalls: false,
             liveness_due: None,
             wakers: Vec::new(),
+            direct_key: None,
         }
     }
 }
@@ -324,14 +328,16 @@ impl PortShared {
             }
             _ => {
                 *self.direct.write() = None;
+                st.direct_key = None;
                 return;
             }
         };
-        if self.direct.read().as_ref().is_some_and(|d| d.key == key) {
+        if st.direct_key == Some(key) {
             return;
         }
         let Some(origin) = st.adm.connection(&key).cloned() else {
             *self.direct.write() = None;
+            st.direct_key = None;
             return;
         };
         let fast = self
@@ -347,6 +353,7 @@ impl PortShared {
             half_window: self.window / 2,
             port: self.me.clone(),
         }));
+        st.direct_key = Some(key);
     }
 
     /// Takes the common path back from the lane, if it is lent (see `crate::lane`):
@@ -357,6 +364,9 @@ impl PortShared {
             return;
         }
         let back = self.direct.read().as_ref().and_then(|d| d.lane.revoke());
+        // Lent in the Admission means lent on the direct channel's lane (both change
+        // under this lock).
+        debug_assert!(back.is_some(), "the Admission and the lane disagree");
         let (outstanding, owed) = back.unwrap_or((false, 0));
         st.adm.restore(outstanding, owed);
     }
@@ -365,15 +375,21 @@ impl PortShared {
     /// where only that connection's data can change it (see `Admission::lend`) and
     /// nothing is queued: the last thing of the locked operations after which it may be.
     fn lend_lane(&self, st: &mut PortState) {
+        let Some(key) = st.direct_key else {
+            return;
+        };
         if !st.queue.is_empty() || st.adm.is_lent() || !Lane::fits(self.window) {
             return;
         }
-        let direct = self.direct.read();
-        let Some(d) = direct.as_ref() else {
+        let Some(owed) = st.adm.lend(key) else {
             return;
         };
-        if let Some(owed) = st.adm.lend(d.key) {
-            d.lane.lend(owed);
+        let direct = self.direct.read();
+        // The two change together, under the state lock.
+        debug_assert!(direct.as_ref().is_some_and(|d| d.key == key));
+        match direct.as_ref() {
+            Some(d) if d.key == key => d.lane.lend(owed),
+            _ => st.adm.restore(false, owed),
         }
     }
 
@@ -428,7 +444,7 @@ impl PortShared {
         let mut st = self.state.lock();
         self.lane_back(&mut st);
         if st.adm.is_closed() {
-            self.lend_lane(&mut st);
+            // A closed port lends nothing again.
             return Some(Control::Reject(RejectReason::Closed));
         }
         let origin = Arc::new(origin.clone());
@@ -1336,14 +1352,21 @@ mod tests {
         let m = taken(&p, a, data(7)).expect("handed out");
         assert!(matches!(m.source, Source::Lane(_)));
         assert_eq!(m.origin().ibis.id(), MemberId(1));
-        // A second message waits for the first: not handed out, not lost.
+        // A second message waits for the first: not handed out but routed through
+        // the Ibis instance (this port has none, so it is dropped here).
         assert!(taken(&p, a, data(8)).is_none());
-        assert_eq!(
-            p.state.lock().queue.len(),
-            0,
-            "no Ibis instance to route it"
+        assert_eq!(p.state.lock().queue.len(), 0);
+        // Delivered into the queue instead, it waits there for the first's finish.
+        p.deliver(a, 8, data(8));
+        assert!(
+            explicit_receive(&p).is_none(),
+            "the lane's message is outstanding"
         );
         drop(m);
+        assert!(!lent(&p), "not while a message is queued");
+        let q = explicit_receive(&p).expect("queued").expect("a message");
+        assert_eq!(q.seq, 8);
+        drop(q);
         assert!(lent(&p), "lent again after the locked way");
         let m = taken(&p, a, data(9)).expect("handed out");
         assert!(matches!(m.source, Source::Lane(_)));
@@ -1403,13 +1426,15 @@ mod tests {
         lose(&p, a);
         assert!(!lent(&p));
         assert!(p.direct().is_none());
-        assert!(taken_after_close(&p, a).is_none());
+        assert!(taken_through_a_stale_direct(&p, a).is_none());
         drop(p);
         assert_eq!(m.origin().ibis.id(), MemberId(1));
         drop(m);
     }
 
-    fn taken_after_close(p: &Arc<PortShared>, key: ChannelKey) -> Option<ReadMessage> {
+    /// A message handed to a waiting receive through a direct channel that is no longer
+    /// the port's (the receive took it before the connection ended): never lent.
+    fn taken_through_a_stale_direct(p: &Arc<PortShared>, key: ChannelKey) -> Option<ReadMessage> {
         let d = Arc::new(Direct {
             key,
             fast: None,
