@@ -318,7 +318,8 @@ impl PortShared {
     /// Recomputes the direct channel (see `direct`) after the connections changed
     /// (kept while it is the same connection).
     fn sync_direct(&self, st: &mut PortState) {
-        self.lane_back(st);
+        // Its callers took the lane back first: a replaced direct channel is not lent.
+        debug_assert!(!st.adm.is_lent(), "the common path is lent");
         let mut only = st.adm.keys().copied();
         let key = match (only.next(), only.next()) {
             (Some(key), None)
@@ -1183,6 +1184,12 @@ mod tests {
     }
 
     fn port(caps: P) -> Arc<PortShared> {
+        port_over(caps, Vec::new())
+    }
+
+    /// A port of capabilities `caps` (and a many-to-one, reliable, fifo data type) on
+    /// an instance with `transports`, accepting connections.
+    fn port_over(caps: P, transports: Vec<Option<Weak<TransportInstance>>>) -> Arc<PortShared> {
         let t = PortType::new(
             caps | P::CONNECTION_MANY_TO_ONE
                 | P::COMMUNICATION_RELIABLE
@@ -1198,7 +1205,7 @@ mod tests {
             ident,
             t,
             Weak::new(),
-            Vec::new(),
+            transports,
             Duration::ZERO,
             1000,
             None,
@@ -1301,29 +1308,7 @@ mod tests {
     /// A port whose connections come over a (gone) transport with receiver-driven
     /// progress in slot 0: its one connection is direct, and its common path is lent.
     fn polled_port() -> Arc<PortShared> {
-        let t = PortType::new(
-            P::RECEIVE_EXPLICIT
-                | P::CONNECTION_MANY_TO_ONE
-                | P::COMMUNICATION_RELIABLE
-                | P::COMMUNICATION_FIFO
-                | P::SERIALIZATION_DATA,
-        )
-        .expect("valid port type");
-        let ident = ReceivePortIdentifier {
-            ibis: member(0),
-            name: "in".into(),
-        };
-        let p = PortShared::new(
-            ident,
-            t,
-            Weak::new(),
-            vec![Some(Weak::new())],
-            Duration::ZERO,
-            1000,
-            None,
-        );
-        p.state.lock().adm.enable(true);
-        p
+        port_over(P::RECEIVE_EXPLICIT, vec![Some(Weak::new())])
     }
 
     fn data(seq: u64) -> ReceivedBuffer {
