@@ -17,6 +17,10 @@ pub const DEFAULT_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
 /// peer's process reads nothing: frozen, or stuck) before the connection is given up.
 pub const DEFAULT_SEND_TIMEOUT: Duration = Duration::from_secs(60);
 
+/// Default `tcp.reader_spin_us`: how long a connection's reader thread reads on without
+/// waiting after the last bytes of an incomplete frame (see `stream_spin`).
+pub const DEFAULT_READER_SPIN: Duration = Duration::from_micros(50);
+
 /// A parsed configuration: the keys of every network transport, and the bounds on
 /// connections that have not authenticated yet.
 #[derive(Debug, Clone)]
@@ -28,6 +32,9 @@ pub(crate) struct Config {
     pub max_handshakes: usize,
     /// `tcp.send_timeout_ms`: the longest a send waits for the peer to take any data.
     pub send_timeout: Duration,
+    /// `tcp.reader_spin_us`: how long a reader thread reads on without waiting after
+    /// the last bytes of an incomplete frame (0: it always waits).
+    pub reader_spin: Duration,
 }
 
 impl std::ops::Deref for Config {
@@ -55,6 +62,7 @@ impl Config {
         let mut handshake_timeout = DEFAULT_HANDSHAKE_TIMEOUT;
         let mut max_handshakes = DEFAULT_MAX_HANDSHAKES;
         let mut send_timeout = DEFAULT_SEND_TIMEOUT;
+        let mut reader_spin = DEFAULT_READER_SPIN;
         let net = NetConfig::parse(text, defaults, |key, value| {
             match key {
                 "tcp.handshake_timeout_ms" => {
@@ -63,6 +71,9 @@ impl Config {
                 "tcp.max_handshakes" => max_handshakes = number(key, value, 1, 1 << 20)? as usize,
                 "tcp.send_timeout_ms" => {
                     send_timeout = Duration::from_millis(number(key, value, 1, 86_400_000)?);
+                }
+                "tcp.reader_spin_us" => {
+                    reader_spin = Duration::from_micros(number(key, value, 0, 1_000_000)?);
                 }
                 _ => return Ok(false),
             }
@@ -73,6 +84,7 @@ impl Config {
             handshake_timeout,
             max_handshakes,
             send_timeout,
+            reader_spin,
         })
     }
 
@@ -98,12 +110,14 @@ mod tests {
         assert_eq!(c.handshake_timeout, DEFAULT_HANDSHAKE_TIMEOUT);
         assert_eq!(c.max_handshakes, DEFAULT_MAX_HANDSHAKES);
         assert_eq!(c.send_timeout, DEFAULT_SEND_TIMEOUT);
+        assert_eq!(c.reader_spin, DEFAULT_READER_SPIN);
         assert_eq!(c.auth_context(), b"ipl-tcp/");
         let c = Config::parse(&format!(
-            "secret={S}\ntcp.handshake_timeout_ms=300\ntcp.max_handshakes=4\ntcp.send_timeout_ms=700"
+            "secret={S}\ntcp.handshake_timeout_ms=300\ntcp.max_handshakes=4\ntcp.send_timeout_ms=700\ntcp.reader_spin_us=0"
         ))
         .unwrap();
         assert_eq!(c.send_timeout, Duration::from_millis(700));
+        assert_eq!(c.reader_spin, Duration::ZERO);
         assert_eq!(c.handshake_timeout, Duration::from_millis(300));
         assert_eq!(c.max_handshakes, 4);
         let c = Config::parse(&format!(
@@ -136,6 +150,7 @@ mod tests {
             format!("secret={S}\ntcp.max_handshakes=0"),
             format!("secret={S}\ntcp.max_handshakes=many"),
             format!("secret={S}\ntcp.send_timeout_ms=0"),
+            format!("secret={S}\ntcp.reader_spin_us=1000001"),
         ] {
             let e = Config::parse(&bad).unwrap_err();
             assert!(

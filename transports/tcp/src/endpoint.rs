@@ -30,6 +30,7 @@ use crate::config::Config;
 use crate::lease::{PollLease, LEASE};
 use crate::net;
 use crate::rx::{Fill, Frame, FrameReader};
+use crate::stream_spin::StreamSpin;
 use crate::wire::{self, KIND_CLOSE, KIND_DATA, KIND_OPEN, MAGIC, OPENED_BY_SENDER};
 use crate::Address;
 use ipl_transport_kit::config::message_len;
@@ -518,16 +519,23 @@ impl Inner {
 
     /// `Ok` on a clean end of stream between frames; `Err(reason)` otherwise. Waits for
     /// the socket to be readable (standing back while receivers poll), then reads
-    /// what arrived and delivers it.
+    /// what arrived and delivers it; while a frame comes in, it reads on without
+    /// waiting (see `stream_spin`).
     fn read_frames(&self, conn: &Arc<Conn>) -> Result<(), String> {
+        let mut spin = StreamSpin::new(self.cfg.reader_spin);
         loop {
             self.lease.stand_back(|| {
                 conn.rx_ended.load(Ordering::Acquire) || self.stopping.load(Ordering::Acquire)
             });
-            if !conn.rx_ended.load(Ordering::Acquire) && !conn.backlog.load(Ordering::Acquire) {
+            if spin.read_on(Instant::now()) {
+                std::hint::spin_loop();
+            } else if !conn.rx_ended.load(Ordering::Acquire)
+                && !conn.backlog.load(Ordering::Acquire)
+            {
                 net::wait_readable(&conn.sock, READER_TICK);
             }
             let mut rx = conn.rx.lock();
+            let before = rx.reader.received();
             if rx.end.is_none() {
                 // A budget, so that a poller that started meanwhile gets the rest.
                 self.drain(conn, &mut rx, None, POLL_BUDGET);
@@ -535,6 +543,10 @@ impl Inner {
             if let Some(end) = rx.end.take() {
                 return end;
             }
+            let moved = rx.reader.received() != before;
+            let missing = rx.reader.missing();
+            drop(rx);
+            spin.after_drain(moved, missing, Instant::now());
         }
     }
 

@@ -76,6 +76,7 @@ mod endpoint;
 mod lease;
 mod net;
 mod rx;
+mod stream_spin;
 pub mod wire;
 
 pub use config::DEFAULT_MAX_MESSAGE;

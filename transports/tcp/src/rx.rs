@@ -59,6 +59,8 @@ pub(crate) struct FrameReader {
     /// The frame whose payload is being read, once its header was taken.
     partial: Option<Partial>,
     max_message: u32,
+    /// Bytes read from the stream so far (wrapping).
+    received: u64,
 }
 
 /// A payload at least this much short is read straight into its vector instead of
@@ -74,6 +76,7 @@ impl FrameReader {
             hi: 0,
             partial: None,
             max_message,
+            received: 0,
         }
     }
 
@@ -81,6 +84,20 @@ impl FrameReader {
     /// end of stream here is a clean close.
     pub(crate) fn between_frames(&self) -> bool {
         self.partial.is_none() && self.lo == self.hi
+    }
+
+    /// Bytes read from the stream so far (wrapping): a reader compares two readings to
+    /// learn whether bytes arrived in between.
+    pub(crate) fn received(&self) -> u64 {
+        self.received
+    }
+
+    /// Payload bytes of the frame being assembled that are not read yet (0 between
+    /// frames, and before a header is whole).
+    pub(crate) fn missing(&self) -> usize {
+        self.partial
+            .as_ref()
+            .map_or(0, |p| (p.len - p.have).saturating_sub(self.hi - self.lo))
     }
 
     /// Whether [`next`](Self::next) can make progress without another read: a header,
@@ -209,7 +226,10 @@ impl FrameReader {
             };
             return match got {
                 Ok(0) => Ok(Fill::Eof),
-                Ok(n) => Ok(Fill::Read(n)),
+                Ok(n) => {
+                    self.received = self.received.wrapping_add(n as u64);
+                    Ok(Fill::Read(n))
+                }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(Fill::Empty),
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) => Err(e),
@@ -360,6 +380,41 @@ mod tests {
         // At the limit is fine.
         let (got, _) = drive(&frame(KIND_DATA, 2, &[5; 100]), &[64], 100).unwrap();
         assert_eq!(got[0].data, vec![5; 100]);
+    }
+
+    #[test]
+    fn missing_and_received_follow_the_frame_being_assembled() {
+        let mut r = FrameReader::new(1 << 20);
+        assert_eq!((r.missing(), r.received()), (0, 0));
+        let f = frame(KIND_DATA, 3, &vec![4u8; 200_000]);
+        let mut at = 0;
+        // The header and 100 bytes: 199,900 missing once the header is taken.
+        // Feeds `n` bytes, in as many reads as the reader offers room for.
+        let mut feed = |r: &mut FrameReader, mut n: usize| {
+            while n > 0 {
+                r.fill(|b| {
+                    let k = n.min(b.len());
+                    b[..k].copy_from_slice(&f[at..at + k]);
+                    at += k;
+                    n -= k;
+                    Ok(k)
+                })
+                .unwrap();
+            }
+        };
+        feed(&mut r, HEADER_LEN + 100);
+        assert_eq!(r.received(), (HEADER_LEN + 100) as u64);
+        assert_eq!(r.missing(), 0, "the header is not taken yet");
+        assert_eq!(r.next(Vec::new).unwrap(), None);
+        assert_eq!(r.missing(), 199_900);
+        feed(&mut r, 150_000);
+        assert_eq!(r.missing(), 49_900);
+        assert_eq!(r.received(), (HEADER_LEN + 150_100) as u64);
+        feed(&mut r, 49_900);
+        assert_eq!(r.missing(), 0);
+        let got = r.next(Vec::new).unwrap().expect("whole");
+        assert_eq!(got.data.len(), 200_000);
+        assert!(r.between_frames());
     }
 
     #[test]
