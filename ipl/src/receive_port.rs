@@ -707,8 +707,9 @@ impl PortShared {
         let max = self.spin;
         // This thread sent something since its last receive: it probably waits for the
         // answer, whose delay (a round trip) is worth learning. A thread that only
-        // receives (a stream) keeps the configured budget, and sleeps sooner, leaving
-        // the CPU to the transport threads that bring its data.
+        // receives (a stream) learns only while it polls its transports itself; where
+        // their threads bring its data, it keeps the configured budget and sleeps
+        // sooner, leaving them the CPU.
         let awaits_reply = crate::send_port::take_sent_since_receive();
         // The first and the last clock reading (None: not read yet). The poll loops read
         // the clock only every few rounds, and a message that is taken without sleeping
@@ -717,6 +718,8 @@ impl PortShared {
         let mut now: Option<Instant> = None;
         // A message the transport handed to this thread directly.
         let mut taken: Option<ReadMessage> = None;
+        // This receive polled its transports itself (receiver-driven progress).
+        let mut drove_progress = false;
         let budget = Duration::from_nanos(self.spin_ns.load(Ordering::Relaxed));
         // A zero budget (`spin` zero, `IPL_SPIN_US=0`) does not poll at all: the receiver sleeps at once.
         if !budget.is_zero() && !self.ready.load(Ordering::Acquire) {
@@ -755,6 +758,7 @@ impl PortShared {
                         std::thread::yield_now();
                     }
                 } else {
+                    drove_progress = true;
                     // Receiver-driven progress: this thread moves messages out of the
                     // transports itself. It spins without a system call (a yield costs more
                     // than a shared-memory round trip), yielding every YIELD_EVERY so that
@@ -820,6 +824,7 @@ impl PortShared {
                 got,
                 waited,
                 awaited_reply: awaits_reply,
+                drove_progress,
             };
             let next = receive_wait::next_budget(max, budget, seen);
             self.spin_ns

@@ -8,7 +8,10 @@
 //!   sleeps. Polling costs a CPU; sleeping costs a wake-up (11-12 µs on this machine's
 //!   VM, far more than a shared-memory round trip).
 //! - **The budget** starts at the configured one (`IPL_SPIN_US`, `IbisBuilder::spin`)
-//!   and is learned ([`next_budget`]).
+//!   and is learned ([`next_budget`]) from the waits of a receive that awaited a reply,
+//!   or that moved its messages out of its transports itself (receiver-driven
+//!   progress: shm, tcp). Only a stream over a transport whose own threads deliver is
+//!   not learned from: its receiver leaves them the CPU sooner.
 //! - **Where to sleep** ([`sleep_in`]): a thread that waits for a reply parks in its
 //!   transport, so that the sender's wake-up reaches it directly; one that only receives
 //!   (a stream) sleeps on the port, so that the transport's thread delivers batches
@@ -41,23 +44,32 @@ pub(crate) struct Seen {
     pub(crate) waited: Duration,
     /// The thread had sent something since its last receive: it waited for a reply.
     pub(crate) awaited_reply: bool,
+    /// The receive polled its transports itself (receiver-driven progress): its
+    /// polling is what moves its messages, not a transport thread's.
+    pub(crate) drove_progress: bool,
 }
 
 /// The next receive's poll budget, from the configured one (`max`; zero: polling is
 /// off, and stays off), the current one, and what this receive saw:
 /// - a message within `max`: back to `max`;
-/// - a reply within [`LEARN_LIMIT`]: about two of this wait (at least `max`), so that a
-///   transport whose round trip is longer than the configured budget (QUIC: 70-90 µs
-///   here) is still caught while polling;
-/// - anything later, or nothing: half the current budget (at least [`MIN_BUDGET`]), so
-///   that a port whose messages come far apart (a stream, an idle server) soon stops
-///   taking the CPU that senders and transport threads need.
+/// - a reply, or a message the receive polled its transports for itself, within
+///   [`LEARN_LIMIT`]: about two of this wait (at least `max`), so that a transport
+///   whose round trip is longer than the configured budget (QUIC: 70-90 µs here) is
+///   still caught while polling, and a stream whose messages come a little further
+///   apart than the budget (1 MiB messages over shm: 50-100 µs here) is taken by its
+///   receiver instead of costing it a wake-up and a hand-off from the transport's
+///   thread each;
+/// - anything later, or nothing, or a message of a stream that a transport thread
+///   delivers: half the current budget (at least [`MIN_BUDGET`]), so that a port whose
+///   messages come far apart (an idle server) soon stops taking the CPU that senders
+///   and transport threads need.
 pub(crate) fn next_budget(max: Duration, current: Duration, seen: Seen) -> Duration {
     if max.is_zero() {
         Duration::ZERO
     } else if seen.got && seen.waited <= max {
         max
-    } else if seen.got && seen.awaited_reply && seen.waited <= LEARN_LIMIT {
+    } else if seen.got && (seen.awaited_reply || seen.drove_progress) && seen.waited <= LEARN_LIMIT
+    {
         (seen.waited * 2).clamp(max, LEARN_LIMIT)
     } else {
         (current / 2).max(MIN_BUDGET)
@@ -116,6 +128,15 @@ mod tests {
             got,
             waited: US * waited_us as u32,
             awaited_reply,
+            drove_progress: false,
+        }
+    }
+
+    /// A receive of a stream (no reply awaited) that polled its transports itself.
+    fn driven(got: bool, waited_us: u64) -> Seen {
+        Seen {
+            drove_progress: true,
+            ..seen(got, waited_us, false)
         }
     }
 
@@ -142,6 +163,22 @@ mod tests {
     }
 
     #[test]
+    fn a_stream_that_drives_its_transports_learns_as_a_reply_does() {
+        let max = US * 50;
+        // 1 MiB messages over shm, 80 us apart: taken while polling next time.
+        assert_eq!(next_budget(max, max, driven(true, 80)), US * 160);
+        assert_eq!(next_budget(max, US * 160, driven(true, 80)), US * 160);
+        assert_eq!(next_budget(max, max, driven(true, 150)), LEARN_LIMIT);
+        // Within the configured budget: back to it; later than the limit, or a
+        // timeout: halved, as for a reply.
+        assert_eq!(next_budget(max, LEARN_LIMIT, driven(true, 20)), max);
+        assert_eq!(next_budget(max, US * 160, driven(true, 300)), US * 80);
+        assert_eq!(next_budget(max, US * 160, driven(false, 160)), US * 80);
+        // The same stream delivered by a transport thread learns nothing.
+        assert_eq!(next_budget(max, max, seen(true, 80, false)), US * 25);
+    }
+
+    #[test]
     fn late_messages_streams_and_timeouts_halve_the_budget_down_to_the_floor() {
         let max = US * 50;
         // Not a reply (a stream): nothing learned.
@@ -162,12 +199,12 @@ mod tests {
     fn a_first_look_changes_the_budget_exactly_when_next_budget_does() {
         let max = US * 50;
         for current in [MIN_BUDGET, US * 3, US * 25, max, US * 160, LEARN_LIMIT] {
-            for awaited in [false, true] {
-                let next = next_budget(max, current, seen(true, 0, awaited));
+            for s in [seen(true, 0, false), seen(true, 0, true), driven(true, 0)] {
+                let next = next_budget(max, current, s);
                 assert_eq!(
                     first_look_changes_budget(max, current),
                     next != current,
-                    "{current:?}, awaited {awaited}"
+                    "{current:?}, {s:?}"
                 );
             }
         }
@@ -179,6 +216,7 @@ mod tests {
             seen(true, 0, true),
             seen(true, 80, true),
             seen(false, 5, false),
+            driven(true, 80),
         ] {
             assert_eq!(
                 next_budget(Duration::ZERO, Duration::ZERO, s),

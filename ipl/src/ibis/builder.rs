@@ -129,8 +129,10 @@ impl IbisBuilder {
 
     /// How long a blocking receive on this instance's ports polls for a message before
     /// it sleeps (default: `IPL_SPIN_US`, else [`DEFAULT_SPIN`](crate::config::DEFAULT_SPIN)).
-    /// The budget adapts to the waits a port sees, up to this much (more for a round
-    /// trip that takes longer). Zero switches polling off: a receiver sleeps at once,
+    /// The budget adapts to the waits a port sees, up to this much (more, up to 200 µs,
+    /// for a round trip that takes longer, or for a stream whose receiver takes its
+    /// messages out of a shared-memory or TCP transport itself and finds them a little
+    /// further apart). Zero switches polling off: a receiver sleeps at once,
     /// which suits a machine with more busy threads than CPUs.
     pub fn spin(mut self, budget: Duration) -> Self {
         self.spin = Some(budget);
