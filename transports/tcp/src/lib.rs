@@ -59,7 +59,9 @@
 //! thread; the reader threads stand back while a receiver is parked. A drain that stops
 //! early (its budget, or a message handed to a receiver) leaves a backlog mark, so a
 //! reader thread drains again before it waits for the socket: frames already read into
-//! the buffer do not show as readiness.
+//! the buffer do not show as readiness. While a large frame comes in, a reader thread
+//! reads on without waiting for readability (`stream_spin`, `tcp.reader_spin_us`): a
+//! wait after every segment would cost the sender a wake-up per segment.
 //!
 //! **Receiving**: a payload up to 64 KiB is read through a staging buffer; larger ones
 //! straight into their own vector, growing as their bytes arrive, so a lying length
