@@ -48,8 +48,6 @@ struct Handshakes {
 struct Inner {
     id: u64,
     cfg: Config,
-    /// How senders wait (from `cfg`, made once: every send reads it).
-    pacing: Pacing,
     context: Vec<u8>,
     here: HostId,
     address: Vec<u8>,
@@ -93,6 +91,19 @@ fn abstract_addr(id: u64) -> std::io::Result<UnixAddr> {
 }
 
 impl Inner {
+    /// How senders wait: for a polling receiver to take a slot before they wake the
+    /// receiver's sleeping thread (not at all with `shm.wait=block`), and for credits.
+    fn pacing(&self) -> Pacing {
+        Pacing {
+            spin: self.cfg.spin,
+            wake_after: match self.cfg.wait {
+                WaitMode::Block => Duration::ZERO,
+                WaitMode::Spin | WaitMode::SpinBlock => self.cfg.spin,
+            },
+            timeout: self.cfg.send_timeout,
+        }
+    }
+
     fn register(&self, link: &Arc<Link>) -> Result<(), TransportError> {
         let mut by_peer = self.by_peer.lock();
         if self.stopping.load(Ordering::SeqCst) {
@@ -445,7 +456,7 @@ impl Inner {
         }
         route
             .link
-            .send(Kind::Data, route.wire, slices, total, &self.pacing)
+            .send(Kind::Data, route.wire, slices, total, self.pacing())
     }
 
     /// What `take` does once the wanted channel's link is known: that link first (the
@@ -680,7 +691,6 @@ impl TransportPlugin for ShmTransport {
             id,
             context: cfg.auth_context(),
             admission: Admission::new("shm", cfg.max_handshakes),
-            pacing: Pacing::from_config(&cfg),
             cfg,
             here,
             address,
@@ -733,9 +743,9 @@ impl TransportPlugin for ShmTransport {
                     wire,
                     &[],
                     0,
-                    &Pacing {
+                    Pacing {
                         timeout: timeout.max(Duration::from_millis(1)),
-                        ..inner.pacing
+                        ..inner.pacing()
                     },
                 )
             },
@@ -752,7 +762,7 @@ impl TransportPlugin for ShmTransport {
         if let Some(route) = self.inner.channels.close(channel) {
             if let Err(e) = route
                 .link
-                .send(Kind::Close, route.wire, &[], 0, &self.inner.pacing)
+                .send(Kind::Close, route.wire, &[], 0, self.inner.pacing())
             {
                 tracing::debug!("shm: CLOSE not sent: {e}");
             }

@@ -15,7 +15,6 @@ use ipl_transport_abi::TransportError;
 use ipl_transport_kit::channels::{CachedLookup, ChannelLink, LinkChannels};
 
 use crate::chan_map::ChanHasher;
-use crate::config::{Config, WaitMode};
 use crate::consumer::Completion;
 use crate::handshake::Established;
 use crate::layout::Kind;
@@ -74,22 +73,6 @@ pub(crate) struct Pacing {
     pub wake_after: Duration,
     /// Fail after waiting this long for credits.
     pub timeout: Duration,
-}
-
-impl Pacing {
-    /// How an endpoint's senders wait: for a polling receiver to take a slot before
-    /// they wake the receiver's sleeping thread (not at all with `shm.wait=block`), and
-    /// for credits.
-    pub(crate) fn from_config(cfg: &Config) -> Pacing {
-        Pacing {
-            spin: cfg.spin,
-            wake_after: match cfg.wait {
-                WaitMode::Block => Duration::ZERO,
-                WaitMode::Spin | WaitMode::SpinBlock => cfg.spin,
-            },
-            timeout: cfg.send_timeout,
-        }
-    }
 }
 
 /// The least a sender waits for a polling thread before it wakes the receiver's
@@ -186,7 +169,7 @@ impl Link {
         wire: u64,
         slices: &[&[u8]],
         total: usize,
-        pacing: &Pacing,
+        pacing: Pacing,
     ) -> Result<(), TransportError> {
         // The clock is read only once a slot has to wait (a read costs about 50 ns on
         // a virtual machine, as much as the rest of an uncontended send).
@@ -235,7 +218,7 @@ impl Link {
         wire: u64,
         cur: &mut Cursor<'_>,
         len: u32,
-        pacing: &Pacing,
+        pacing: Pacing,
         deadline: &mut Option<Instant>,
     ) -> Result<(), TransportError> {
         let mut start = None;
