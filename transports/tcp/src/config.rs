@@ -18,7 +18,8 @@ pub const DEFAULT_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
 pub const DEFAULT_SEND_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Default `tcp.reader_spin_us`: how long a connection's reader thread reads on without
-/// waiting after the last bytes of an incomplete frame (see `stream_spin`).
+/// waiting after the last bytes of a frame that still misses 64 KiB or more (see
+/// `stream_spin`).
 pub const DEFAULT_READER_SPIN: Duration = Duration::from_micros(50);
 
 /// A parsed configuration: the keys of every network transport, and the bounds on
@@ -33,7 +34,7 @@ pub(crate) struct Config {
     /// `tcp.send_timeout_ms`: the longest a send waits for the peer to take any data.
     pub send_timeout: Duration,
     /// `tcp.reader_spin_us`: how long a reader thread reads on without waiting after
-    /// the last bytes of an incomplete frame (0: it always waits).
+    /// the last bytes of a frame that still misses 64 KiB or more (0: it always waits).
     pub reader_spin: Duration,
 }
 

@@ -58,9 +58,9 @@ pub fn take_order(
                 if Instant::now() >= end {
                     break;
                 }
-                for i in i..i + BURST {
-                    let ch = if i % 2 == 0 { ch2 } else { ch1 };
-                    a.send(ch, &[&i.to_le_bytes(), &vec![i as u8; pad(i)]])
+                for k in i..i + BURST {
+                    let ch = if k % 2 == 0 { ch2 } else { ch1 };
+                    a.send(ch, &[&k.to_le_bytes(), &vec![k as u8; pad(k)]])
                         .expect("send");
                 }
                 i += BURST;
