@@ -1026,9 +1026,11 @@ impl ReceivePort {
     /// connection ends it as in [`receive`](Self::receive).
     pub fn receive_timeout(&self, timeout: Duration) -> Result<ReadMessage> {
         self.need(PortCapabilities::RECEIVE_TIMEOUT, "receive.timeout")?;
-        self.shared
-            .next(Some(timeout), true)?
-            .ok_or(IplError::Timeout(timeout))
+        // Not `ok_or`: the error would be built, and dropped, on every message.
+        match self.shared.next(Some(timeout), true)? {
+            Some(m) => Ok(m),
+            None => Err(IplError::Timeout(timeout)),
+        }
     }
 
     /// Returns a message if one is ready, without waiting (needs `receive.poll`). Like

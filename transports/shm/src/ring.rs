@@ -376,6 +376,13 @@ pub struct RingRx {
     consumer: Consumer,
 }
 
+impl Drop for RingRx {
+    fn drop(&mut self) {
+        // The spare release context refers to the ring: break the cycle.
+        self.shared.ctx_cache.close();
+    }
+}
+
 /// A slot that was consumed. A slot with a payload stays held until released with
 /// [`RxShared::release`]`(seq)` — after its payload was copied, or when the host
 /// releases the buffer handed out in place; other slots (padding, control) are
