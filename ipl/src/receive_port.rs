@@ -1061,6 +1061,12 @@ impl ReceivePort {
     /// async runtime where that matters).
     pub async fn receive_async(&self) -> Result<ReadMessage> {
         self.need(PortCapabilities::RECEIVE_EXPLICIT, "receive.explicit")?;
+        // This receive does not poll its transports: those that leave a channel's
+        // messages to a thread that took from it before (a blocking receive of this
+        // port) must deliver them themselves again.
+        for (_, t) in self.shared.polled_instances() {
+            t.progress_end();
+        }
         poll_fn(|cx| {
             let mut st = self.shared.state.lock();
             match self.shared.take_locked(&mut st, true) {

@@ -241,7 +241,11 @@ pub struct TransportVTable {
     pub progress: unsafe extern "C" fn(inst: *mut c_void) -> usize,
     /// The end of a poll phase (ABI version 3): a thread that called `progress` in a
     /// loop stops polling (it is about to sleep), so the transport's own threads must
-    /// deliver again. Transports that do not rely on pollers ignore it.
+    /// deliver again. Transports that do not rely on pollers ignore it. After a `take`
+    /// on a channel (through its fast path), a transport may leave that channel's next
+    /// messages sent through the fast path for the taking thread, without its own
+    /// threads delivering them, until `progress_end` or `wait` is called: either then
+    /// delivers what is there (shm does so).
     pub progress_end: unsafe extern "C" fn(inst: *mut c_void),
     /// Receiver-driven progress for a receiver that waits on one channel (ABI version
     /// 4): as `progress`, except that the next message of `channel` may go to

@@ -391,6 +391,7 @@ impl Inner {
     }
 
     fn on_close(&self, link: &Link, wire: u64) {
+        link.rx_shared.unmark_polled(wire);
         if let Some(local) = self.channels.peer_closed(link, wire) {
             if let Some(_e) = self.gate.enter() {
                 self.host
@@ -445,8 +446,16 @@ impl Inner {
         self.channels.route("shm", channel)
     }
 
-    /// A data message on a route (the size checked against `max_message`).
-    fn send_on(&self, route: &Route<Link>, slices: &[&[u8]]) -> Result<(), TransportError> {
+    /// A data message on a route (the size checked against `max_message`); `polled`
+    /// as in [`Link::send`]: only for the fast path's data, whose receiver polls or
+    /// else withdraws its record before it sleeps (a message sent otherwise, the IPL's
+    /// connection protocol, always wakes whoever must deliver it).
+    fn send_on(
+        &self,
+        route: &Route<Link>,
+        slices: &[&[u8]],
+        polled: bool,
+    ) -> Result<(), TransportError> {
         let total: usize = slices.iter().map(|s| s.len()).sum();
         let max = self.cfg.max_message;
         if total > max {
@@ -456,12 +465,15 @@ impl Inner {
         }
         route
             .link
-            .send(Kind::Data, route.wire, slices, total, self.pacing())
+            .send(Kind::Data, route.wire, slices, total, self.pacing(), polled)
     }
 
     /// What `take` does once the wanted channel's link is known: that link first (the
     /// message, if there, goes to `sink`), then every link with something pending.
     fn take_on(&self, link: &Arc<Link>, wire_in: u64, sink: &mut ChannelSink<'_>) -> usize {
+        // This thread polls the channel: its data needs no wake-up until `progress_end`
+        // or `wait` withdraws the record.
+        link.rx_shared.mark_polled(wire_in);
         let mut delivered = 0;
         if link.rx_shared.has_pending() {
             delivered += self.consume(link, Some((wire_in, &mut *sink)));
@@ -470,6 +482,26 @@ impl Inner {
             }
         }
         delivered + self.progress_pending()
+    }
+
+    /// The threads of this endpoint stop polling (`progress_end`): every record of a
+    /// polled channel is withdrawn, then what arrived without a wake-up is delivered
+    /// through the callbacks (the withdrawal and the look are SeqCst, as the sender's
+    /// publication and its look at the records: either it wakes us or we see its slot).
+    fn stop_polling(&self) {
+        let links = Arc::clone(&*self.links.read());
+        let mut any = false;
+        for l in links.iter() {
+            any |= l.rx_shared.unmark_all_polled();
+        }
+        if any && links.iter().any(|l| l.rx_shared.has_pending()) {
+            let (_, busy) = self.progress_all(&links);
+            if busy {
+                // Another thread consumes a ring and may stop at its own message: the
+                // endpoint thread delivers the rest.
+                sys::eventfd_signal(&self.ctl);
+            }
+        }
     }
 
     /// Delivers from every link with something pending (`progress`).
@@ -646,7 +678,7 @@ struct ShmFast {
 impl FastChannel for ShmFast {
     fn send(&self, slices: &[&[u8]]) -> Result<(), TransportError> {
         let route = self.route.confirm(&self.inner.channels, "shm")?;
-        self.inner.send_on(route, slices)
+        self.inner.send_on(route, slices, true)
     }
 
     fn take(&self, sink: &mut ChannelSink<'_>) -> usize {
@@ -747,6 +779,7 @@ impl TransportPlugin for ShmTransport {
                         timeout: timeout.max(Duration::from_millis(1)),
                         ..inner.pacing()
                     },
+                    false,
                 )
             },
         )
@@ -754,15 +787,17 @@ impl TransportPlugin for ShmTransport {
 
     fn send(&self, channel: u64, slices: &[&[u8]]) -> Result<(), TransportError> {
         let route = self.inner.route(channel)?;
-        self.inner.send_on(&route, slices)
+        self.inner.send_on(&route, slices, false)
     }
 
     fn close_channel(&self, channel: u64) {
         // Unless the link's loss report owns the channel, tell the peer.
         if let Some(route) = self.inner.channels.close(channel) {
-            if let Err(e) = route
-                .link
-                .send(Kind::Close, route.wire, &[], 0, self.inner.pacing())
+            route.link.rx_shared.unmark_polled(route.wire_in());
+            if let Err(e) =
+                route
+                    .link
+                    .send(Kind::Close, route.wire, &[], 0, self.inner.pacing(), false)
             {
                 tracing::debug!("shm: CLOSE not sent: {e}");
             }
@@ -771,6 +806,12 @@ impl TransportPlugin for ShmTransport {
 
     fn progress(&self) -> usize {
         self.take_from(None)
+    }
+
+    /// A receiver stops polling: the channels it polled are announced as usual again,
+    /// and what was sent to them without a wake-up meanwhile is delivered now.
+    fn progress_end(&self) {
+        self.inner.stop_polling();
     }
 
     fn take(&self, channel: u64, sink: &mut ChannelSink<'_>) -> usize {
@@ -805,6 +846,11 @@ impl TransportPlugin for ShmTransport {
             }
         };
         let links = Arc::clone(&*inner.links.read());
+        // Withdrawn first (the sender then checks the flag set below); what came
+        // without a wake-up before is seen by the look that follows.
+        for l in links.iter() {
+            l.rx_shared.unmark_all_polled();
+        }
         for l in links.iter() {
             l.rx_shared.set_sleeping(true);
         }

@@ -2,9 +2,10 @@
 //! format of a slot header. Pure data; no memory access.
 //!
 //! ```text
-//! segment:  [ segment header (64 B) | ring 0 control (320 B) | ring 1 control (320 B) | pad ]
+//! segment:  [ segment header (64 B) | ring 0 control (384 B) | ring 1 control (384 B) | pad ]
 //!           [ ring 0 data (cap B) @ DATA_OFFSET ][ ring 1 data (cap B) @ DATA_OFFSET + cap ]
 //! control:  tail @ +64 | rx_sleeping @ +128 | tx_waiting @ +192 | read @ +256
+//!           | polled @ +320 (POLLED_SLOTS words)
 //!           (u64 each, a cache line each: a word one side polls never shares a line
 //!           with a word the other side writes for another purpose)
 //! slot:     [ len u32 LE | kind u8 | 0 0 0 | channel u64 LE ][ payload, padded to 16 ]
@@ -24,13 +25,13 @@
 //! [`SLOT_ALIGN`] and never crosses the end of the data area: a slot that would is
 //! preceded by a [`Kind::Pad`] slot that fills the rest of the area.
 
-/// Magic number at the start of a segment: `"IPLSHM"` and layout version 3.
-pub const SEGMENT_MAGIC: u64 = u64::from_le_bytes(*b"IPLSHM\x00\x03");
+/// Magic number at the start of a segment: `"IPLSHM"` and layout version 4.
+pub const SEGMENT_MAGIC: u64 = u64::from_le_bytes(*b"IPLSHM\x00\x04");
 
 /// Size of the segment header.
 pub const SEGMENT_HEADER: usize = 64;
 /// Size of one ring's control block.
-pub const CONTROL_SIZE: usize = 320;
+pub const CONTROL_SIZE: usize = 384;
 /// Where the first ring's data starts (a page boundary).
 pub const DATA_OFFSET: usize = 4096;
 
@@ -41,8 +42,16 @@ pub const TAIL: usize = 64;
 /// sender that polls it would otherwise make every tail update a transfer between
 /// cores.
 pub const READ: usize = 256;
+/// Offset of the channels the consumer's side polls for: up to [`POLLED_SLOTS`] wire
+/// ids plus one (0: a free entry), written by the consumer's side when a thread
+/// starts taking a channel's messages itself and cleared before it stops. A producer
+/// need not wake the consumer's side for a data message of such a channel (see
+/// `ring.rs`). Its own line: written rarely, read once per message.
+pub const POLLED: usize = 320;
+/// Entries of the polled channel table.
+pub const POLLED_SLOTS: usize = 4;
 /// The highest word of a control block (for bounds checks).
-pub const CONTROL_LAST: usize = READ;
+pub const CONTROL_LAST: usize = POLLED + 8 * (POLLED_SLOTS - 1);
 const _: () = assert!(CONTROL_LAST + 8 <= CONTROL_SIZE);
 const _: () = assert!(SEGMENT_HEADER + 2 * CONTROL_SIZE <= DATA_OFFSET);
 /// Offset of the consumer's "I am going to sleep: wake me" flag.

@@ -163,6 +163,8 @@ impl Link {
     /// else fragments of at most a quarter ring, all under the send lock so nothing
     /// interleaves. Blocks while the receiver has not granted the space, spinning for
     /// `pacing.spin` and then sleeping until it wakes us, at most `pacing.timeout`.
+    /// With `polled`, a message whose channel a thread of the receiver's side polls
+    /// (see `RingTx::polled`) is left for that thread without a wake-up.
     pub fn send(
         &self,
         kind: Kind,
@@ -170,6 +172,7 @@ impl Link {
         slices: &[&[u8]],
         total: usize,
         pacing: Pacing,
+        polled: bool,
     ) -> Result<(), TransportError> {
         // The clock is read only once a slot has to wait (a read costs about 50 ns on
         // a virtual machine, as much as the rest of an uncontended send).
@@ -180,8 +183,7 @@ impl Link {
         if total <= max {
             return self.write_slot(
                 &mut tx,
-                kind,
-                wire,
+                (kind, wire, polled),
                 &mut cur,
                 total as u32,
                 pacing,
@@ -192,8 +194,14 @@ impl Link {
         while left > 0 {
             let n = left.min(max);
             let k = if left == n { Kind::FragEnd } else { Kind::Frag };
-            let written =
-                self.write_slot(&mut tx, k, wire, &mut cur, n as u32, pacing, &mut deadline);
+            let written = self.write_slot(
+                &mut tx,
+                (k, wire, polled),
+                &mut cur,
+                n as u32,
+                pacing,
+                &mut deadline,
+            );
             if let Err(e) = written {
                 if left < total {
                     // Part of the message is in the ring: the peer would take what
@@ -208,14 +216,13 @@ impl Link {
         Ok(())
     }
 
-    /// Writes one slot, waiting for credits as `pacing` says; `deadline` is set from
-    /// `pacing.timeout` when the first wait of the message begins.
-    #[allow(clippy::too_many_arguments)]
+    /// Writes one slot (of `kind` on `wire`, `polled` as in [`send`](Self::send)),
+    /// waiting for credits as `pacing` says; `deadline` is set from `pacing.timeout`
+    /// when the first wait of the message begins.
     fn write_slot(
         &self,
         tx: &mut RingTx,
-        kind: Kind,
-        wire: u64,
+        (kind, wire, polled): (Kind, u64, bool),
         cur: &mut Cursor<'_>,
         len: u32,
         pacing: Pacing,
@@ -253,6 +260,12 @@ impl Link {
                 tx.set_waiting(true);
                 waiting = true;
                 announced = true;
+                // The slots that fill the ring may be data of a polled channel, sent
+                // without a wake-up, and its receiver may not be polling now: have the
+                // peer's endpoint thread take them if it sleeps.
+                if tx.take_sleeping() {
+                    wake(&self.sock);
+                }
                 continue;
             }
             let mut g = self.credit.0.lock();
@@ -262,6 +275,13 @@ impl Link {
         };
         if announced {
             tx.set_waiting(false);
+        }
+        if result.is_ok() && polled && tx.polled(wire) {
+            // A thread of the receiver's side takes this channel's messages itself, and
+            // withdraws the record (then looks at the ring again) before it stops: no
+            // wake-up, and no wait for the slot to be taken (which would pull the line
+            // of the receiver's read position over at every message).
+            return result;
         }
         if result.is_ok() && tx.peer_sleeping() {
             // The receiver's thread sleeps. A thread polling the endpoint may take the

@@ -15,7 +15,25 @@
 //!   after publishing a slot, unless the receiver's published read position shows
 //!   that someone (a thread calling `progress`) already took the slot;
 //! - the sender's `tx_waiting`: set when it lacks credits; the receiver wakes it after
-//!   reclaiming space.
+//!   reclaiming space (and the sender, as it sets it, wakes a receiver that sleeps:
+//!   see below).
+//!
+//! **Polled channels.** A thread of the receiver's side that takes a channel's
+//! messages itself (a receive port's poll) records the channel in the `polled` table
+//! of the control block. After publishing a data slot of a recorded channel, the
+//! producer neither wakes the receiver nor waits for the slot to be taken: the polling
+//! thread takes it. That wait was the costly part of a round trip: the producer read
+//! the receiver's read position at every message, so each store of it by the receiver
+//! became a transfer between cores on the receive path. The record stays while the
+//! thread goes back and forth between receives (it is written only when it changes);
+//! it is withdrawn, by the same pattern as above, before a thread of that side sleeps
+//! (`progress_end`, `wait`): withdraw (`SeqCst`), then look at the ring and deliver
+//! what came without a wake-up. The producer publishes, then reads the table
+//! (`SeqCst`): either it sees the record withdrawn (and wakes as usual) or the
+//! withdrawing thread sees its slot. A sender short of credits wakes a sleeping
+//! receiver, since the slots that fill the ring may be of a recorded channel whose
+//! thread does not poll now. Only data sent through a channel's fast path is left so;
+//! the IPL's connection protocol goes through `send` and always announces.
 
 use std::sync::atomic::{fence, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -25,11 +43,18 @@ use parking_lot::Mutex;
 use crate::buffer::CtxCache;
 use crate::consumer::{Completion, Consumer, RingError};
 use crate::layout::{
-    self, ring_offset, Kind, SlotHeader, HEADER_LEN, READ, RX_SLEEPING, TAIL, TX_WAITING,
+    self, ring_offset, Kind, SlotHeader, HEADER_LEN, POLLED, POLLED_SLOTS, READ, RX_SLEEPING, TAIL,
+    TX_WAITING,
 };
 use crate::producer::{BadTail, Producer};
 use crate::reclaim::Reclaimer;
 use crate::region::{OutOfBounds, Region};
+
+/// The polled-table entry of `channel` (its wire id plus one; 0 marks a free entry),
+/// or None for the one wire id that has none.
+fn polled_entry(channel: u64) -> Option<u64> {
+    channel.checked_add(1)
+}
 
 /// The offsets of one ring inside a region.
 #[derive(Debug, Clone, Copy)]
@@ -261,6 +286,16 @@ impl RingTx {
         self.index(RX_SLEEPING).load(Ordering::SeqCst) != 0
     }
 
+    /// After publishing a slot on `channel`: whether a thread of the receiver's side
+    /// takes that channel's messages itself, so the slot needs no wake-up (see the
+    /// module documentation). Loads of a line the receiver writes rarely.
+    pub fn polled(&self, channel: u64) -> bool {
+        let Some(entry) = polled_entry(channel) else {
+            return false;
+        };
+        (0..POLLED_SLOTS).any(|i| self.index(POLLED + 8 * i).load(Ordering::SeqCst) == entry)
+    }
+
     /// Whether the receiver has taken everything published so far.
     pub fn consumed(&self) -> bool {
         self.index(READ).load(Ordering::Acquire) >= self.producer.head()
@@ -358,6 +393,57 @@ impl RxShared {
         if w.load(Ordering::SeqCst) != 0 && w.swap(0, Ordering::SeqCst) != 0 {
             (self.wake_peer)();
         }
+    }
+
+    /// Records that a thread of this side takes `channel`'s messages itself (a
+    /// receiver that polls): the producer then sends no wake-up for its data messages
+    /// (see the module documentation). A no-op when it is recorded already (loads
+    /// only) or when the table is full (the producer then wakes as for any channel).
+    pub fn mark_polled(&self, channel: u64) {
+        let Some(entry) = polled_entry(channel) else {
+            return;
+        };
+        let slots = || (0..POLLED_SLOTS).map(|i| self.index(POLLED + 8 * i));
+        if slots().any(|w| w.load(Ordering::Relaxed) == entry) {
+            return;
+        }
+        for w in slots() {
+            if w.compare_exchange(0, entry, Ordering::SeqCst, Ordering::Relaxed)
+                .is_ok()
+            {
+                return;
+            }
+        }
+    }
+
+    /// Clears `channel`'s record (the channel closed).
+    pub fn unmark_polled(&self, channel: u64) {
+        if let Some(entry) = polled_entry(channel) {
+            for i in 0..POLLED_SLOTS {
+                let _ = self.index(POLLED + 8 * i).compare_exchange(
+                    entry,
+                    0,
+                    Ordering::SeqCst,
+                    Ordering::Relaxed,
+                );
+            }
+        }
+    }
+
+    /// Clears every record (the threads of this side stop polling): from here on each
+    /// slot is announced as usual. The caller then looks at the ring again
+    /// ([`has_pending`](Self::has_pending)) and delivers what came before: a slot
+    /// published while a record stood got no wake-up. Whether any record was cleared.
+    pub fn unmark_all_polled(&self) -> bool {
+        let mut any = false;
+        for i in 0..POLLED_SLOTS {
+            let w = self.index(POLLED + 8 * i);
+            if w.load(Ordering::Relaxed) != 0 {
+                w.store(0, Ordering::SeqCst);
+                any = true;
+            }
+        }
+        any
     }
 
     /// Announces that the receiving thread is about to sleep (then re-check
