@@ -986,7 +986,9 @@ impl ReceivePort {
     }
 
     /// Messages that arrived and wait to be received (bounded per connection by the
-    /// flow-control window).
+    /// flow-control window). Messages a transport still holds for the port's next
+    /// receive (shm keeps a channel's messages in its ring while a receive of it polls,
+    /// and between two such receives) are not counted.
     pub fn queued(&self) -> usize {
         self.shared.state.lock().queue.len()
     }
