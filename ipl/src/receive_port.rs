@@ -3,7 +3,7 @@
 
 use std::collections::VecDeque;
 use std::future::poll_fn;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 
 use parking_lot::{Condvar, Mutex};
@@ -208,6 +208,27 @@ pub(crate) struct PortShared {
     window: u64,
     /// This port, for the lanes of its direct connections.
     me: Weak<PortShared>,
+    /// Receives of this port that wait without polling its transports (asleep on the
+    /// port or in a transport, or an async receive that is pending): see `end_polling`.
+    idle: AtomicUsize,
+}
+
+/// A receive counted in [`PortShared::idle`] while it lives.
+struct Idle<'a>(&'a AtomicUsize);
+
+impl<'a> Idle<'a> {
+    fn new(count: &'a AtomicUsize) -> Self {
+        // SeqCst: ordered against the polled-channel records a transport keeps (see
+        // `PortShared::end_polling`).
+        count.fetch_add(1, Ordering::SeqCst);
+        Idle(count)
+    }
+}
+
+impl Drop for Idle<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 /// A port's one connection on a transport with receiver-driven progress (see
@@ -296,6 +317,7 @@ impl PortShared {
             connect_upcall,
             window,
             me: me.clone(),
+            idle: AtomicUsize::new(0),
         })
     }
 
@@ -391,6 +413,19 @@ impl PortShared {
         match direct.as_ref() {
             Some(d) if d.key == key => d.lane.lend(owed),
             _ => st.adm.restore(false, owed),
+        }
+    }
+
+    /// Tells this port's polled transports that no thread polls them for it now
+    /// (`TransportInstance::progress_end`). A transport may keep a channel's messages
+    /// for the thread that polled it (shm records the channel, and its sender then
+    /// sends no wake-up), also after that thread returned with a message; so a
+    /// receive calls this before it waits without polling, and a receive that polled
+    /// calls it on its way out while another receive of the port waits so (`idle`).
+    /// What a transport kept arrives through the callbacks.
+    fn end_polling(&self) {
+        for (_, t) in self.polled_instances() {
+            t.progress_end();
         }
     }
 
@@ -702,6 +737,21 @@ impl PortShared {
         timeout: Option<Duration>,
         report: bool,
     ) -> Result<Option<ReadMessage>> {
+        let r = self.next_inner(timeout, report);
+        // Another receive of this port waits without polling: what this one's polls
+        // left recorded in the transports must not wait for a poller (see
+        // `end_polling`). One load when nobody waits so.
+        if self.idle.load(Ordering::SeqCst) > 0 {
+            self.end_polling();
+        }
+        r
+    }
+
+    fn next_inner(
+        self: &Arc<Self>,
+        timeout: Option<Duration>,
+        report: bool,
+    ) -> Result<Option<ReadMessage>> {
         // Poll (yielding the CPU between polls) for an adaptive budget before sleeping;
         // the policy (the budget, where to sleep) is `receive_wait`'s.
         let max = self.spin;
@@ -852,11 +902,21 @@ impl PortShared {
         } else {
             None
         };
+        // Counted as waiting without polling from its first sleep on (see `end_polling`).
+        let mut idle: Option<Idle<'_>> = None;
         let mut st = self.state.lock();
         loop {
             if let Some(r) = self.take_locked(&mut st, report) {
                 adapt(true, waited(slept, start, now));
                 return r.map(Some);
+            }
+            if idle.is_none() {
+                // Counted first, so that a receive that polls meanwhile ends its polling
+                // on its way out; then what the transports kept for a poller is
+                // delivered, and the queue looked at again.
+                idle = Some(Idle::new(&self.idle));
+                parking_lot::MutexGuard::unlocked(&mut st, || self.end_polling());
+                continue;
             }
             slept = true;
             let start = *start.get_or_insert_with(Instant::now);
@@ -1063,12 +1123,12 @@ impl ReceivePort {
     /// async runtime where that matters).
     pub async fn receive_async(&self) -> Result<ReadMessage> {
         self.need(PortCapabilities::RECEIVE_EXPLICIT, "receive.explicit")?;
-        // This receive does not poll its transports: those that leave a channel's
-        // messages to a thread that took from it before (a blocking receive of this
-        // port) must deliver them themselves again.
-        for (_, t) in self.shared.polled_instances() {
-            t.progress_end();
-        }
+        // This receive does not poll its transports: those that keep a channel's
+        // messages for a thread that polled it (a blocking receive of this port) must
+        // deliver them again, now and whenever such a receive returns while this one
+        // is pending (see `PortShared::end_polling`).
+        let _idle = Idle::new(&self.shared.idle);
+        self.shared.end_polling();
         poll_fn(|cx| {
             let mut st = self.shared.state.lock();
             match self.shared.take_locked(&mut st, true) {

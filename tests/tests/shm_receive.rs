@@ -167,3 +167,149 @@ fn without_polling_a_sleeping_receiver_gets_every_message_and_is_released_by_clo
     }
     receiver.join().unwrap();
 }
+
+/// A member over shm whose endpoint thread looks at its rings on its own only once an
+/// hour: a message left in a ring with nobody woken for it fails the test instead of
+/// arriving a second late.
+fn quiet_member(reg: &EmbeddedRegistry, secret: &PoolSecret, t: PortType, spin: Duration) -> Ibis {
+    ipl::register_static_plugin(&ipl_transport_shm::PLUGIN);
+    Ibis::builder()
+        .pool("shm-polled")
+        .registry(reg)
+        .secret(secret.clone())
+        .prefer_transport("shm")
+        .transport_config("shm.idle_check_ms=3600000")
+        .port_type(t)
+        .spin(spin)
+        .build()
+        .unwrap()
+}
+
+fn send(sp: &mut ipl::SendPort, v: u64) {
+    let mut w = sp.new_message().unwrap();
+    w.write_u64(v).unwrap();
+    w.finish().unwrap();
+}
+
+fn value(mut m: ipl::ReadMessage) -> u64 {
+    let v = m.read_u64().unwrap();
+    m.finish();
+    v
+}
+
+/// Whether the thread (its `/proc/<pid>/task/<tid>` directory) sleeps: a receive that
+/// polls runs or yields, one that waits on the port or in the transport sleeps.
+fn asleep(thread: &std::path::Path) -> bool {
+    std::fs::read_to_string(thread.join("stat"))
+        .ok()
+        .and_then(|s| {
+            s.rsplit_once(')')
+                .map(|(_, rest)| rest.trim_start().starts_with('S'))
+        })
+        .unwrap_or(false)
+}
+
+fn thread_self() -> std::path::PathBuf {
+    std::path::Path::new("/proc").join(std::fs::read_link("/proc/thread-self").unwrap())
+}
+
+/// shm leaves a channel's messages for the receive that polled it (no wake-up). With
+/// polling switched off, a receive that awaits a reply takes it after parking in the
+/// transport, which records the channel; the next receive, which awaits none, sleeps
+/// on the port, and must still get the next message.
+#[test]
+fn without_polling_a_receive_after_a_reply_gets_the_next_message() {
+    let t = port_type();
+    let secret = PoolSecret::generate().unwrap();
+    let reg = EmbeddedRegistry::new();
+    let a = quiet_member(&reg, &secret, t, Duration::ZERO);
+    let b = quiet_member(&reg, &secret, t, Duration::ZERO);
+    let a_in = a.create_receive_port(&t, "a-in").unwrap();
+    let b_in = b.create_receive_port(&t, "b-in").unwrap();
+    a_in.enable_connections();
+    b_in.enable_connections();
+    const ROUNDS: u64 = 20;
+    let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+    std::thread::scope(|sc| {
+        let (a, b, b_in) = (&a, &b, &b_in);
+        sc.spawn(move || {
+            let mut to_a = b.create_send_port(&t, "to-a").unwrap();
+            to_a.connect_to(a.identifier(), "a-in", WAIT).unwrap();
+            for i in 0..ROUNDS {
+                assert_eq!(value(b_in.receive_timeout(WAIT).unwrap()), 3 * i);
+                send(&mut to_a, 3 * i + 1);
+                // The follow-up once the reply was received.
+                go_rx.recv_timeout(WAIT).unwrap();
+                send(&mut to_a, 3 * i + 2);
+            }
+        });
+        let mut to_b = a.create_send_port(&t, "to-b").unwrap();
+        to_b.connect_to(b.identifier(), "b-in", WAIT).unwrap();
+        for i in 0..ROUNDS {
+            send(&mut to_b, 3 * i);
+            assert_eq!(value(a_in.receive_timeout(WAIT).unwrap()), 3 * i + 1);
+            go_tx.send(()).unwrap();
+            let m = a_in
+                .receive_timeout(WAIT)
+                .unwrap_or_else(|e| panic!("round {i}: the follow-up did not come: {e}"));
+            assert_eq!(value(m), 3 * i + 2);
+        }
+    });
+}
+
+/// Two receives of one port: one sleeps on the port while the other polls (recording
+/// the channel in shm) and returns with the first message; the second message must
+/// reach the sleeping one.
+#[test]
+fn a_receive_asleep_on_the_port_gets_what_comes_after_another_one_polled() {
+    let t = port_type();
+    let secret = PoolSecret::generate().unwrap();
+    let reg = EmbeddedRegistry::new();
+    // A long poll budget, so that the second receive is still polling when the first
+    // message comes.
+    let a = quiet_member(&reg, &secret, t, Duration::from_secs(1));
+    let b = quiet_member(&reg, &secret, t, Duration::from_secs(1));
+    let a_in = a.create_receive_port(&t, "a-in").unwrap();
+    a_in.enable_connections();
+    let mut to_a = b.create_send_port(&t, "to-a").unwrap();
+    to_a.connect_to(a.identifier(), "a-in", WAIT).unwrap();
+    const ROUNDS: u64 = 5;
+    for i in 0..ROUNDS {
+        std::thread::scope(|sc| {
+            let (tid_tx, tid_rx) = std::sync::mpsc::channel();
+            let a_in = &a_in;
+            let sleeper = sc.spawn(move || {
+                tid_tx.send(thread_self()).unwrap();
+                a_in.receive_timeout(WAIT).map(value)
+            });
+            // It polls for its budget, then sleeps on the port.
+            let tid = tid_rx.recv().unwrap();
+            let end = std::time::Instant::now() + WAIT;
+            while !asleep(&tid) {
+                assert!(std::time::Instant::now() < end, "the receive never slept");
+                std::thread::yield_now();
+            }
+            let poller = sc.spawn(|| a_in.receive_timeout(WAIT).map(value));
+            send(&mut to_a, 2 * i);
+            // Most often the polling receive takes it; the second message goes out
+            // once either has one.
+            let end = std::time::Instant::now() + WAIT;
+            while !poller.is_finished() && !sleeper.is_finished() {
+                assert!(
+                    std::time::Instant::now() < end,
+                    "round {i}: nobody got the first"
+                );
+                std::thread::yield_now();
+            }
+            send(&mut to_a, 2 * i + 1);
+            let got = |h: std::thread::ScopedJoinHandle<'_, ipl::Result<u64>>| {
+                h.join()
+                    .unwrap()
+                    .unwrap_or_else(|e| panic!("round {i}: a message did not come: {e}"))
+            };
+            let mut got = [got(poller), got(sleeper)];
+            got.sort_unstable();
+            assert_eq!(got, [2 * i, 2 * i + 1]);
+        });
+    }
+}
