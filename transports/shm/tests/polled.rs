@@ -21,9 +21,16 @@ fn thread_self() -> std::path::PathBuf {
     std::path::Path::new("/proc").join(std::fs::read_link("/proc/thread-self").unwrap())
 }
 
-/// Whether the thread sleeps in `poll` (its wait channel, as the kernel reports it).
+/// Whether the thread sleeps (its state in `/proc/<pid>/task/<tid>/stat`): a parking
+/// thread sleeps only in `poll`, after its last look at the rings.
 fn in_poll(thread: &std::path::Path) -> bool {
-    std::fs::read_to_string(thread.join("wchan")).is_ok_and(|w| w.contains("poll"))
+    std::fs::read_to_string(thread.join("stat"))
+        .ok()
+        .and_then(|s| {
+            s.rsplit_once(')')
+                .map(|(_, rest)| rest.trim_start().starts_with('S'))
+        })
+        .unwrap_or(false)
 }
 
 fn index(m: &[u8]) -> u32 {
@@ -184,7 +191,8 @@ fn a_sender_that_fills_the_ring_of_a_polled_channel_gets_it_drained() {
         fast.send(&[&i.to_le_bytes(), &body])
             .unwrap_or_else(|e| panic!("send {i}: {e}"));
     }
-    // The last ones may wait for the receiver, which now stops polling.
+    // The last messages may still be in the ring, left for the receiver, which now
+    // stops polling.
     b.progress_end();
     let ev = lb.wait("every message", |e| e.on(inb).len() == N as usize);
     let got: Vec<u32> = ev.on(inb).into_iter().map(index).collect();
