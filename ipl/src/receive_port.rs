@@ -902,21 +902,16 @@ impl PortShared {
         } else {
             None
         };
-        // Counted as waiting without polling from its first sleep on (see `end_polling`).
-        let mut idle: Option<Idle<'_>> = None;
+        // Counted as waiting without polling from here on (see `end_polling`), so that a
+        // receive that polls meanwhile ends its polling on its way out.
+        let _idle = Idle::new(&self.idle);
+        // Whether this receive ended its transports' polling before sleeping on the port.
+        let mut polling_ended = false;
         let mut st = self.state.lock();
         loop {
             if let Some(r) = self.take_locked(&mut st, report) {
                 adapt(true, waited(slept, start, now));
                 return r.map(Some);
-            }
-            if idle.is_none() {
-                // Counted first, so that a receive that polls meanwhile ends its polling
-                // on its way out; then what the transports kept for a poller is
-                // delivered, and the queue looked at again.
-                idle = Some(Idle::new(&self.idle));
-                parking_lot::MutexGuard::unlocked(&mut st, || self.end_polling());
-                continue;
             }
             slept = true;
             let start = *start.get_or_insert_with(Instant::now);
@@ -965,6 +960,16 @@ impl PortShared {
                     adapt(true, waited(true, Some(start), None));
                     return Ok(Some(m));
                 }
+                continue;
+            }
+            if !polling_ended {
+                // About to sleep on the port, where only the callbacks bring messages:
+                // what the transports kept for a poller is delivered first, and the
+                // queue looked at again. (A thread parked in a transport is woken by
+                // it; its `wait` ends what polling needs ending there, and a tcp
+                // receiver parked there keeps the reader threads standing back.)
+                polling_ended = true;
+                parking_lot::MutexGuard::unlocked(&mut st, || self.end_polling());
                 continue;
             }
             match timeout {

@@ -78,10 +78,14 @@ impl PollLease {
         self.until.load(Ordering::Acquire) > self.now()
     }
 
-    /// A poller stops polling: the lease ends now and the reader threads go on.
+    /// A poller stops polling: the lease ends now and the reader threads go on. With no
+    /// lease since the last end (nobody polled: the IPL also ends polling before every
+    /// sleep of a receive that did not poll), no reader thread stands back for one, and
+    /// none is woken.
     pub(crate) fn end(&self) {
-        self.until.store(0, Ordering::Release);
-        self.wake();
+        if self.until.swap(0, Ordering::AcqRel) != 0 {
+            self.wake();
+        }
     }
 
     /// A receiver parks in `wait`: a poller until the guard is dropped.
