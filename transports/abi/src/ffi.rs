@@ -12,8 +12,12 @@
 use std::ffi::c_void;
 
 /// The ABI version this crate speaks. A plugin whose descriptor carries another version
-/// is refused by the loader before any of its functions is called.
-pub const ABI_VERSION: u32 = 6;
+/// is refused by the loader before any of its functions is called. Version 7 changed no
+/// layout, only a contract: a transport may keep a channel's fast-path messages for the
+/// thread that took from it until `progress_end` or `wait` (see
+/// [`TransportVTable::progress_end`]), which a host of version 6 does not call on every
+/// path that needs it.
+pub const ABI_VERSION: u32 = 7;
 
 /// The magic number at the start of every [`PluginDescriptor`] ("IPL_TRNS"), so that a
 /// library exporting an unrelated symbol of the same name is recognised as not a plugin.
