@@ -10,6 +10,7 @@ mod common;
 
 use common::*;
 use ipl_auth::PoolSecret;
+use ipl_transport_abi::{FastPath, TransportInstance};
 use std::time::Duration;
 
 fn quiet(s: &PoolSecret) -> String {
@@ -33,20 +34,36 @@ fn in_poll(thread: &std::path::Path) -> bool {
         .unwrap_or(false)
 }
 
+/// A sender endpoint (configured by `sender`) and a quiet receiver with one channel
+/// between them: the receiver's log and channel id, the sender's fast path of the
+/// channel and the receiver's, through which it takes as the IPL's receive ports do.
+fn polled_pair(
+    sender: impl Fn(&PoolSecret) -> String,
+) -> (
+    TransportInstance,
+    TransportInstance,
+    std::sync::Arc<Log>,
+    u64,
+    FastPath,
+    FastPath,
+) {
+    let s = PoolSecret::generate().unwrap();
+    let (a, _la) = endpoint(&sender(&s));
+    let (b, lb) = endpoint(&quiet(&s));
+    let ch = connect(&a, &b);
+    let inb = lb.wait("the channel", |e| e.opened.len() == 1).opened[0];
+    let fast = a.fast_path(ch).expect("shm has a fast path");
+    let rx = b.fast_path(inb).expect("shm has a fast path");
+    (a, b, lb, inb, fast, rx)
+}
+
 fn index(m: &[u8]) -> u32 {
     u32::from_le_bytes(m[..4].try_into().unwrap())
 }
 
 #[test]
 fn data_sent_while_the_receiver_polls_is_delivered_once_it_stops() {
-    let s = PoolSecret::generate().unwrap();
-    let (a, _la) = endpoint(&config(&s));
-    let (b, lb) = endpoint(&quiet(&s));
-    let ch = connect(&a, &b);
-    let inb = lb.wait("the channel", |e| e.opened.len() == 1).opened[0];
-    let fast = a.fast_path(ch).expect("shm has a fast path");
-    // The receiver takes through its side's fast path, as the IPL's receive ports do.
-    let rx = b.fast_path(inb).expect("shm has a fast path");
+    let (_a, b, lb, inb, fast, rx) = polled_pair(config);
     let mut taken = Vec::new();
     const ROUNDS: u32 = 50;
     for i in 0..ROUNDS {
@@ -87,14 +104,7 @@ fn data_sent_while_the_receiver_polls_is_delivered_once_it_stops() {
 
 #[test]
 fn a_receiver_that_parks_is_woken_for_what_is_sent_to_the_channel_it_polled() {
-    let s = PoolSecret::generate().unwrap();
-    let (a, _la) = endpoint(&config(&s));
-    let (b, lb) = endpoint(&quiet(&s));
-    let ch = connect(&a, &b);
-    let inb = lb.wait("the channel", |e| e.opened.len() == 1).opened[0];
-    let fast = a.fast_path(ch).expect("shm has a fast path");
-    // The receiver takes through its side's fast path, as the IPL's receive ports do.
-    let rx = b.fast_path(inb).expect("shm has a fast path");
+    let (_a, b, lb, inb, fast, rx) = polled_pair(config);
     let mut got = 0usize;
     const ROUNDS: u32 = 50;
     for i in 0..ROUNDS {
@@ -176,14 +186,7 @@ fn a_sender_that_fills_the_ring_of_a_polled_channel_gets_it_drained() {
     // A 64 KiB ring and 128 messages of 2 KiB: the sender runs out of ring space while
     // the receiver, which polled the channel once, does not poll. The endpoint thread
     // must be woken to take the slots, and the sends complete.
-    let s = PoolSecret::generate().unwrap();
-    let (a, _la) = endpoint(&format!("{}\nshm.ring_size=65536", config(&s)));
-    let (b, lb) = endpoint(&quiet(&s));
-    let ch = connect(&a, &b);
-    let inb = lb.wait("the channel", |e| e.opened.len() == 1).opened[0];
-    let fast = a.fast_path(ch).expect("shm has a fast path");
-    // The receiver takes through its side's fast path, as the IPL's receive ports do.
-    let rx = b.fast_path(inb).expect("shm has a fast path");
+    let (_a, b, lb, inb, fast, rx) = polled_pair(|s| format!("{}\nshm.ring_size=65536", config(s)));
     assert_eq!(rx.take(|_| panic!("nothing was sent yet")), 0);
     const N: u32 = 128;
     for i in 0..N {
